@@ -1,0 +1,229 @@
+//! Pedelec error codes (DESIGN.md section 7) and their gRPC form: the code is the
+//! status message prefix `CODE: message` and `google.rpc.ErrorInfo.reason`;
+//! JSON details travel in the ErrorInfo metadata under `details`.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use tonic::Status;
+use tonic_types::{ErrorDetails, StatusExt};
+
+/// The ErrorInfo domain of every Pedelec status.
+pub const ERROR_DOMAIN: &str = "pedelec.dev";
+
+macro_rules! codes {
+    ($($name:ident => $grpc:ident),* $(,)?) => {
+        /// Every Pedelec error code.
+        #[allow(non_camel_case_types, clippy::upper_case_acronyms)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum Code { $($name),* }
+
+        impl Code {
+            pub const ALL: &'static [Code] = &[$(Code::$name),*];
+
+            pub fn as_str(self) -> &'static str {
+                match self { $(Code::$name => stringify!($name)),* }
+            }
+
+            /// The gRPC status code a Pedelec code travels with.
+            pub fn grpc(self) -> tonic::Code {
+                match self { $(Code::$name => tonic::Code::$grpc),* }
+            }
+        }
+    };
+}
+
+codes! {
+    INVALID_INPUT => InvalidArgument,
+    EXTENSION_UNAVAILABLE => Unavailable,
+    EXTENSION_DISCONNECTED => Unavailable,
+    SDK_BRIDGE_TIMEOUT => DeadlineExceeded,
+    SDK_PROTOCOL_ERROR => InvalidArgument,
+    APPROVAL_REJECTED => PermissionDenied,
+    APPROVAL_TIMEOUT => DeadlineExceeded,
+    OPEN_POPUP_FAILED => Unavailable,
+    SESSION_BUSY => FailedPrecondition,
+    SESSION_ENDED => FailedPrecondition,
+    TOOL_HANDLER_NOT_FOUND => NotFound,
+    TOOL_HANDLER_ERROR => Aborted,
+    ASSET_TEXT_DECODE_FAILED => InvalidArgument,
+    ASSET_INVALID_JSON => InvalidArgument,
+    NATIVE_HOST_UNAVAILABLE => Unavailable,
+    MESSAGE_TOO_LARGE => ResourceExhausted,
+    CORE_UNAVAILABLE => Unavailable,
+    DEFAULT_PROVIDER_NOT_SET => FailedPrecondition,
+    DEFAULT_PROVIDER_UNAVAILABLE => FailedPrecondition,
+    PROVIDER_NOT_FOUND => NotFound,
+    PROVIDER_FAILED => Internal,
+    MODEL_REQUIRED => FailedPrecondition,
+    THREAD_NOT_FOUND => NotFound,
+    THREAD_ACCESS_DENIED => PermissionDenied,
+    WORKSPACE_OPEN_FAILED => FailedPrecondition,
+    TOOLS_MANIFEST_INVALID => InvalidArgument,
+    TOOL_NOT_FOUND => NotFound,
+    TOOL_ARGS_INVALID => InvalidArgument,
+    TOOL_TIMEOUT => DeadlineExceeded,
+    TOOL_ACCESS_DENIED => Unauthenticated,
+    ASSET_NOT_FOUND => NotFound,
+    ASSET_TOO_LARGE => ResourceExhausted,
+    ASSET_PATH_INVALID => InvalidArgument,
+    ASSET_TICKET_INVALID => Unauthenticated,
+    CORE_RESTARTED => Aborted,
+    CANCELLED => Cancelled,
+    INTERNAL => Internal,
+}
+
+impl Code {
+    pub fn parse(s: &str) -> Option<Code> {
+        Code::ALL.iter().copied().find(|c| c.as_str() == s)
+    }
+}
+
+impl fmt::Display for Code {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An error with its Pedelec code, as it crosses process boundaries.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CodedError {
+    pub code: String,
+    pub message: String,
+    pub details: Option<serde_json::Value>,
+}
+
+impl CodedError {
+    pub fn new(code: Code, message: impl Into<String>) -> Self {
+        CodedError {
+            code: code.as_str().to_string(),
+            message: message.into(),
+            details: None,
+        }
+    }
+
+    pub fn with_details(mut self, details: serde_json::Value) -> Self {
+        self.details = Some(details);
+        self
+    }
+
+    pub fn to_status(&self) -> Status {
+        let grpc = Code::parse(&self.code)
+            .map(Code::grpc)
+            .unwrap_or(tonic::Code::Unknown);
+        status_from_parts(grpc, &self.code, &self.message, self.details.as_ref())
+    }
+
+    /// Reads the Pedelec code back from any status; one without a Pedelec code
+    /// (a transport failure, say) becomes `fallback` with the status message.
+    pub fn from_status(status: &Status, fallback: Code) -> Self {
+        let info = status.get_error_details().error_info().cloned();
+        let (code, details) = match info {
+            Some(info) if !info.reason.is_empty() => {
+                let details = info
+                    .metadata
+                    .get("details")
+                    .and_then(|d| serde_json::from_str(d).ok());
+                (info.reason, details)
+            }
+            _ => match code_prefix(status.message()) {
+                Some(code) => (code.to_string(), None),
+                None => (fallback.as_str().to_string(), None),
+            },
+        };
+        let message = strip_prefix(status.message(), &code).to_string();
+        CodedError {
+            code,
+            message,
+            details,
+        }
+    }
+
+    pub fn to_proto(&self, source: i32) -> pedelec_proto::v1::PedelecError {
+        pedelec_proto::v1::PedelecError {
+            code: self.code.clone(),
+            message: self.message.clone(),
+            details: self.details.as_ref().map(crate::json::to_value),
+            source,
+        }
+    }
+}
+
+impl fmt::Display for CodedError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.code, self.message)
+    }
+}
+
+impl std::error::Error for CodedError {}
+
+impl From<CodedError> for Status {
+    fn from(e: CodedError) -> Status {
+        e.to_status()
+    }
+}
+
+/// A status carrying `code` in the message prefix and in ErrorInfo.
+pub fn status_with_code(code: Code, message: impl AsRef<str>) -> Status {
+    status_from_parts(code.grpc(), code.as_str(), message.as_ref(), None)
+}
+
+fn status_from_parts(
+    grpc: tonic::Code,
+    code: &str,
+    message: &str,
+    details: Option<&serde_json::Value>,
+) -> Status {
+    let mut metadata = HashMap::new();
+    if let Some(details) = details {
+        metadata.insert("details".to_string(), details.to_string());
+    }
+    let info = ErrorDetails::with_error_info(code, ERROR_DOMAIN, metadata);
+    Status::with_error_details(grpc, format!("{code}: {message}"), info)
+}
+
+/// The Pedelec code of a status, if it carries one.
+pub fn code_of_status(status: &Status) -> Option<String> {
+    if let Some(info) = status.get_error_details().error_info()
+        && !info.reason.is_empty()
+    {
+        return Some(info.reason.clone());
+    }
+    code_prefix(status.message()).map(str::to_string)
+}
+
+fn code_prefix(message: &str) -> Option<&str> {
+    let (head, _) = message.split_once(": ")?;
+    Code::parse(head).map(Code::as_str)
+}
+
+fn strip_prefix<'a>(message: &'a str, code: &str) -> &'a str {
+    message
+        .strip_prefix(code)
+        .and_then(|m| m.strip_prefix(": "))
+        .unwrap_or(message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_carries_code_in_prefix_and_error_info() {
+        let err = CodedError::new(Code::THREAD_NOT_FOUND, "no thread thr_1")
+            .with_details(serde_json::json!({"sessionId": "thr_1"}));
+        let status = err.to_status();
+        assert_eq!(status.code(), tonic::Code::NotFound);
+        assert_eq!(status.message(), "THREAD_NOT_FOUND: no thread thr_1");
+        assert_eq!(code_of_status(&status).as_deref(), Some("THREAD_NOT_FOUND"));
+        assert_eq!(CodedError::from_status(&status, Code::INTERNAL), err);
+    }
+
+    #[test]
+    fn plain_status_falls_back() {
+        let status = Status::unavailable("connection refused");
+        let err = CodedError::from_status(&status, Code::CORE_UNAVAILABLE);
+        assert_eq!(err.code, "CORE_UNAVAILABLE");
+        assert_eq!(err.message, "connection refused");
+    }
+}

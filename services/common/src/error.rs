@@ -1,0 +1,51 @@
+//! The error enum of pedelec-common.
+
+use std::path::PathBuf;
+
+use crate::codes::{Code, CodedError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum CommonError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path} is owned by uid {owner}, not by this user (uid {me}); refusing to use it")]
+    NotOwned { path: PathBuf, owner: u32, me: u32 },
+    #[error("{path} is not a directory")]
+    NotADirectory { path: PathBuf },
+    #[error("socket path {path} is {len} bytes; keep the runtime dir short (limit {limit})")]
+    SocketPathTooLong {
+        path: PathBuf,
+        len: usize,
+        limit: usize,
+    },
+    #[error("another process is already serving on {path}")]
+    AlreadyServing { path: PathBuf },
+    #[error("cannot connect to {path}: {reason}")]
+    Connect { path: PathBuf, reason: String },
+}
+
+impl CommonError {
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        CommonError::Io {
+            path: path.into(),
+            source,
+        }
+    }
+
+    pub fn code(&self) -> Code {
+        match self {
+            CommonError::Connect { .. } => Code::CORE_UNAVAILABLE,
+            _ => Code::INTERNAL,
+        }
+    }
+}
+
+impl From<CommonError> for CodedError {
+    fn from(e: CommonError) -> Self {
+        CodedError::new(e.code(), e.to_string())
+    }
+}

@@ -1,0 +1,113 @@
+//! What every Pedelec process shares: where things live on disk, serving and
+//! connecting over Unix sockets with the peer-uid check, the Pedelec error codes
+//! and their gRPC form, JSON <-> `google.protobuf.Value`, ids and tracing.
+
+pub mod codes;
+pub mod error;
+pub mod ids;
+pub mod json;
+pub mod paths;
+pub mod telemetry;
+pub mod uds;
+
+pub use codes::{Code, CodedError, code_of_status, status_with_code};
+pub use error::CommonError;
+pub use paths::{DataDir, RuntimeDir};
+
+/// The four supervised services and the launcher, with their socket names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ServiceName {
+    Session,
+    ToolBridge,
+    Provider,
+    Asset,
+    Launcher,
+}
+
+impl ServiceName {
+    /// The services `pedelecd` supervises, in start order.
+    pub const SUPERVISED: [ServiceName; 4] = [
+        ServiceName::Provider,
+        ServiceName::ToolBridge,
+        ServiceName::Asset,
+        ServiceName::Session,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ServiceName::Session => "session",
+            ServiceName::ToolBridge => "toolbridge",
+            ServiceName::Provider => "provider",
+            ServiceName::Asset => "asset",
+            ServiceName::Launcher => "launcher",
+        }
+    }
+
+    pub fn socket_file(self) -> &'static str {
+        match self {
+            ServiceName::Session => "session.sock",
+            ServiceName::ToolBridge => "toolbridge.sock",
+            ServiceName::Provider => "provider.sock",
+            ServiceName::Asset => "asset.sock",
+            ServiceName::Launcher => "launcher.sock",
+        }
+    }
+
+    /// The service's binary, found beside `pedelecd`.
+    pub fn binary(self) -> &'static str {
+        match self {
+            ServiceName::Session => "pedelec-session",
+            ServiceName::ToolBridge => "pedelec-toolbridge",
+            ServiceName::Provider => "pedelec-provider",
+            ServiceName::Asset => "pedelec-asset",
+            ServiceName::Launcher => "pedelecd",
+        }
+    }
+
+    /// The fully qualified gRPC service name, as health checks name it.
+    pub fn grpc_name(self) -> &'static str {
+        match self {
+            ServiceName::Session => "pedelec.v1.SessionService",
+            ServiceName::ToolBridge => "pedelec.v1.ToolBridgeService",
+            ServiceName::Provider => "pedelec.v1.ProviderService",
+            ServiceName::Asset => "pedelec.v1.AssetService",
+            ServiceName::Launcher => "pedelec.v1.SupervisorService",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<ServiceName> {
+        [
+            ServiceName::Session,
+            ServiceName::ToolBridge,
+            ServiceName::Provider,
+            ServiceName::Asset,
+            ServiceName::Launcher,
+        ]
+        .into_iter()
+        .find(|s| s.as_str() == name)
+    }
+}
+
+/// Resolves when the process receives SIGTERM or SIGINT.
+pub async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("install SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("install SIGINT handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}
+
+/// Current wall-clock time as a protobuf timestamp.
+pub fn now_timestamp() -> prost_types::Timestamp {
+    to_timestamp(std::time::SystemTime::now())
+}
+
+pub fn to_timestamp(t: std::time::SystemTime) -> prost_types::Timestamp {
+    let d = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    prost_types::Timestamp {
+        seconds: d.as_secs() as i64,
+        nanos: d.subsec_nanos() as i32,
+    }
+}

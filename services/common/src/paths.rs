@@ -1,0 +1,236 @@
+//! The runtime directory (sockets, tokens, logs) and the data directory
+//! (settings, journal, managed workspaces), DESIGN.md section 1.
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use crate::ServiceName;
+use crate::error::CommonError;
+
+/// sockaddr_un holds 108 bytes; stay well under it.
+pub const MAX_SOCKET_PATH: usize = 100;
+
+fn my_uid() -> u32 {
+    // SAFETY: getuid cannot fail and has no preconditions.
+    unsafe { libc::getuid() }
+}
+
+/// Creates `path` (and parents) if needed, then insists that it is a directory
+/// owned by this user, and tightens it to 0700.
+pub fn ensure_private_dir(path: &Path) -> Result<(), CommonError> {
+    if !path.exists() {
+        std::fs::create_dir_all(path).map_err(|e| CommonError::io(path, e))?;
+    }
+    let meta = std::fs::symlink_metadata(path).map_err(|e| CommonError::io(path, e))?;
+    if !meta.is_dir() {
+        return Err(CommonError::NotADirectory { path: path.into() });
+    }
+    let me = my_uid();
+    if meta.uid() != me {
+        return Err(CommonError::NotOwned {
+            path: path.into(),
+            owner: meta.uid(),
+            me,
+        });
+    }
+    if meta.mode() & 0o777 != 0o700 {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| CommonError::io(path, e))?;
+    }
+    Ok(())
+}
+
+/// Where sockets live: `$PEDELEC_RUNTIME_DIR`, else `$XDG_RUNTIME_DIR/pedelec`,
+/// else `<tmp>/pedelec-<uid>`.
+#[derive(Clone, Debug)]
+pub struct RuntimeDir(PathBuf);
+
+impl RuntimeDir {
+    pub fn from_env() -> Self {
+        let path = match std::env::var_os("PEDELEC_RUNTIME_DIR") {
+            Some(p) if !p.is_empty() => PathBuf::from(p),
+            _ => match std::env::var_os("XDG_RUNTIME_DIR") {
+                Some(p) if !p.is_empty() => PathBuf::from(p).join("pedelec"),
+                _ => std::env::temp_dir().join(format!("pedelec-{}", my_uid())),
+            },
+        };
+        RuntimeDir(path)
+    }
+
+    pub fn at(path: impl Into<PathBuf>) -> Self {
+        RuntimeDir(path.into())
+    }
+
+    /// Creates the directory 0700 and checks ownership and socket path lengths.
+    pub fn ensure(&self) -> Result<(), CommonError> {
+        ensure_private_dir(&self.0)?;
+        let longest = self.socket(ServiceName::ToolBridge);
+        let len = longest.as_os_str().len();
+        if len > MAX_SOCKET_PATH {
+            return Err(CommonError::SocketPathTooLong {
+                path: longest,
+                len,
+                limit: MAX_SOCKET_PATH,
+            });
+        }
+        Ok(())
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    pub fn socket(&self, service: ServiceName) -> PathBuf {
+        self.0.join(service.socket_file())
+    }
+}
+
+/// Where state lives: `$PEDELEC_HOME`, else the platform data dir
+/// (`$XDG_DATA_HOME/pedelec` or `~/.local/share/pedelec`;
+/// `~/Library/Application Support/Pedelec` on macOS).
+#[derive(Clone, Debug)]
+pub struct DataDir(PathBuf);
+
+impl DataDir {
+    pub fn from_env() -> Self {
+        if let Some(p) = std::env::var_os("PEDELEC_HOME").filter(|p| !p.is_empty()) {
+            return DataDir(PathBuf::from(p));
+        }
+        let home = std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .unwrap_or_else(std::env::temp_dir);
+        if cfg!(target_os = "macos") {
+            return DataDir(home.join("Library/Application Support/Pedelec"));
+        }
+        let base = std::env::var_os("XDG_DATA_HOME")
+            .filter(|p| !p.is_empty())
+            .map(PathBuf::from)
+            .unwrap_or_else(|| home.join(".local/share"));
+        DataDir(base.join("pedelec"))
+    }
+
+    pub fn at(path: impl Into<PathBuf>) -> Self {
+        DataDir(path.into())
+    }
+
+    /// Creates the data dir and its sub-folders, all 0700 and owned by the user.
+    pub fn ensure(&self) -> Result<(), CommonError> {
+        for dir in [self.0.clone(), self.sessions(), self.workspaces()] {
+            ensure_private_dir(&dir)?;
+        }
+        Ok(())
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    pub fn settings_file(&self) -> PathBuf {
+        self.0.join("settings.json")
+    }
+
+    /// The session journal: one `<session id>.json` record per thread.
+    pub fn sessions(&self) -> PathBuf {
+        self.0.join("sessions")
+    }
+
+    /// The managed workspaces root: one folder per thread without an explicit path.
+    pub fn workspaces(&self) -> PathBuf {
+        self.0.join("workspaces")
+    }
+
+    /// The "app exit" cleanup of the seeds: forgets every thread and removes the
+    /// managed workspaces. Explicit application workspaces live elsewhere and are
+    /// never touched. Returns what could not be removed (e.g. locked files), which
+    /// the next start tries again.
+    pub fn clear_app_state(&self) -> Vec<(PathBuf, std::io::Error)> {
+        let mut failures = Vec::new();
+        for dir in [self.sessions(), self.workspaces()] {
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let path = entry.path();
+                let result = if entry.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                    std::fs::remove_dir_all(&path)
+                } else {
+                    std::fs::remove_file(&path)
+                };
+                if let Err(e) = result {
+                    failures.push((path, e));
+                }
+            }
+        }
+        failures
+    }
+}
+
+/// Writes `bytes` to `path` atomically: a temp file in the same folder, fsync,
+/// rename. Readers see the old file or the new one, never half of either.
+pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
+    let tmp = dir.join(format!(".{name}.{}.tmp", uuid::Uuid::new_v4().simple()));
+    let result = (|| {
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&tmp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn private_dir_is_created_0700_and_tightened() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("rt");
+        ensure_private_dir(&dir).unwrap();
+        let mode = std::fs::metadata(&dir).unwrap().mode() & 0o777;
+        assert_eq!(mode, 0o700);
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        ensure_private_dir(&dir).unwrap();
+        assert_eq!(std::fs::metadata(&dir).unwrap().mode() & 0o777, 0o700);
+    }
+
+    #[test]
+    fn a_file_is_not_a_runtime_dir() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("f");
+        std::fs::write(&file, b"x").unwrap();
+        assert!(matches!(
+            ensure_private_dir(&file),
+            Err(CommonError::NotADirectory { .. })
+        ));
+    }
+
+    #[test]
+    fn too_long_runtime_dir_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let long = tmp.path().join("x".repeat(120));
+        let err = RuntimeDir::at(long).ensure().unwrap_err();
+        assert!(matches!(err, CommonError::SocketPathTooLong { .. }));
+    }
+
+    #[test]
+    fn atomic_write_replaces_whole_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("s.json");
+        write_atomic(&file, b"one", 0o600).unwrap();
+        write_atomic(&file, b"two", 0o600).unwrap();
+        assert_eq!(std::fs::read(&file).unwrap(), b"two");
+        assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 1);
+    }
+}

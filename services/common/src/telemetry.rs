@@ -1,0 +1,17 @@
+//! Tracing setup shared by every binary.
+
+use tracing_subscriber::EnvFilter;
+
+/// Logs to stderr, filtered by `PEDELEC_LOG` (else `RUST_LOG`, else `info`),
+/// with the usual `target=level` directives.
+pub fn init(process: &str) {
+    let filter = std::env::var("PEDELEC_LOG")
+        .or_else(|_| std::env::var("RUST_LOG"))
+        .unwrap_or_else(|_| "info".to_string());
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::new(filter))
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+    tracing::debug!(process, "tracing ready");
+}

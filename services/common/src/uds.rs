@@ -1,0 +1,183 @@
+//! gRPC over Unix-domain sockets: serving with the peer-uid check, health and
+//! reflection, and connecting.
+
+use std::future::Future;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use hyper_util::rt::TokioIo;
+use tokio::net::{UnixListener, UnixStream};
+use tokio_stream::StreamExt;
+use tokio_stream::wrappers::UnixListenerStream;
+use tonic::service::Routes;
+use tonic::transport::{Channel, Endpoint, Server, Uri};
+use tonic_health::ServingStatus;
+use tonic_health::pb::health_check_response::ServingStatus as WireStatus;
+use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+
+use crate::ServiceName;
+use crate::error::CommonError;
+
+/// Binds `path`, replacing a stale socket left by a dead process but refusing
+/// to steal one that still answers. The socket is made 0600.
+pub fn bind(path: &Path) -> Result<UnixListener, CommonError> {
+    if std::fs::symlink_metadata(path).is_ok() {
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            return Err(CommonError::AlreadyServing { path: path.into() });
+        }
+        std::fs::remove_file(path).map_err(|e| CommonError::io(path, e))?;
+    }
+    let listener = UnixListener::bind(path).map_err(|e| CommonError::io(path, e))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| CommonError::io(path, e))?;
+    Ok(listener)
+}
+
+/// Whether the connected peer runs as this user (SO_PEERCRED).
+pub fn peer_is_same_user(stream: &UnixStream) -> bool {
+    // SAFETY: getuid cannot fail and has no preconditions.
+    let me = unsafe { libc::getuid() };
+    match stream.peer_cred() {
+        Ok(cred) if cred.uid() == me => true,
+        Ok(cred) => {
+            tracing::warn!(peer_uid = cred.uid(), "refused a connection from another user");
+            false
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "refused a connection whose peer could not be identified");
+            false
+        }
+    }
+}
+
+/// Serves `routes` plus gRPC health and reflection (v1 and v1alpha) on the
+/// service's socket until `shutdown` resolves, then removes the socket.
+pub async fn serve(
+    path: &Path,
+    service: ServiceName,
+    routes: Routes,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), CommonError> {
+    let listener = bind(path)?;
+    let (reporter, health) = tonic_health::server::health_reporter();
+    reporter
+        .set_service_status(service.grpc_name(), ServingStatus::Serving)
+        .await;
+    reporter
+        .set_service_status("", ServingStatus::Serving)
+        .await;
+
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(pedelec_proto::v1::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    let reflection_v1 = reflection().build_v1().expect("valid descriptor set");
+    let reflection_v1alpha = reflection().build_v1alpha().expect("valid descriptor set");
+
+    let routes = routes
+        .add_service(health)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha);
+
+    let incoming = UnixListenerStream::new(listener).filter(|conn| match conn {
+        Ok(stream) => peer_is_same_user(stream),
+        Err(_) => true,
+    });
+    tracing::info!(socket = %path.display(), service = service.as_str(), "serving");
+    let result = Server::builder()
+        .add_routes(routes)
+        .serve_with_incoming_shutdown(incoming, shutdown)
+        .await;
+    let _ = std::fs::remove_file(path);
+    result.map_err(|e| CommonError::io(path, std::io::Error::other(e)))
+}
+
+fn endpoint() -> Endpoint {
+    // The authority is never looked at; it only has to be a valid URI.
+    Endpoint::from_static("http://localhost")
+        .connect_timeout(Duration::from_secs(2))
+        .tcp_nodelay(true)
+}
+
+fn connector(
+    path: PathBuf,
+) -> impl tower::Service<
+    Uri,
+    Response = TokioIo<UnixStream>,
+    Error = std::io::Error,
+    Future = impl Future<Output = std::io::Result<TokioIo<UnixStream>>> + Send,
+> + Clone
++ Send
++ 'static {
+    tower::service_fn(move |_: Uri| {
+        let path = path.clone();
+        async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
+    })
+}
+
+/// Connects now; fails at once when nobody serves on `path`.
+pub async fn connect(path: &Path) -> Result<Channel, CommonError> {
+    endpoint()
+        .connect_with_connector(connector(path.to_path_buf()))
+        .await
+        .map_err(|e| CommonError::Connect {
+            path: path.into(),
+            reason: source_chain(&e),
+        })
+}
+
+/// A channel that connects on first use and reconnects after the peer restarts,
+/// for services that talk to each other under the launcher.
+pub fn connect_lazy(path: &Path) -> Channel {
+    endpoint().connect_with_connector_lazy(connector(path.to_path_buf()))
+}
+
+/// Whether the service on `path` answers its health check with SERVING.
+pub async fn is_serving(path: &Path, service: ServiceName) -> bool {
+    let Ok(channel) = connect(path).await else {
+        return false;
+    };
+    let mut client = HealthClient::new(channel);
+    let request = HealthCheckRequest {
+        service: service.grpc_name().to_string(),
+    };
+    matches!(
+        client.check(request).await,
+        Ok(resp) if resp.get_ref().status == WireStatus::Serving as i32
+    )
+}
+
+/// An error and its causes, joined: tonic's transport errors say little on their own.
+pub fn source_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        cur = s.source();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn stale_socket_is_replaced_live_one_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("s.sock");
+        let live = bind(&path).unwrap();
+        assert!(matches!(
+            bind(&path),
+            Err(CommonError::AlreadyServing { .. })
+        ));
+        drop(live); // the file stays behind, as after a crash
+        assert!(path.exists());
+        let _again = bind(&path).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+    }
+}
