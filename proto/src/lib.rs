@@ -5,7 +5,8 @@ pub mod v1 {
 
     /// The encoded descriptor set of every `pedelec.v1` file and its imports,
     /// registered with server reflection so grpcurl needs no `.proto` files.
-    pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("pedelec_descriptor");
+    pub const FILE_DESCRIPTOR_SET: &[u8] =
+        tonic::include_file_descriptor_set!("pedelec_descriptor");
 }
 
 pub use prost_types;

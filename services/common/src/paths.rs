@@ -168,6 +168,13 @@ impl DataDir {
 /// Writes `bytes` to `path` atomically: a temp file in the same folder, fsync,
 /// rename. Readers see the old file or the new one, never half of either.
 pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    replace_file(path, bytes, mode, true)
+}
+
+/// Like [`write_atomic`], but `sync = false` skips the fsync: the result still
+/// survives a crash of this process (the page cache keeps it) and is never half
+/// written, which is what the session journal needs on its hot path.
+pub fn replace_file(path: &Path, bytes: &[u8], mode: u32, sync: bool) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let dir = path.parent().unwrap_or(Path::new("."));
@@ -180,7 +187,9 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()>
             .mode(mode)
             .open(&tmp)?;
         file.write_all(bytes)?;
-        file.sync_all()?;
+        if sync {
+            file.sync_all()?;
+        }
         std::fs::rename(&tmp, path)
     })();
     if result.is_err() {

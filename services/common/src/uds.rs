@@ -41,7 +41,10 @@ pub fn peer_is_same_user(stream: &UnixStream) -> bool {
     match stream.peer_cred() {
         Ok(cred) if cred.uid() == me => true,
         Ok(cred) => {
-            tracing::warn!(peer_uid = cred.uid(), "refused a connection from another user");
+            tracing::warn!(
+                peer_uid = cred.uid(),
+                "refused a connection from another user"
+            );
             false
         }
         Err(e) => {

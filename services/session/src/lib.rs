@@ -1,1 +1,51 @@
+//! SessionService: threads (sessions), their lifecycle, event streams with
+//! replay, auto-end, and the journal that lets threads survive a restart.
 
+mod error;
+mod grpc;
+mod record;
+mod sessions;
+mod thread;
+mod turn;
+
+use std::time::Duration;
+
+use pedelec_common::{DataDir, RuntimeDir, ServiceName};
+use pedelec_proto::v1::session_service_server::SessionServiceServer;
+
+pub use error::SessionError;
+pub use sessions::{Config, Sessions};
+pub use thread::ReplayLimits;
+
+/// The grace period before an auto-end thread without routes is ended: long
+/// enough for the extension to reconnect a dropped native port and re-attach.
+pub const DEFAULT_AUTO_END_GRACE: Duration = Duration::from_secs(5);
+
+impl Config {
+    pub fn new(runtime_dir: RuntimeDir, data_dir: DataDir) -> Self {
+        Config {
+            runtime_dir,
+            data_dir,
+            auto_end_grace: DEFAULT_AUTO_END_GRACE,
+            replay: ReplayLimits::default(),
+        }
+    }
+}
+
+/// Ensures the directories, loads the journal and serves until SIGTERM/SIGINT.
+pub async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
+    config.runtime_dir.ensure()?;
+    config.data_dir.ensure()?;
+    let socket = config.runtime_dir.socket(ServiceName::Session);
+    let sessions = Sessions::open(config);
+    let routes =
+        tonic::service::Routes::new(SessionServiceServer::new(grpc::SessionGrpc(sessions)));
+    pedelec_common::uds::serve(
+        &socket,
+        ServiceName::Session,
+        routes,
+        pedelec_common::shutdown_signal(),
+    )
+    .await?;
+    Ok(())
+}

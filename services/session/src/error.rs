@@ -1,0 +1,62 @@
+//! The error enum of pedelec-session, mapped in one place to a Pedelec code.
+
+use pedelec_common::{Code, CodedError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    #[error("{0}")]
+    InvalidInput(String),
+    #[error("no thread {0}")]
+    ThreadNotFound(String),
+    #[error("thread {0} belongs to another origin")]
+    AccessDenied(String),
+    #[error("thread {0} already runs operation {1}")]
+    Busy(String, String),
+    #[error("thread {0} has ended")]
+    Ended(String),
+    #[error("workspace {path}: {reason}")]
+    Workspace { path: String, reason: String },
+    #[error("no tool request {0} is pending on this thread")]
+    UnknownToolRequest(String),
+    /// An error another service reported, passed through with its own code.
+    #[error("{0}")]
+    Upstream(CodedError),
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl SessionError {
+    pub fn code(&self) -> Code {
+        match self {
+            SessionError::InvalidInput(_) | SessionError::UnknownToolRequest(_) => {
+                Code::INVALID_INPUT
+            }
+            SessionError::ThreadNotFound(_) => Code::THREAD_NOT_FOUND,
+            SessionError::AccessDenied(_) => Code::THREAD_ACCESS_DENIED,
+            SessionError::Busy(..) => Code::SESSION_BUSY,
+            SessionError::Ended(_) => Code::SESSION_ENDED,
+            SessionError::Workspace { .. } => Code::WORKSPACE_OPEN_FAILED,
+            SessionError::Upstream(e) => Code::parse(&e.code).unwrap_or(Code::INTERNAL),
+            SessionError::Internal(_) => Code::INTERNAL,
+        }
+    }
+
+    pub fn to_coded(&self) -> CodedError {
+        match self {
+            SessionError::Upstream(e) => e.clone(),
+            other => CodedError::new(other.code(), other.to_string()),
+        }
+    }
+}
+
+impl From<SessionError> for tonic::Status {
+    fn from(e: SessionError) -> Self {
+        e.to_coded().to_status()
+    }
+}
+
+/// A failed call to another service: keep its Pedelec code; a transport
+/// failure (service down) is CORE_UNAVAILABLE.
+pub fn upstream(status: tonic::Status) -> SessionError {
+    SessionError::Upstream(CodedError::from_status(&status, Code::CORE_UNAVAILABLE))
+}

@@ -1,0 +1,79 @@
+//! The tonic adapter: translates SessionService RPCs to `Sessions` calls.
+
+use pb::session_service_server::SessionService;
+use pedelec_proto::v1 as pb;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+
+use crate::sessions::Sessions;
+
+pub struct SessionGrpc(pub Sessions);
+
+type Reply<T> = Result<Response<T>, Status>;
+
+#[tonic::async_trait]
+impl SessionService for SessionGrpc {
+    async fn create_session(
+        &self,
+        request: Request<pb::CreateSessionRequest>,
+    ) -> Reply<pb::CreateSessionResponse> {
+        Ok(Response::new(self.0.create(request.into_inner()).await?))
+    }
+
+    type AttachStream = ReceiverStream<Result<pb::SessionEvent, Status>>;
+
+    async fn attach(&self, request: Request<pb::AttachRequest>) -> Reply<Self::AttachStream> {
+        let rx = self.0.attach(request.into_inner())?;
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    async fn send_text(
+        &self,
+        request: Request<pb::SendTextRequest>,
+    ) -> Reply<pb::OperationAccepted> {
+        let r = request.into_inner();
+        let operation_id = self.0.send_text(&r.session_id, &r.origin, r.text)?;
+        Ok(Response::new(pb::OperationAccepted { operation_id }))
+    }
+
+    async fn prepare(&self, request: Request<pb::PrepareRequest>) -> Reply<pb::OperationAccepted> {
+        let r = request.into_inner();
+        let operation_id = self.0.prepare(&r.session_id, &r.origin)?;
+        Ok(Response::new(pb::OperationAccepted { operation_id }))
+    }
+
+    async fn cancel(&self, request: Request<pb::ThreadRequest>) -> Reply<pb::CancelResponse> {
+        let r = request.into_inner();
+        let operation_id = self.0.cancel(&r.session_id, &r.origin)?;
+        Ok(Response::new(pb::CancelResponse { operation_id }))
+    }
+
+    async fn end(&self, request: Request<pb::ThreadRequest>) -> Reply<pb::Snapshot> {
+        let r = request.into_inner();
+        Ok(Response::new(self.0.end(&r.session_id, &r.origin).await?))
+    }
+
+    async fn reactivate(&self, request: Request<pb::ThreadRequest>) -> Reply<pb::Snapshot> {
+        let r = request.into_inner();
+        Ok(Response::new(self.0.reactivate(&r.session_id, &r.origin)?))
+    }
+
+    async fn submit_tool_result(
+        &self,
+        request: Request<pb::SubmitToolResultRequest>,
+    ) -> Reply<pb::SubmitToolResultResponse> {
+        self.0.submit_tool_result(request.into_inner()).await?;
+        Ok(Response::new(pb::SubmitToolResultResponse {}))
+    }
+
+    async fn get(&self, request: Request<pb::ThreadRequest>) -> Reply<pb::Snapshot> {
+        let r = request.into_inner();
+        Ok(Response::new(self.0.get(&r.session_id, &r.origin)?))
+    }
+
+    async fn list(&self, request: Request<pb::ListRequest>) -> Reply<pb::ListResponse> {
+        let origin = request.into_inner().origin;
+        let sessions = self.0.list(origin.as_deref());
+        Ok(Response::new(pb::ListResponse { sessions }))
+    }
+}

@@ -1,0 +1,237 @@
+//! A thread's durable record and the journal that keeps one file per thread in
+//! `<data dir>/sessions/<id>.json`, replaced atomically on every state change.
+
+use std::path::{Path, PathBuf};
+
+use pedelec_common::CodedError;
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Idle,
+    Running,
+    WaitingToolResult,
+    Ended,
+    Error,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OpKind {
+    SendText,
+    Prepare,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Completed,
+    Failed,
+    Cancelled,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ErrorRecord {
+    pub code: String,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub details: Option<serde_json::Value>,
+}
+
+impl From<&CodedError> for ErrorRecord {
+    fn from(e: &CodedError) -> Self {
+        ErrorRecord {
+            code: e.code.clone(),
+            message: e.message.clone(),
+            details: e.details.clone(),
+        }
+    }
+}
+
+impl From<&ErrorRecord> for CodedError {
+    fn from(e: &ErrorRecord) -> Self {
+        CodedError {
+            code: e.code.clone(),
+            message: e.message.clone(),
+            details: e.details.clone(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OperationRecord {
+    pub operation_id: String,
+    pub kind: OpKind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<Outcome>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorRecord>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UsageRecord {
+    pub total: u64,
+    pub input: u64,
+    pub output: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolRequestRecord {
+    pub tool_request_id: String,
+    pub tool: String,
+    pub args: serde_json::Value,
+    pub operation_id: String,
+}
+
+/// Everything about a thread that must survive a restart of SessionService.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ThreadRecord {
+    pub session_id: String,
+    pub origin: String,
+    pub provider: String,
+    pub effort_level: String,
+    pub model: String,
+    /// The CLI effort flag value of the resolved profile.
+    pub effort: String,
+    pub workspace_path: PathBuf,
+    /// True for a workspace Pedelec created (and removes at app exit).
+    pub managed_workspace: bool,
+    pub auto_end_on_disconnect: bool,
+    pub created_at_ms: u64,
+    pub status: Status,
+    #[serde(default)]
+    pub provider_session_id: Option<String>,
+    /// Whether the first provider turn (which carries the tool block) has run.
+    #[serde(default)]
+    pub first_turn_done: bool,
+    #[serde(default)]
+    pub usage: Option<UsageRecord>,
+    /// The last cumulative figures a provider reported for the current provider
+    /// session, so cumulative reports are not counted twice.
+    #[serde(default)]
+    pub cumulative_seen: UsageRecord,
+    #[serde(default)]
+    pub manifest: Option<serde_json::Value>,
+    #[serde(default)]
+    pub tool_token: Option<String>,
+    #[serde(default)]
+    pub active_operation: Option<OperationRecord>,
+    #[serde(default)]
+    pub last_operation: Option<OperationRecord>,
+    #[serde(default)]
+    pub pending_tool_request: Option<ToolRequestRecord>,
+    /// The seq of the newest event.
+    pub last_seq: u64,
+    /// Seqs up to this value may have been handed out without a journal write;
+    /// after a restart numbering continues above it so no seq repeats.
+    #[serde(default)]
+    pub seq_reserved: u64,
+}
+
+/// How many seqs one journal write reserves for events that do not change the
+/// record (chat deltas), so a delta stream is not a stream of file writes.
+pub const SEQ_RESERVATION: u64 = 1024;
+
+pub struct Journal {
+    dir: PathBuf,
+}
+
+impl Journal {
+    pub fn new(dir: PathBuf) -> Self {
+        Journal { dir }
+    }
+
+    fn file(&self, session_id: &str) -> PathBuf {
+        self.dir.join(format!("{session_id}.json"))
+    }
+
+    pub fn save(&self, record: &ThreadRecord) -> std::io::Result<()> {
+        let bytes = serde_json::to_vec_pretty(record).map_err(std::io::Error::other)?;
+        pedelec_common::paths::replace_file(&self.file(&record.session_id), &bytes, 0o600, false)
+    }
+
+    /// Every readable record, and the files that could not be read (reported by
+    /// the caller and left in place for inspection).
+    pub fn load_all(&self) -> (Vec<ThreadRecord>, Vec<(PathBuf, String)>) {
+        let mut records = Vec::new();
+        let mut failures = Vec::new();
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return (records, failures);
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.extension().and_then(|e| e.to_str()) != Some("json") || is_hidden(&path) {
+                continue;
+            }
+            match std::fs::read(&path)
+                .map_err(|e| e.to_string())
+                .and_then(|b| serde_json::from_slice::<ThreadRecord>(&b).map_err(|e| e.to_string()))
+            {
+                Ok(record) if self.file(&record.session_id) == path => records.push(record),
+                Ok(record) => failures.push((
+                    path,
+                    format!(
+                        "names thread {} but has another file name",
+                        record.session_id
+                    ),
+                )),
+                Err(e) => failures.push((path, e)),
+            }
+        }
+        (records, failures)
+    }
+}
+
+fn is_hidden(path: &Path) -> bool {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with('.'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub fn sample(id: &str) -> ThreadRecord {
+        ThreadRecord {
+            session_id: id.into(),
+            origin: "https://app.example".into(),
+            provider: "codex".into(),
+            effort_level: "default".into(),
+            model: String::new(),
+            effort: String::new(),
+            workspace_path: "/tmp".into(),
+            managed_workspace: false,
+            auto_end_on_disconnect: false,
+            created_at_ms: 1,
+            status: Status::Idle,
+            provider_session_id: None,
+            first_turn_done: false,
+            usage: None,
+            cumulative_seen: UsageRecord::default(),
+            manifest: None,
+            tool_token: None,
+            active_operation: None,
+            last_operation: None,
+            pending_tool_request: None,
+            last_seq: 7,
+            seq_reserved: 0,
+        }
+    }
+
+    #[test]
+    fn corrupt_and_truncated_files_are_reported_and_skipped() {
+        let tmp = tempfile::tempdir().unwrap();
+        let journal = Journal::new(tmp.path().into());
+        journal.save(&sample("thr_a")).unwrap();
+        journal.save(&sample("thr_b")).unwrap();
+        let b = tmp.path().join("thr_b.json");
+        let bytes = std::fs::read(&b).unwrap();
+        std::fs::write(&b, &bytes[..bytes.len() / 2]).unwrap();
+        std::fs::write(tmp.path().join("thr_c.json"), b"not json").unwrap();
+        let (records, failures) = journal.load_all();
+        assert_eq!(records, vec![sample("thr_a")]);
+        assert_eq!(failures.len(), 2);
+    }
+}

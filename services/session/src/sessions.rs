@@ -1,0 +1,631 @@
+//! `Sessions`: the SessionService logic as a plain Rust type. The tonic
+//! adapter in `grpc.rs` only translates.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use pb::provider_service_client::ProviderServiceClient;
+use pb::session_event::Event;
+use pb::tool_bridge_service_client::ToolBridgeServiceClient;
+use pedelec_common::{Code, CodedError, DataDir, RuntimeDir, ids, json};
+use pedelec_proto::v1 as pb;
+use tokio::sync::mpsc;
+use tonic::transport::Channel;
+
+use crate::error::{SessionError, upstream};
+use crate::record::{Journal, OpKind, Outcome, Status, ThreadRecord, UsageRecord};
+use crate::thread::{ReplayLimits, Thread};
+use crate::turn;
+
+/// What a SessionService process needs to know.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub runtime_dir: RuntimeDir,
+    pub data_dir: DataDir,
+    /// How long an auto-end thread may have no route before it is ended.
+    pub auto_end_grace: Duration,
+    pub replay: ReplayLimits,
+}
+
+pub type SharedThread = Arc<Mutex<Thread>>;
+
+/// Locks a thread; a panic elsewhere must not make every later call panic too.
+pub fn lock(thread: &SharedThread) -> MutexGuard<'_, Thread> {
+    thread.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[derive(Clone)]
+pub struct Sessions {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub config: Config,
+    pub journal: Journal,
+    threads: Mutex<HashMap<String, SharedThread>>,
+    pub provider: ProviderServiceClient<Channel>,
+    pub tools: ToolBridgeServiceClient<Channel>,
+}
+
+/// An attached route's stream of events.
+pub type EventStream = mpsc::Receiver<Result<pb::SessionEvent, tonic::Status>>;
+
+impl Sessions {
+    /// Loads the journal (threads survive a restart of this service) and
+    /// connects lazily to ProviderService and ToolBridgeService.
+    pub fn open(config: Config) -> Sessions {
+        let rt = &config.runtime_dir;
+        let provider = ProviderServiceClient::new(pedelec_common::uds::connect_lazy(
+            &rt.socket(pedelec_common::ServiceName::Provider),
+        ));
+        let tools = ToolBridgeServiceClient::new(pedelec_common::uds::connect_lazy(
+            &rt.socket(pedelec_common::ServiceName::ToolBridge),
+        ));
+        let journal = Journal::new(config.data_dir.sessions());
+        let sessions = Sessions {
+            inner: Arc::new(Inner {
+                config,
+                journal,
+                threads: Mutex::new(HashMap::new()),
+                provider,
+                tools,
+            }),
+        };
+        sessions.recover();
+        sessions
+    }
+
+    fn recover(&self) {
+        let (records, failures) = self.inner.journal.load_all();
+        for (path, error) in failures {
+            tracing::error!(file = %path.display(), %error, "skipping unreadable journal record");
+        }
+        let count = records.len();
+        for mut record in records {
+            // Numbering continues above anything handed out before the restart.
+            record.last_seq = record.last_seq.max(record.seq_reserved);
+            let mut thread = Thread::new(record, self.inner.config.replay);
+            if let Some(op) = thread.record.active_operation.clone() {
+                let error = CodedError::new(
+                    Code::CORE_RESTARTED,
+                    "SessionService restarted while the operation was running",
+                );
+                thread.finish_operation(
+                    &op.operation_id,
+                    Outcome::Failed,
+                    Some((error, pb::ErrorSource::Core)),
+                    Status::Error,
+                );
+            } else if matches!(
+                thread.record.status,
+                Status::Running | Status::WaitingToolResult
+            ) {
+                thread.set_status(Status::Idle);
+            }
+            thread.save(&self.inner.journal);
+            let auto_end =
+                thread.record.auto_end_on_disconnect && thread.record.status != Status::Ended;
+            let id = thread.id().to_string();
+            let shared = Arc::new(Mutex::new(thread));
+            self.threads().insert(id, shared.clone());
+            if auto_end {
+                // Routes were lost with the old process; they have the grace period to come back.
+                self.schedule_auto_end(&shared);
+            }
+            self.reregister_tools(&shared);
+        }
+        if count > 0 {
+            tracing::info!(threads = count, "reloaded threads from the journal");
+        }
+    }
+
+    fn threads(&self) -> MutexGuard<'_, HashMap<String, SharedThread>> {
+        self.inner.threads.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The thread `id`, if `origin` owns it.
+    pub fn thread(&self, id: &str, origin: &str) -> Result<SharedThread, SessionError> {
+        if id.is_empty() {
+            return Err(SessionError::InvalidInput("session_id is empty".into()));
+        }
+        if origin.is_empty() {
+            return Err(SessionError::InvalidInput("origin is empty".into()));
+        }
+        let thread = self
+            .threads()
+            .get(id)
+            .cloned()
+            .ok_or_else(|| SessionError::ThreadNotFound(id.to_string()))?;
+        if lock(&thread).record.origin != origin {
+            return Err(SessionError::AccessDenied(id.to_string()));
+        }
+        Ok(thread)
+    }
+
+    pub async fn create(
+        &self,
+        req: pb::CreateSessionRequest,
+    ) -> Result<pb::CreateSessionResponse, SessionError> {
+        if req.origin.is_empty() {
+            return Err(SessionError::InvalidInput("origin is empty".into()));
+        }
+        let explicit_workspace = match req.workspace_path.as_deref() {
+            Some(path) if !path.is_empty() => Some(self.check_explicit_workspace(path)?),
+            _ => None,
+        };
+        let profile = self
+            .inner
+            .provider
+            .clone()
+            .resolve_profile(pb::ResolveProfileRequest {
+                provider: req.provider.clone().filter(|p| !p.is_empty()),
+                effort_level: req.effort_level.clone().filter(|e| !e.is_empty()),
+            })
+            .await
+            .map_err(upstream)?
+            .into_inner();
+
+        let session_id = ids::new_id("thr");
+        let manifest = req
+            .skills
+            .as_ref()
+            .map(|s| serde_json::Value::Object(json::from_struct(s)));
+        let tool_token = match &req.skills {
+            Some(skills) => {
+                self.register_tools(&session_id, skills.clone(), String::new())
+                    .await?
+            }
+            None => None,
+        };
+
+        let (workspace_path, managed_workspace) = match explicit_workspace {
+            Some(path) => (path, false),
+            None => {
+                let path = self.inner.config.data_dir.workspaces().join(&session_id);
+                pedelec_common::paths::ensure_private_dir(&path).map_err(|e| {
+                    SessionError::Workspace {
+                        path: path.display().to_string(),
+                        reason: e.to_string(),
+                    }
+                })?;
+                (path, true)
+            }
+        };
+
+        let record = ThreadRecord {
+            session_id: session_id.clone(),
+            origin: req.origin,
+            provider: profile.provider.clone(),
+            effort_level: profile.effort_level.clone(),
+            model: req.model.filter(|m| !m.is_empty()).unwrap_or(profile.model),
+            effort: profile.effort,
+            workspace_path,
+            managed_workspace,
+            auto_end_on_disconnect: req.auto_end_on_disconnect,
+            created_at_ms: now_ms(),
+            status: Status::Idle,
+            provider_session_id: None,
+            first_turn_done: false,
+            usage: None,
+            cumulative_seen: UsageRecord::default(),
+            manifest,
+            tool_token,
+            active_operation: None,
+            last_operation: None,
+            pending_tool_request: None,
+            last_seq: 0,
+            seq_reserved: 0,
+        };
+        let thread = Thread::new(record, self.inner.config.replay);
+        thread.save(&self.inner.journal);
+        let snapshot = thread.snapshot();
+        self.threads()
+            .insert(session_id.clone(), Arc::new(Mutex::new(thread)));
+        tracing::info!(session = %session_id, provider = %profile.provider, "created thread");
+        Ok(pb::CreateSessionResponse {
+            session_id,
+            provider: profile.provider,
+            effort_level: profile.effort_level,
+            snapshot: Some(snapshot),
+        })
+    }
+
+    /// An explicit workspace must be an absolute, existing directory that
+    /// neither lies inside nor contains the managed workspaces root.
+    fn check_explicit_workspace(&self, path: &str) -> Result<PathBuf, SessionError> {
+        let requested = Path::new(path);
+        if !requested.is_absolute() {
+            return Err(SessionError::InvalidInput(format!(
+                "workspace_path {path:?} is not absolute"
+            )));
+        }
+        let workspace_error = |reason: String| SessionError::Workspace {
+            path: path.to_string(),
+            reason,
+        };
+        let canonical = requested
+            .canonicalize()
+            .map_err(|e| workspace_error(e.to_string()))?;
+        if !canonical.is_dir() {
+            return Err(workspace_error("not a directory".into()));
+        }
+        let managed_root = self.inner.config.data_dir.workspaces();
+        let managed = managed_root.canonicalize().unwrap_or(managed_root);
+        if canonical.starts_with(&managed) || managed.starts_with(&canonical) {
+            return Err(SessionError::InvalidInput(format!(
+                "workspace_path {path:?} overlaps the managed workspaces root {}",
+                managed.display()
+            )));
+        }
+        Ok(canonical)
+    }
+
+    /// Registers a manifest with ToolBridgeService and returns the tool token.
+    async fn register_tools(
+        &self,
+        session_id: &str,
+        manifest: prost_types::Struct,
+        tool_token: String,
+    ) -> Result<Option<String>, SessionError> {
+        let result = self
+            .inner
+            .tools
+            .clone()
+            .register(pb::RegisterToolsRequest {
+                session_id: session_id.to_string(),
+                manifest: Some(manifest),
+                tool_token,
+            })
+            .await;
+        match result {
+            Ok(resp) => Ok(Some(resp.into_inner().tool_token)),
+            // A bridge without tool support keeps the manifest in the journal only.
+            Err(status) if status.code() == tonic::Code::Unimplemented => {
+                tracing::warn!(
+                    session = session_id,
+                    "ToolBridgeService cannot register tools yet"
+                );
+                Ok(None)
+            }
+            Err(status) => Err(upstream(status)),
+        }
+    }
+
+    /// After a restart (of this service or of ToolBridgeService), the bridge may
+    /// not know the thread's manifest: register it again with the same token.
+    pub(crate) fn reregister_tools(&self, thread: &SharedThread) {
+        let (id, manifest, token) = {
+            let t = lock(thread);
+            if t.record.status == Status::Ended {
+                return;
+            }
+            match (&t.record.manifest, &t.record.tool_token) {
+                (Some(serde_json::Value::Object(m)), Some(token)) => {
+                    (t.id().to_string(), json::to_struct(m), token.clone())
+                }
+                _ => return,
+            }
+        };
+        let sessions = self.clone();
+        tokio::spawn(async move {
+            if let Err(e) = sessions.register_tools(&id, manifest, token).await {
+                tracing::warn!(session = %id, error = %e, "could not re-register tools");
+            }
+        });
+    }
+
+    pub fn attach(&self, req: pb::AttachRequest) -> Result<EventStream, SessionError> {
+        let thread = self.thread(&req.session_id, &req.origin)?;
+        let (tx, rx) = mpsc::channel(1024);
+        let (initial, mut cursor, mut changes) = {
+            let mut t = lock(&thread);
+            t.routes += 1;
+            t.route_generation += 1;
+            let last = t.record.last_seq;
+            let initial = match req.after_seq {
+                None => vec![t.snapshot_event(false)],
+                Some(after) => match t.replay.after(after, last) {
+                    Some(events) => std::iter::once(t.snapshot_event(false))
+                        .chain(events)
+                        .collect(),
+                    None => vec![t.snapshot_event(true)],
+                },
+            };
+            (initial, last, t.notify.subscribe())
+        };
+        tracing::debug!(session = %req.session_id, route = %req.route_id, "route attached");
+        let route = RouteGuard {
+            sessions: self.clone(),
+            thread: thread.clone(),
+        };
+        tokio::spawn(async move {
+            let _route = route;
+            for event in initial {
+                if tx.send(Ok(event)).await.is_err() {
+                    return;
+                }
+            }
+            loop {
+                tokio::select! {
+                    _ = tx.closed() => return,
+                    changed = changes.changed() => if changed.is_err() { return },
+                }
+                let batch = {
+                    let t = lock(&thread);
+                    let batch = t
+                        .replay
+                        .after(cursor, t.record.last_seq)
+                        .unwrap_or_else(|| vec![t.snapshot_event(true)]);
+                    cursor = t.record.last_seq;
+                    batch
+                };
+                for event in batch {
+                    if tx.send(Ok(event)).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+        Ok(rx)
+    }
+
+    fn route_gone(&self, thread: &SharedThread) {
+        let schedule = {
+            let mut t = lock(thread);
+            t.routes = t.routes.saturating_sub(1);
+            t.routes == 0 && t.record.auto_end_on_disconnect && t.record.status != Status::Ended
+        };
+        if schedule {
+            self.schedule_auto_end(thread);
+        }
+    }
+
+    /// Ends the thread if no route attaches within the grace period.
+    fn schedule_auto_end(&self, thread: &SharedThread) {
+        let generation = lock(thread).route_generation;
+        let sessions = self.clone();
+        let thread = thread.clone();
+        let grace = self.inner.config.auto_end_grace;
+        tokio::spawn(async move {
+            tokio::time::sleep(grace).await;
+            let ended = {
+                let mut t = lock(&thread);
+                if t.routes == 0 && t.route_generation == generation {
+                    tracing::info!(session = t.id(), "last route gone: auto-ending");
+                    sessions.end_locked(&mut t, "auto_end")
+                } else {
+                    None
+                }
+            };
+            if let Some(id) = ended {
+                sessions.release_thread_resources(id);
+            }
+        });
+    }
+
+    pub async fn end(&self, id: &str, origin: &str) -> Result<pb::Snapshot, SessionError> {
+        let thread = self.thread(id, origin)?;
+        let (snapshot, ended) = {
+            let mut t = lock(&thread);
+            let ended = self.end_locked(&mut t, "requested");
+            (t.snapshot(), ended)
+        };
+        if let Some(id) = ended {
+            self.release_thread_resources(id);
+        }
+        Ok(snapshot)
+    }
+
+    /// Moves a thread to Ended (idempotent). Returns its id when it did, so the
+    /// caller can release the provider and the tool calls outside the lock.
+    fn end_locked(&self, t: &mut Thread, reason: &str) -> Option<String> {
+        if t.record.status == Status::Ended {
+            return None;
+        }
+        match t.record.active_operation.clone() {
+            Some(op) => {
+                let error = CodedError::new(Code::SESSION_ENDED, "the thread ended");
+                t.finish_operation(
+                    &op.operation_id,
+                    Outcome::Cancelled,
+                    Some((error, pb::ErrorSource::Core)),
+                    Status::Ended,
+                );
+            }
+            None => t.set_status(Status::Ended),
+        }
+        t.emit(Event::Ended(pb::Ended {
+            reason: reason.to_string(),
+        }));
+        t.save(&self.inner.journal);
+        Some(t.id().to_string())
+    }
+
+    /// Stops the thread's provider process and fails its pending tool calls.
+    fn release_thread_resources(&self, session_id: String) {
+        let inner = self.inner.clone();
+        tokio::spawn(async move {
+            let (mut provider, mut tools) = (inner.provider.clone(), inner.tools.clone());
+            let cancel = provider.cancel_turn(pb::CancelTurnRequest {
+                session_id: session_id.clone(),
+            });
+            let drop_tools = tools.drop(pb::DropToolsRequest {
+                session_id: session_id.clone(),
+            });
+            let (cancel, drop_tools) = tokio::join!(cancel, drop_tools);
+            for (what, result) in [
+                ("cancel turn", cancel.err()),
+                ("drop tools", drop_tools.err()),
+            ] {
+                if let Some(status) = result
+                    && status.code() != tonic::Code::Unimplemented
+                {
+                    tracing::warn!(session = %session_id, %what, error = %status.message(), "release failed");
+                }
+            }
+        });
+    }
+
+    pub fn reactivate(&self, id: &str, origin: &str) -> Result<pb::Snapshot, SessionError> {
+        let thread = self.thread(id, origin)?;
+        let snapshot = {
+            let mut t = lock(&thread);
+            if t.record.status == Status::Ended {
+                let path = &t.record.workspace_path;
+                if !path.is_dir() {
+                    return Err(SessionError::Workspace {
+                        path: path.display().to_string(),
+                        reason: "the recorded workspace no longer exists".into(),
+                    });
+                }
+                t.set_status(Status::Idle);
+                t.save(&self.inner.journal);
+            }
+            t.snapshot()
+        };
+        self.reregister_tools(&thread);
+        Ok(snapshot)
+    }
+
+    pub fn get(&self, id: &str, origin: &str) -> Result<pb::Snapshot, SessionError> {
+        Ok(lock(&self.thread(id, origin)?).snapshot())
+    }
+
+    pub fn list(&self, origin: Option<&str>) -> Vec<pb::SessionSummary> {
+        let threads: Vec<SharedThread> = self.threads().values().cloned().collect();
+        let mut out: Vec<pb::SessionSummary> = threads
+            .iter()
+            .map(|t| lock(t).summary())
+            .filter(|s| origin.is_none_or(|o| s.origin == o))
+            .collect();
+        out.sort_by(|a, b| {
+            let key = |s: &pb::SessionSummary| s.created_at.map(|t| (t.seconds, t.nanos));
+            key(a).cmp(&key(b)).then(a.session_id.cmp(&b.session_id))
+        });
+        out
+    }
+
+    pub fn send_text(&self, id: &str, origin: &str, text: String) -> Result<String, SessionError> {
+        if text.is_empty() {
+            return Err(SessionError::InvalidInput("text is empty".into()));
+        }
+        self.start(id, origin, OpKind::SendText, Some(text))
+    }
+
+    pub fn prepare(&self, id: &str, origin: &str) -> Result<String, SessionError> {
+        self.start(id, origin, OpKind::Prepare, None)
+    }
+
+    fn start(
+        &self,
+        id: &str,
+        origin: &str,
+        kind: OpKind,
+        text: Option<String>,
+    ) -> Result<String, SessionError> {
+        let thread = self.thread(id, origin)?;
+        let operation_id = ids::new_id("op");
+        {
+            let mut t = lock(&thread);
+            if t.record.status == Status::Ended {
+                return Err(SessionError::Ended(id.to_string()));
+            }
+            if let Some(op) = &t.record.active_operation {
+                return Err(SessionError::Busy(id.to_string(), op.operation_id.clone()));
+            }
+            t.start_operation(operation_id.clone(), kind);
+            t.save(&self.inner.journal);
+        }
+        tokio::spawn(turn::run(
+            self.clone(),
+            thread,
+            operation_id.clone(),
+            kind,
+            text,
+        ));
+        Ok(operation_id)
+    }
+
+    pub fn cancel(&self, id: &str, origin: &str) -> Result<String, SessionError> {
+        let thread = self.thread(id, origin)?;
+        let cancelled = {
+            let mut t = lock(&thread);
+            let Some(op) = t.record.active_operation.clone() else {
+                return Ok(String::new());
+            };
+            let error = CodedError::new(Code::CANCELLED, "cancelled by request");
+            t.finish_operation(
+                &op.operation_id,
+                Outcome::Cancelled,
+                Some((error, pb::ErrorSource::Core)),
+                Status::Idle,
+            );
+            t.save(&self.inner.journal);
+            op.operation_id
+        };
+        let inner = self.inner.clone();
+        let session_id = id.to_string();
+        tokio::spawn(async move {
+            let _ = inner
+                .provider
+                .clone()
+                .cancel_turn(pb::CancelTurnRequest { session_id })
+                .await;
+        });
+        Ok(cancelled)
+    }
+
+    pub async fn submit_tool_result(
+        &self,
+        req: pb::SubmitToolResultRequest,
+    ) -> Result<(), SessionError> {
+        let thread = self.thread(&req.session_id, &req.origin)?;
+        {
+            let t = lock(&thread);
+            let pending = t.record.pending_tool_request.as_ref();
+            if pending.is_none_or(|p| p.tool_request_id != req.tool_request_id) {
+                return Err(SessionError::UnknownToolRequest(req.tool_request_id));
+            }
+        }
+        let outcome = req.outcome.map(|o| match o {
+            pb::submit_tool_result_request::Outcome::Result(v) => {
+                pb::resolve_tool_request::Outcome::Result(v)
+            }
+            pb::submit_tool_result_request::Outcome::Error(e) => {
+                pb::resolve_tool_request::Outcome::Error(e)
+            }
+        });
+        self.inner
+            .tools
+            .clone()
+            .resolve(pb::ResolveToolRequest {
+                session_id: req.session_id,
+                tool_request_id: req.tool_request_id,
+                outcome,
+            })
+            .await
+            .map_err(upstream)?;
+        Ok(())
+    }
+}
+
+/// Counts a route while its stream task lives; dropping it may start auto-end.
+struct RouteGuard {
+    sessions: Sessions,
+    thread: SharedThread,
+}
+
+impl Drop for RouteGuard {
+    fn drop(&mut self) {
+        self.sessions.route_gone(&self.thread);
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or_default()
+}

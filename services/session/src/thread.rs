@@ -1,0 +1,357 @@
+//! One thread in memory: its record, its replay buffer and the notifier that
+//! wakes attached routes. All mutation happens under the thread's mutex, so
+//! seq order is the order of state changes.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use pb::session_event::Event;
+use pedelec_common::{CodedError, json, now_timestamp};
+use pedelec_proto::v1 as pb;
+use prost::Message;
+use tokio::sync::{Notify, watch};
+
+use crate::record::{
+    Journal, OpKind, OperationRecord, Outcome, SEQ_RESERVATION, Status, ThreadRecord,
+    ToolRequestRecord, UsageRecord,
+};
+
+/// Bounds of a thread's replay buffer.
+#[derive(Clone, Copy, Debug)]
+pub struct ReplayLimits {
+    pub max_events: usize,
+    pub max_bytes: usize,
+}
+
+impl Default for ReplayLimits {
+    fn default() -> Self {
+        ReplayLimits {
+            max_events: 4096,
+            max_bytes: 8 << 20,
+        }
+    }
+}
+
+/// The most recent events of a thread, bounded by count and bytes.
+pub struct ReplayBuffer {
+    events: VecDeque<(pb::SessionEvent, usize)>,
+    bytes: usize,
+    limits: ReplayLimits,
+}
+
+impl ReplayBuffer {
+    pub fn new(limits: ReplayLimits) -> Self {
+        ReplayBuffer {
+            events: VecDeque::new(),
+            bytes: 0,
+            limits,
+        }
+    }
+
+    pub fn push(&mut self, event: pb::SessionEvent) {
+        let size = event.encoded_len();
+        self.bytes += size;
+        self.events.push_back((event, size));
+        while self.events.len() > self.limits.max_events
+            || (self.bytes > self.limits.max_bytes && self.events.len() > 1)
+        {
+            if let Some((_, size)) = self.events.pop_front() {
+                self.bytes -= size;
+            }
+        }
+    }
+
+    /// Events with seq > `after`, or None when some of them are no longer held
+    /// (`last_seq` is the newest seq handed out).
+    pub fn after(&self, after: u64, last_seq: u64) -> Option<Vec<pb::SessionEvent>> {
+        if after >= last_seq {
+            return Some(Vec::new());
+        }
+        let oldest = self.events.front().map(|(e, _)| e.seq)?;
+        if oldest > after + 1 {
+            return None;
+        }
+        // Seqs in the buffer are contiguous, so the start is an index, not a search.
+        let start = (after + 1 - oldest) as usize;
+        Some(self.events.range(start..).map(|(e, _)| e.clone()).collect())
+    }
+}
+
+pub struct Thread {
+    pub record: ThreadRecord,
+    pub replay: ReplayBuffer,
+    /// Carries the newest seq; attached routes wait on it.
+    pub notify: watch::Sender<u64>,
+    /// Routes attached right now.
+    pub routes: u32,
+    /// Bumped on every attach, so a pending auto-end knows a route came back.
+    pub route_generation: u64,
+    /// Signalled to stop the running operation's task (cancel or end).
+    pub stop_operation: Arc<Notify>,
+}
+
+impl Thread {
+    pub fn new(record: ThreadRecord, limits: ReplayLimits) -> Self {
+        let (notify, _) = watch::channel(record.last_seq);
+        Thread {
+            record,
+            replay: ReplayBuffer::new(limits),
+            notify,
+            routes: 0,
+            route_generation: 0,
+            stop_operation: Arc::new(Notify::new()),
+        }
+    }
+
+    pub fn id(&self) -> &str {
+        &self.record.session_id
+    }
+
+    /// Appends an event with the next seq and wakes the routes. Returns whether
+    /// the seq reservation ran out, in which case the record must be saved.
+    pub fn emit(&mut self, event: Event) -> bool {
+        self.record.last_seq += 1;
+        let seq = self.record.last_seq;
+        let mut must_save = false;
+        if seq > self.record.seq_reserved {
+            self.record.seq_reserved = seq + SEQ_RESERVATION;
+            must_save = true;
+        }
+        self.replay.push(pb::SessionEvent {
+            session_id: self.record.session_id.clone(),
+            seq,
+            at: Some(now_timestamp()),
+            event: Some(event),
+        });
+        self.notify.send_replace(seq);
+        must_save
+    }
+
+    pub fn set_status(&mut self, status: Status) {
+        if self.record.status != status {
+            self.record.status = status;
+            self.emit(Event::Status(pb::StatusChanged {
+                status: status_to_pb(status) as i32,
+            }));
+        }
+    }
+
+    pub fn save(&self, journal: &Journal) {
+        if let Err(e) = journal.save(&self.record) {
+            tracing::error!(session = self.id(), error = %e, "journal write failed");
+        }
+    }
+
+    /// Starts an operation: the caller has checked that none is running.
+    pub fn start_operation(&mut self, operation_id: String, kind: OpKind) {
+        self.record.active_operation = Some(OperationRecord {
+            operation_id: operation_id.clone(),
+            kind,
+            outcome: None,
+            error: None,
+        });
+        self.stop_operation = Arc::new(Notify::new());
+        self.emit(Event::OperationStarted(pb::OperationStarted {
+            operation_id,
+            kind: kind_to_pb(kind) as i32,
+        }));
+        self.set_status(Status::Running);
+    }
+
+    /// Finishes `operation_id` if it is still the active one (exactly one
+    /// operation_finished per operation, whoever gets here first), then moves the
+    /// thread to `next` unless it has ended. Returns false when it was already finished.
+    pub fn finish_operation(
+        &mut self,
+        operation_id: &str,
+        outcome: Outcome,
+        error: Option<(CodedError, pb::ErrorSource)>,
+        next: Status,
+    ) -> bool {
+        let Some(active) = self.record.active_operation.as_ref() else {
+            return false;
+        };
+        if active.operation_id != operation_id {
+            return false;
+        }
+        let mut op = self.record.active_operation.take().expect("checked above");
+        op.outcome = Some(outcome);
+        op.error = error.as_ref().map(|(e, _)| e.into());
+        if let Some((e, source)) = &error {
+            self.emit(Event::Error(e.to_proto(*source as i32)));
+        }
+        // A pending tool request dies with its operation; the bridge is told separately.
+        self.record.pending_tool_request = None;
+        self.emit(Event::OperationFinished(pb::OperationFinished {
+            operation_id: op.operation_id.clone(),
+            kind: kind_to_pb(op.kind) as i32,
+            outcome: outcome_to_pb(outcome) as i32,
+            error: error.as_ref().map(|(e, source)| e.to_proto(*source as i32)),
+        }));
+        self.record.last_operation = Some(op);
+        if self.record.status != Status::Ended {
+            self.set_status(next);
+        }
+        self.stop_operation.notify_one();
+        true
+    }
+
+    pub fn snapshot(&self) -> pb::Snapshot {
+        let r = &self.record;
+        pb::Snapshot {
+            session_id: r.session_id.clone(),
+            status: status_to_pb(r.status) as i32,
+            active_operation: r.active_operation.as_ref().map(operation_to_pb),
+            last_operation: r.last_operation.as_ref().map(operation_to_pb),
+            pending_tool_request: r.pending_tool_request.as_ref().map(tool_request_to_pb),
+            usage: r.usage.map(usage_to_pb),
+            provider: r.provider.clone(),
+            effort_level: r.effort_level.clone(),
+            model: r.model.clone(),
+            auto_end_on_disconnect: r.auto_end_on_disconnect,
+            created_at: Some(ms_to_timestamp(r.created_at_ms)),
+            last_seq: r.last_seq,
+            replay_gap: false,
+            workspace_path: r.workspace_path.display().to_string(),
+        }
+    }
+
+    pub fn snapshot_event(&self, replay_gap: bool) -> pb::SessionEvent {
+        let mut snapshot = self.snapshot();
+        snapshot.replay_gap = replay_gap;
+        pb::SessionEvent {
+            session_id: self.record.session_id.clone(),
+            seq: self.record.last_seq,
+            at: Some(now_timestamp()),
+            event: Some(Event::Snapshot(snapshot)),
+        }
+    }
+
+    pub fn summary(&self) -> pb::SessionSummary {
+        let r = &self.record;
+        pb::SessionSummary {
+            session_id: r.session_id.clone(),
+            origin: r.origin.clone(),
+            status: status_to_pb(r.status) as i32,
+            provider: r.provider.clone(),
+            effort_level: r.effort_level.clone(),
+            created_at: Some(ms_to_timestamp(r.created_at_ms)),
+            workspace_path: r.workspace_path.display().to_string(),
+            last_seq: r.last_seq,
+            attached_routes: self.routes,
+        }
+    }
+}
+
+pub fn status_to_pb(status: Status) -> pb::SessionStatus {
+    match status {
+        Status::Idle => pb::SessionStatus::Idle,
+        Status::Running => pb::SessionStatus::Running,
+        Status::WaitingToolResult => pb::SessionStatus::WaitingToolResult,
+        Status::Ended => pb::SessionStatus::Ended,
+        Status::Error => pb::SessionStatus::Error,
+    }
+}
+
+pub fn kind_to_pb(kind: OpKind) -> pb::OperationKind {
+    match kind {
+        OpKind::SendText => pb::OperationKind::SendText,
+        OpKind::Prepare => pb::OperationKind::Prepare,
+    }
+}
+
+pub fn outcome_to_pb(outcome: Outcome) -> pb::OperationOutcome {
+    match outcome {
+        Outcome::Completed => pb::OperationOutcome::Completed,
+        Outcome::Failed => pb::OperationOutcome::Failed,
+        Outcome::Cancelled => pb::OperationOutcome::Cancelled,
+    }
+}
+
+fn operation_to_pb(op: &OperationRecord) -> pb::Operation {
+    pb::Operation {
+        operation_id: op.operation_id.clone(),
+        kind: kind_to_pb(op.kind) as i32,
+        outcome: op
+            .outcome
+            .map(|o| outcome_to_pb(o) as i32)
+            .unwrap_or_default(),
+        error: op
+            .error
+            .as_ref()
+            .map(|e| CodedError::from(e).to_proto(pb::ErrorSource::Core as i32)),
+    }
+}
+
+pub fn tool_request_to_pb(t: &ToolRequestRecord) -> pb::ToolRequest {
+    pb::ToolRequest {
+        tool_request_id: t.tool_request_id.clone(),
+        tool: t.tool.clone(),
+        args: Some(json::to_value(&t.args)),
+        operation_id: t.operation_id.clone(),
+    }
+}
+
+pub fn usage_to_pb(u: UsageRecord) -> pb::Usage {
+    pb::Usage {
+        total_tokens: u.total,
+        input_tokens: u.input,
+        output_tokens: u.output,
+        cumulative: false,
+    }
+}
+
+fn ms_to_timestamp(ms: u64) -> prost_types::Timestamp {
+    prost_types::Timestamp {
+        seconds: (ms / 1000) as i64,
+        nanos: ((ms % 1000) * 1_000_000) as i32,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(seq: u64) -> pb::SessionEvent {
+        pb::SessionEvent {
+            session_id: "t".into(),
+            seq,
+            at: None,
+            event: Some(Event::Chat(pb::Chat {
+                operation_id: "op".into(),
+                text: "x".repeat(10),
+            })),
+        }
+    }
+
+    #[test]
+    fn replay_returns_events_after_seq_or_reports_a_gap() {
+        let mut buf = ReplayBuffer::new(ReplayLimits {
+            max_events: 3,
+            max_bytes: 1 << 20,
+        });
+        for seq in 1..=5 {
+            buf.push(event(seq));
+        }
+        // holds 3, 4, 5
+        let seqs = |v: Vec<pb::SessionEvent>| v.into_iter().map(|e| e.seq).collect::<Vec<_>>();
+        assert_eq!(seqs(buf.after(2, 5).unwrap()), vec![3, 4, 5]);
+        assert_eq!(seqs(buf.after(4, 5).unwrap()), vec![5]);
+        assert_eq!(seqs(buf.after(5, 5).unwrap()), Vec::<u64>::new());
+        assert!(buf.after(1, 5).is_none());
+    }
+
+    #[test]
+    fn replay_is_bounded_by_bytes() {
+        let size = event(1).encoded_len();
+        let mut buf = ReplayBuffer::new(ReplayLimits {
+            max_events: 100,
+            max_bytes: size * 2,
+        });
+        for seq in 1..=10 {
+            buf.push(event(seq));
+        }
+        assert!(buf.after(7, 10).is_some());
+        assert!(buf.after(6, 10).is_none());
+    }
+}

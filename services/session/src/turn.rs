@@ -1,0 +1,305 @@
+//! One operation (SendText or Prepare) of a thread: runs the provider turn
+//! through ProviderService and turns its events into thread events.
+
+use pb::provider_event::Event as ProviderEvent;
+use pb::session_event::Event;
+use pedelec_common::{Code, CodedError, json};
+use pedelec_proto::v1 as pb;
+
+use crate::record::{OpKind, Outcome, Status, UsageRecord};
+use crate::sessions::{Sessions, SharedThread, lock};
+
+/// What a Prepare sends: enough to make the provider open a session.
+const PREPARE_TEXT: &str =
+    "This is a preparation turn: no task yet. Reply with the single word READY.";
+
+/// The environment variables the agent process gets so it can call tools.
+pub fn tool_env(
+    sessions: &Sessions,
+    session_id: &str,
+    token: Option<&str>,
+) -> std::collections::HashMap<String, String> {
+    let mut env = std::collections::HashMap::new();
+    env.insert("PEDELEC_THREAD_ID".to_string(), session_id.to_string());
+    env.insert(
+        "PEDELEC_RUNTIME_DIR".to_string(),
+        sessions
+            .inner
+            .config
+            .runtime_dir
+            .path()
+            .display()
+            .to_string(),
+    );
+    if let Some(token) = token {
+        env.insert("PEDELEC_TOOL_TOKEN".to_string(), token.to_string());
+    }
+    env
+}
+
+pub async fn run(
+    sessions: Sessions,
+    thread: SharedThread,
+    operation_id: String,
+    kind: OpKind,
+    text: Option<String>,
+) {
+    let (mut request, wants_tool_block, stop) = {
+        let t = lock(&thread);
+        let r = &t.record;
+        let request = pb::RunTurnRequest {
+            session_id: r.session_id.clone(),
+            provider: r.provider.clone(),
+            profile: Some(pb::ResolvedProfile {
+                provider: r.provider.clone(),
+                effort_level: r.effort_level.clone(),
+                model: r.model.clone(),
+                effort: r.effort.clone(),
+            }),
+            workspace: r.workspace_path.display().to_string(),
+            prompt: String::new(),
+            provider_session_id: r.provider_session_id.clone(),
+            tool_env: tool_env(&sessions, &r.session_id, r.tool_token.as_deref()),
+        };
+        let wants_tool_block = !r.first_turn_done && r.manifest.is_some();
+        (request, wants_tool_block, t.stop_operation.clone())
+    };
+
+    // A Prepare on a thread that already has a provider session has nothing to do.
+    if kind == OpKind::Prepare && request.provider_session_id.is_some() {
+        finish(&sessions, &thread, &operation_id, Ok(()));
+        return;
+    }
+
+    let body = text.unwrap_or_else(|| PREPARE_TEXT.to_string());
+    request.prompt = if wants_tool_block {
+        match render_tool_block(&sessions, &request.session_id, &request.workspace).await {
+            Ok(block) if !block.is_empty() => format!("{block}\n\n{body}"),
+            Ok(_) => body,
+            Err(e) => {
+                finish(
+                    &sessions,
+                    &thread,
+                    &operation_id,
+                    Err((e, pb::ErrorSource::Core)),
+                );
+                return;
+            }
+        }
+    } else {
+        body
+    };
+
+    let outcome = tokio::select! {
+        outcome = stream_turn(&sessions, &thread, &operation_id, kind, request) => outcome,
+        // Cancel or End already finished the operation; dropping the stream stops the process.
+        _ = stop.notified() => return,
+    };
+    finish(&sessions, &thread, &operation_id, outcome);
+}
+
+async fn render_tool_block(
+    sessions: &Sessions,
+    session_id: &str,
+    workspace: &str,
+) -> Result<String, CodedError> {
+    let assets_dir = std::path::Path::new(workspace)
+        .join(".pedelec-runtime/assets")
+        .display()
+        .to_string();
+    match sessions
+        .inner
+        .tools
+        .clone()
+        .render_prompt(pb::RenderPromptRequest {
+            session_id: session_id.to_string(),
+            assets_dir,
+        })
+        .await
+    {
+        Ok(resp) => Ok(resp.into_inner().prompt_block),
+        Err(status) if status.code() == tonic::Code::Unimplemented => Ok(String::new()),
+        Err(status) => Err(CodedError::from_status(&status, Code::CORE_UNAVAILABLE)),
+    }
+}
+
+type TurnResult = Result<(), (CodedError, pb::ErrorSource)>;
+
+async fn stream_turn(
+    sessions: &Sessions,
+    thread: &SharedThread,
+    operation_id: &str,
+    kind: OpKind,
+    request: pb::RunTurnRequest,
+) -> TurnResult {
+    let core = |status: tonic::Status| {
+        (
+            CodedError::from_status(&status, Code::CORE_UNAVAILABLE),
+            pb::ErrorSource::Core,
+        )
+    };
+    let mut stream = sessions
+        .inner
+        .provider
+        .clone()
+        .run_turn(request)
+        .await
+        .map_err(core)?
+        .into_inner();
+    let mut provider_error: Option<CodedError> = None;
+    let mut exit: Option<pb::TurnExited> = None;
+    while let Some(event) = stream.message().await.map_err(core)? {
+        let Some(event) = event.event else { continue };
+        let mut t = lock(thread);
+        if t.record
+            .active_operation
+            .as_ref()
+            .is_none_or(|op| op.operation_id != operation_id)
+        {
+            return Ok(()); // finished elsewhere (cancel, end)
+        }
+        let mut must_save = false;
+        match event {
+            ProviderEvent::Started(started) => {
+                tracing::debug!(session = t.id(), pid = started.pid, "provider started");
+            }
+            ProviderEvent::ProviderSessionId(id) => {
+                if t.record.provider_session_id.as_deref() != Some(id.id.as_str()) {
+                    t.record.provider_session_id = Some(id.id);
+                    t.record.cumulative_seen = UsageRecord::default();
+                }
+                // The provider has seen the first prompt, tool block included.
+                t.record.first_turn_done = true;
+                must_save = true;
+            }
+            ProviderEvent::ChatDelta(text) if kind == OpKind::SendText => {
+                must_save = t.emit(Event::ChatDelta(pb::ChatDelta {
+                    operation_id: operation_id.to_string(),
+                    text,
+                }));
+            }
+            ProviderEvent::Chat(text) if kind == OpKind::SendText => {
+                must_save = t.emit(Event::Chat(pb::Chat {
+                    operation_id: operation_id.to_string(),
+                    text,
+                }));
+            }
+            ProviderEvent::ChatDelta(_) | ProviderEvent::Chat(_) => {}
+            ProviderEvent::Usage(usage) => {
+                let total = add_usage(&mut t.record, &usage);
+                t.emit(Event::Usage(crate::thread::usage_to_pb(total)));
+                must_save = true;
+            }
+            ProviderEvent::Error(e) => {
+                provider_error = Some(CodedError {
+                    code: if e.code.is_empty() {
+                        Code::PROVIDER_FAILED.to_string()
+                    } else {
+                        e.code
+                    },
+                    message: e.message,
+                    details: e.details.as_ref().map(json::from_value),
+                });
+            }
+            ProviderEvent::Exited(exited) => exit = Some(exited),
+        }
+        if must_save {
+            t.save(&sessions.inner.journal);
+        }
+    }
+    if let Some(error) = provider_error {
+        return Err((error, pb::ErrorSource::Provider));
+    }
+    match exit {
+        Some(pb::TurnExited { code: Some(0), .. }) => Ok(()),
+        Some(exited) => {
+            let how = match (exited.code, exited.signal) {
+                (Some(code), _) => format!("exited with code {code}"),
+                (None, Some(signal)) => format!("was killed by signal {signal}"),
+                (None, None) => "ended".to_string(),
+            };
+            Err((
+                CodedError::new(Code::PROVIDER_FAILED, format!("the provider process {how}")),
+                pb::ErrorSource::Provider,
+            ))
+        }
+        None => Err((
+            CodedError::new(
+                Code::PROVIDER_FAILED,
+                "the turn stream ended without an exit",
+            ),
+            pb::ErrorSource::Core,
+        )),
+    }
+}
+
+/// Adds a turn's usage to the thread's totals. Cumulative reports (codex on
+/// resume) count only what grew since the last report of the same session.
+fn add_usage(record: &mut crate::record::ThreadRecord, usage: &pb::Usage) -> UsageRecord {
+    let reported = UsageRecord {
+        total: usage.total_tokens,
+        input: usage.input_tokens,
+        output: usage.output_tokens,
+    };
+    let delta = if usage.cumulative {
+        let seen = record.cumulative_seen;
+        record.cumulative_seen = reported;
+        UsageRecord {
+            total: reported.total.saturating_sub(seen.total),
+            input: reported.input.saturating_sub(seen.input),
+            output: reported.output.saturating_sub(seen.output),
+        }
+    } else {
+        reported
+    };
+    let mut total = record.usage.unwrap_or_default();
+    total.total += delta.total;
+    total.input += delta.input;
+    total.output += delta.output;
+    record.usage = Some(total);
+    total
+}
+
+fn finish(sessions: &Sessions, thread: &SharedThread, operation_id: &str, result: TurnResult) {
+    let mut t = lock(thread);
+    let finished = match result {
+        Ok(()) => t.finish_operation(operation_id, Outcome::Completed, None, Status::Idle),
+        Err(error) => t.finish_operation(operation_id, Outcome::Failed, Some(error), Status::Error),
+    };
+    if finished {
+        t.save(&sessions.inner.journal);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cumulative_usage_is_not_counted_twice() {
+        let mut record: crate::record::ThreadRecord = serde_json::from_value(serde_json::json!({
+            "session_id": "t", "origin": "o", "provider": "codex", "effort_level": "default",
+            "model": "", "effort": "", "workspace_path": "/tmp", "managed_workspace": false,
+            "auto_end_on_disconnect": false, "created_at_ms": 0, "status": "idle", "last_seq": 0
+        }))
+        .unwrap();
+        let usage = |i, o, cumulative| pb::Usage {
+            total_tokens: i + o,
+            input_tokens: i,
+            output_tokens: o,
+            cumulative,
+        };
+        add_usage(&mut record, &usage(100, 10, true));
+        let total = add_usage(&mut record, &usage(250, 30, true));
+        assert_eq!(
+            total,
+            UsageRecord {
+                total: 280,
+                input: 250,
+                output: 30
+            }
+        );
+        let total = add_usage(&mut record, &usage(5, 5, false));
+        assert_eq!(total.total, 290);
+    }
+}
