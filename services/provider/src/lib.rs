@@ -1,1 +1,208 @@
+//! ProviderService: the provider catalog and availability, settings.json, effort
+//! profiles, and (later) the agent turns. `Providers` holds the logic; `grpc`
+//! is the thin tonic adapter; `run` serves it on `provider.sock`.
 
+pub mod availability;
+pub mod catalog;
+pub mod error;
+pub mod grpc;
+pub mod service;
+pub mod settings;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use pedelec_common::{DataDir, RuntimeDir, ServiceName};
+use pedelec_proto::v1::provider_service_server::ProviderServiceServer;
+
+pub use availability::ProgramEnv;
+pub use error::ProviderError;
+pub use grpc::ProviderGrpc;
+pub use service::Providers;
+
+/// What the process needs to run.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub runtime_dir: RuntimeDir,
+    pub data_dir: DataDir,
+    /// Where provider CLIs are looked up; the process's own PATH by default.
+    pub programs: ProgramEnv,
+}
+
+impl Config {
+    pub fn new(runtime_dir: RuntimeDir, data_dir: DataDir) -> Self {
+        Config {
+            runtime_dir,
+            data_dir,
+            programs: ProgramEnv::from_process(),
+        }
+    }
+}
+
+/// Serves until SIGTERM or SIGINT.
+pub async fn run(config: Config) -> Result<(), ProviderError> {
+    run_until(config, pedelec_common::shutdown_signal()).await
+}
+
+/// Ensures the dirs, then serves ProviderService on `<runtime dir>/provider.sock`
+/// until `shutdown` resolves.
+pub async fn run_until(
+    config: Config,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ProviderError> {
+    config.runtime_dir.ensure()?;
+    config.data_dir.ensure()?;
+    let providers = Arc::new(Providers::new(
+        config.data_dir.settings_file(),
+        config.programs,
+    ));
+    let routes = tonic::service::Routes::new(ProviderServiceServer::new(ProviderGrpc::new(
+        providers,
+    )));
+    let socket = config.runtime_dir.socket(ServiceName::Provider);
+    pedelec_common::uds::serve(&socket, ServiceName::Provider, routes, shutdown).await?;
+    Ok(())
+}
+
+#[cfg(test)]
+pub(crate) mod testutil {
+    use std::os::unix::fs::PermissionsExt;
+    use std::path::PathBuf;
+    use std::time::Duration;
+
+    use crate::ProgramEnv;
+
+    /// A temp folder of stand-in CLIs: tiny shell scripts.
+    pub struct Bin {
+        pub dir: tempfile::TempDir,
+    }
+
+    impl Bin {
+        pub fn new() -> Self {
+            Bin {
+                dir: tempfile::tempdir().unwrap(),
+            }
+        }
+
+        pub fn script(&self, name: &str, body: &str) -> PathBuf {
+            let path = self.dir.path().join(name);
+            std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+            path
+        }
+
+        /// PATH = this folder only; no executable folder.
+        pub fn env(&self) -> ProgramEnv {
+            ProgramEnv {
+                path: Some(self.dir.path().as_os_str().to_owned()),
+                exe_dir: None,
+                timeout: Duration::from_secs(5),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use pedelec_common::{code_of_status, uds};
+    use pedelec_proto::v1::provider_service_client::ProviderServiceClient;
+    use pedelec_proto::v1::{
+        CancelTurnRequest, GetSettingsRequest, ListProvidersRequest, ResolveProfileRequest,
+        Settings, UpdateSettingsRequest,
+    };
+
+    use super::*;
+    use crate::testutil::Bin;
+
+    /// The whole service over its Unix socket, in-process.
+    #[tokio::test]
+    async fn serves_provider_service_on_its_socket() {
+        let runtime = tempfile::tempdir().unwrap();
+        let data = tempfile::tempdir().unwrap();
+        let bin = Bin::new();
+        bin.script("claude", "echo 2.0.0");
+        let config = Config {
+            runtime_dir: RuntimeDir::at(runtime.path().join("rt")),
+            data_dir: DataDir::at(data.path().join("home")),
+            programs: bin.env(),
+        };
+        let socket = config.runtime_dir.socket(ServiceName::Provider);
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(run_until(config, async {
+            let _ = stopped.await;
+        }));
+
+        let mut channel = None;
+        for _ in 0..200 {
+            if let Ok(c) = uds::connect(&socket).await {
+                channel = Some(c);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let mut client = ProviderServiceClient::new(channel.expect("service came up"));
+
+        let err = client
+            .resolve_profile(ResolveProfileRequest::default())
+            .await
+            .unwrap_err();
+        assert_eq!(code_of_status(&err).as_deref(), Some("DEFAULT_PROVIDER_NOT_SET"));
+
+        let settings = Settings {
+            default_provider: Some("claude".into()),
+            ..Default::default()
+        };
+        client
+            .update_settings(UpdateSettingsRequest {
+                settings: Some(settings),
+            })
+            .await
+            .unwrap();
+        let public = client
+            .get_settings(GetSettingsRequest {})
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(public.default_provider.as_deref(), Some("claude"));
+
+        let list = client
+            .list_providers(ListProvidersRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .providers;
+        let claude = list.iter().find(|p| p.code == "claude").unwrap();
+        assert!(claude.available && claude.is_default);
+
+        let resolved = client
+            .resolve_profile(ResolveProfileRequest {
+                provider: None,
+                effort_level: Some("high".into()),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(
+            (resolved.provider.as_str(), resolved.effort.as_str()),
+            ("claude", "high")
+        );
+
+        let err = client
+            .update_settings(UpdateSettingsRequest { settings: None })
+            .await
+            .unwrap_err();
+        assert_eq!(code_of_status(&err).as_deref(), Some("INVALID_INPUT"));
+
+        let err = client
+            .cancel_turn(CancelTurnRequest::default())
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), tonic::Code::Unimplemented);
+
+        stop.send(()).unwrap();
+        server.await.unwrap().unwrap();
+        assert!(!socket.exists(), "socket removed at shutdown");
+    }
+}
