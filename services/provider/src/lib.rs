@@ -56,9 +56,8 @@ pub async fn run_until(
         config.data_dir.settings_file(),
         config.programs,
     ));
-    let routes = tonic::service::Routes::new(ProviderServiceServer::new(ProviderGrpc::new(
-        providers,
-    )));
+    let routes =
+        tonic::service::Routes::new(ProviderServiceServer::new(ProviderGrpc::new(providers)));
     let socket = config.runtime_dir.socket(ServiceName::Provider);
     pedelec_common::uds::serve(&socket, ServiceName::Provider, routes, shutdown).await?;
     Ok(())
@@ -91,7 +90,8 @@ pub(crate) mod testutil {
             path
         }
 
-        /// PATH = this folder only; no executable folder.
+        /// PATH = this folder only (scripts call tools by absolute path), so a
+        /// real CLI installed on the machine cannot leak into a test.
         pub fn env(&self) -> ProgramEnv {
             ProgramEnv {
                 path: Some(self.dir.path().as_os_str().to_owned()),
@@ -148,7 +148,10 @@ mod tests {
             .resolve_profile(ResolveProfileRequest::default())
             .await
             .unwrap_err();
-        assert_eq!(code_of_status(&err).as_deref(), Some("DEFAULT_PROVIDER_NOT_SET"));
+        assert_eq!(
+            code_of_status(&err).as_deref(),
+            Some("DEFAULT_PROVIDER_NOT_SET")
+        );
 
         let settings = Settings {
             default_provider: Some("claude".into()),

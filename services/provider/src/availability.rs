@@ -1,0 +1,486 @@
+//! Whether a provider's CLI can run: found (beside the executable for
+//! `pedelec-agent`, else on PATH) and `<program> --version` exits 0 within a timeout.
+
+use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::process::Command;
+
+use crate::catalog::ProviderSpec;
+
+/// How long `--version` may take before it counts as unavailable.
+pub const VERSION_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a cached verdict serves ResolveProfile. CreateSession resolves the
+/// default provider on every call and must stay in the millisecond range, while
+/// a real CLI's `--version` takes tens to hundreds of milliseconds.
+pub const CACHE_TTL: Duration = Duration::from_secs(30);
+
+/// Bytes of a failing `--version`'s output kept for the error message.
+const OUTPUT_TAIL: usize = 400;
+
+/// Where programs are looked up, and with what limits. Passed in explicitly so
+/// tests can point PATH at stand-in scripts without touching the process env.
+#[derive(Clone, Debug)]
+pub struct ProgramEnv {
+    /// The PATH searched, and given to `--version`; `None` finds nothing on PATH.
+    pub path: Option<OsString>,
+    /// The running executable's folder, searched first for `pedelec-agent`.
+    pub exe_dir: Option<PathBuf>,
+    pub timeout: Duration,
+}
+
+impl ProgramEnv {
+    /// The service's own PATH and executable folder.
+    pub fn from_process() -> Self {
+        ProgramEnv {
+            path: std::env::var_os("PATH"),
+            exe_dir: std::env::current_exe()
+                .ok()
+                .and_then(|exe| exe.parent().map(Path::to_path_buf)),
+            timeout: VERSION_TIMEOUT,
+        }
+    }
+
+    /// The program's full path, or why it was not found.
+    pub fn locate(&self, spec: &ProviderSpec) -> Result<PathBuf, String> {
+        if spec.beside_exe
+            && let Some(dir) = &self.exe_dir
+        {
+            let candidate = dir.join(spec.program);
+            if is_executable(&candidate) {
+                return Ok(candidate);
+            }
+        }
+        if let Some(found) = self
+            .path
+            .as_deref()
+            .and_then(|path| search_path(path, spec.program))
+        {
+            return Ok(found);
+        }
+        match (&self.exe_dir, spec.beside_exe) {
+            (Some(dir), true) => Err(format!(
+                "{} not found in {} nor on PATH",
+                spec.program,
+                dir.display()
+            )),
+            _ => Err(format!("{} not found on PATH", spec.program)),
+        }
+    }
+}
+
+fn search_path(path: &OsStr, program: &str) -> Option<PathBuf> {
+    std::env::split_paths(path)
+        // An empty or relative entry would make the answer depend on the cwd.
+        .filter(|dir| dir.is_absolute())
+        .map(|dir| dir.join(program))
+        .find(|candidate| is_executable(candidate))
+}
+
+fn is_executable(path: &Path) -> bool {
+    std::fs::metadata(path)
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}
+
+/// Identifies the file a verdict was made on, so replacing the CLI (an
+/// upgrade, a new install) invalidates the cache at once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct FileStamp {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime: (i64, i64),
+}
+
+impl FileStamp {
+    fn of(path: &Path) -> Option<FileStamp> {
+        let m = std::fs::metadata(path).ok()?;
+        Some(FileStamp {
+            dev: m.dev(),
+            ino: m.ino(),
+            len: m.len(),
+            mtime: (m.mtime(), m.mtime_nsec()),
+        })
+    }
+}
+
+struct Verdict {
+    program: PathBuf,
+    stamp: FileStamp,
+    at: Instant,
+    outcome: Result<(), String>,
+}
+
+/// Runs the availability checks and remembers recent verdicts.
+pub struct Availability {
+    env: ProgramEnv,
+    ttl: Duration,
+    cache: Mutex<HashMap<&'static str, Verdict>>,
+}
+
+impl Availability {
+    pub fn new(env: ProgramEnv) -> Self {
+        Availability {
+            env,
+            ttl: CACHE_TTL,
+            cache: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn env(&self) -> &ProgramEnv {
+        &self.env
+    }
+
+    /// Checks now (what ListProviders shows) and refreshes the cache.
+    /// `Ok` carries the program's path; `Err` says why it is unavailable.
+    pub async fn check(&self, spec: &ProviderSpec) -> Result<PathBuf, String> {
+        let program = self.env.locate(spec)?;
+        let stamp = FileStamp::of(&program);
+        let outcome = run_version(&program, spec.program, &self.env).await;
+        if let Some(stamp) = stamp {
+            self.cache.lock().expect("cache lock").insert(
+                spec.code,
+                Verdict {
+                    program: program.clone(),
+                    stamp,
+                    at: Instant::now(),
+                    outcome: outcome.clone(),
+                },
+            );
+        }
+        outcome.map(|()| program)
+    }
+
+    /// Like `check`, but reuses a verdict younger than the TTL on the same file.
+    /// The lookup itself is always fresh (a few stat calls), so a CLI removed
+    /// from PATH is noticed at once.
+    pub async fn check_cached(&self, spec: &ProviderSpec) -> Result<PathBuf, String> {
+        let program = self.env.locate(spec)?;
+        if let Some(stamp) = FileStamp::of(&program) {
+            let cache = self.cache.lock().expect("cache lock");
+            if let Some(v) = cache.get(spec.code)
+                && v.program == program
+                && v.stamp == stamp
+                && v.at.elapsed() < self.ttl
+            {
+                return v.outcome.clone().map(|()| program);
+            }
+        }
+        self.check(spec).await
+    }
+}
+
+/// Runs `<program> --version` in its own process group; the group is killed
+/// if it outlives the timeout, so a wedged CLI leaves nothing behind.
+async fn run_version(program: &Path, name: &str, env: &ProgramEnv) -> Result<(), String> {
+    let mut cmd = Command::new(program);
+    cmd.arg("--version")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    match &env.path {
+        Some(path) => cmd.env("PATH", path),
+        None => cmd.env_remove("PATH"),
+    };
+    let mut child = spawn(&mut cmd)
+        .await
+        .map_err(|e| format!("`{name} --version` could not start: {e}"))?;
+    let pid = child.id();
+    let stdout = tokio::spawn(read_tail(child.stdout.take()));
+    let stderr = tokio::spawn(read_tail(child.stderr.take()));
+
+    let waited = tokio::time::timeout(env.timeout, child.wait()).await;
+    let status = match waited {
+        Ok(Ok(status)) => status,
+        Ok(Err(e)) => {
+            kill_group(pid);
+            stdout.abort();
+            stderr.abort();
+            return Err(format!("`{name} --version` could not be waited for: {e}"));
+        }
+        Err(_) => {
+            kill_group(pid);
+            let _ = child.wait().await;
+            stdout.abort();
+            stderr.abort();
+            return Err(format!(
+                "`{name} --version` timed out after {:.1} s",
+                env.timeout.as_secs_f64()
+            ));
+        }
+    };
+    if status.success() {
+        stdout.abort();
+        stderr.abort();
+        return Ok(());
+    }
+    // A leftover grandchild may hold the pipes open; do not wait long for them.
+    let grace = Duration::from_millis(500);
+    let err_tail = tokio::time::timeout(grace, stderr).await;
+    let out_tail = tokio::time::timeout(grace, stdout).await;
+    let err_tail = err_tail.ok().and_then(Result::ok).unwrap_or_default();
+    let out_tail = out_tail.ok().and_then(Result::ok).unwrap_or_default();
+    // Some CLIs print their complaint on stdout.
+    let tail = if err_tail.trim().is_empty() {
+        out_tail
+    } else {
+        err_tail
+    };
+    let tail = tail.trim();
+    let what = match (
+        status.code(),
+        std::os::unix::process::ExitStatusExt::signal(&status),
+    ) {
+        (Some(code), _) => format!("`{name} --version` exited with {code}"),
+        (None, Some(sig)) => format!("`{name} --version` was killed by signal {sig}"),
+        (None, None) => format!("`{name} --version` failed: {status}"),
+    };
+    Err(if tail.is_empty() {
+        what
+    } else {
+        format!("{what}: {tail}")
+    })
+}
+
+/// Spawns, retrying briefly on ETXTBSY: exec fails that way while another
+/// thread's fork still holds a just-written script open (tests, upgrades).
+async fn spawn(cmd: &mut Command) -> std::io::Result<tokio::process::Child> {
+    let mut attempts = 0;
+    loop {
+        match cmd.spawn() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && attempts < 10 => {
+                attempts += 1;
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+fn kill_group(pid: Option<u32>) {
+    if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) {
+        // SAFETY: kill has no memory preconditions; the group id is our
+        // unreaped child's pid, so it cannot have been reused.
+        unsafe { libc::kill(-pid, libc::SIGKILL) };
+    }
+}
+
+/// Reads a pipe to its end, keeping only the last OUTPUT_TAIL bytes.
+async fn read_tail<R: AsyncRead + Unpin>(reader: Option<R>) -> String {
+    let Some(mut reader) = reader else {
+        return String::new();
+    };
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 1024];
+    loop {
+        match reader.read(&mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                buf.extend_from_slice(&chunk[..n]);
+                if buf.len() > 4 * OUTPUT_TAIL {
+                    buf.drain(..buf.len() - OUTPUT_TAIL);
+                }
+            }
+        }
+    }
+    if buf.len() > OUTPUT_TAIL {
+        buf.drain(..buf.len() - OUTPUT_TAIL);
+    }
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog;
+    use crate::testutil::Bin;
+
+    fn spec(code: &str) -> &'static ProviderSpec {
+        catalog::find(code).unwrap()
+    }
+
+    #[tokio::test]
+    async fn found_and_version_exits_zero_is_available() {
+        let bin = Bin::new();
+        let path = bin.script("codex", "echo codex-cli 1.0");
+        let availability = Availability::new(bin.env());
+        assert_eq!(availability.check(spec("codex")).await, Ok(path));
+    }
+
+    #[tokio::test]
+    async fn missing_program_says_not_on_path() {
+        let bin = Bin::new();
+        let availability = Availability::new(bin.env());
+        assert_eq!(
+            availability.check(spec("codex")).await,
+            Err("codex not found on PATH".to_string())
+        );
+        assert_eq!(
+            availability.check(spec("antigravity")).await,
+            Err("agy not found on PATH".to_string())
+        );
+    }
+
+    #[tokio::test]
+    async fn non_executable_file_is_not_found() {
+        let bin = Bin::new();
+        std::fs::write(bin.dir.path().join("claude"), "#!/bin/sh\nexit 0\n").unwrap();
+        let availability = Availability::new(bin.env());
+        assert_eq!(
+            availability.check(spec("claude")).await,
+            Err("claude not found on PATH".to_string())
+        );
+    }
+
+    #[tokio::test]
+    async fn failing_version_reports_exit_code_and_stderr_tail() {
+        let bin = Bin::new();
+        bin.script("codex", "echo noise; echo 'node: not found' >&2; exit 1");
+        let availability = Availability::new(bin.env());
+        assert_eq!(
+            availability.check(spec("codex")).await,
+            Err("`codex --version` exited with 1: node: not found".to_string())
+        );
+    }
+
+    #[tokio::test]
+    async fn failing_version_without_stderr_uses_stdout() {
+        let bin = Bin::new();
+        bin.script("opencode", "echo 'please log in'; exit 3");
+        let availability = Availability::new(bin.env());
+        assert_eq!(
+            availability.check(spec("opencode")).await,
+            Err("`opencode --version` exited with 3: please log in".to_string())
+        );
+    }
+
+    #[tokio::test]
+    async fn hanging_version_times_out_and_its_group_is_killed() {
+        let bin = Bin::new();
+        let pid_file = bin.dir.path().join("grandchild.pid");
+        bin.script(
+            "cursor-agent",
+            &format!("/bin/sleep 30 &\necho $! > {}\nwait", pid_file.display()),
+        );
+        let mut env = bin.env();
+        env.timeout = Duration::from_millis(300);
+        let availability = Availability::new(env);
+        let started = Instant::now();
+        let outcome = availability.check(spec("cursor")).await;
+        assert_eq!(
+            outcome,
+            Err("`cursor-agent --version` timed out after 0.3 s".to_string())
+        );
+        assert!(started.elapsed() < Duration::from_secs(3));
+
+        // The backgrounded grandchild went with the group (gone, or a zombie
+        // waiting for a reaper).
+        let pid = std::fs::read_to_string(&pid_file).unwrap();
+        let stat = format!("/proc/{}/stat", pid.trim());
+        let mut dead = false;
+        for _ in 0..100 {
+            dead = match std::fs::read_to_string(&stat) {
+                Err(_) => true,
+                Ok(s) => s
+                    .rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .starts_with('Z'),
+            };
+            if dead {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(dead, "grandchild {} still running", pid.trim());
+    }
+
+    #[tokio::test]
+    async fn pedelec_agent_is_looked_up_beside_the_executable_first() {
+        let exe = Bin::new();
+        let beside = exe.script("pedelec-agent", "exit 0");
+        let path = Bin::new();
+        let on_path = path.script("pedelec-agent", "exit 1");
+
+        let mut env = path.env();
+        env.exe_dir = Some(exe.dir.path().to_path_buf());
+        assert_eq!(env.locate(spec("ollama")), Ok(beside.clone()));
+        assert_eq!(
+            Availability::new(env).check(spec("ollama")).await,
+            Ok(beside)
+        );
+
+        // Not beside the executable: PATH is the fallback.
+        let empty = Bin::new();
+        let mut env = path.env();
+        env.exe_dir = Some(empty.dir.path().to_path_buf());
+        assert_eq!(env.locate(spec("ollama")), Ok(on_path));
+
+        // Other providers never look beside the executable.
+        exe.script("codex", "exit 0");
+        let mut env = empty.env();
+        env.exe_dir = Some(exe.dir.path().to_path_buf());
+        assert_eq!(
+            env.locate(spec("codex")),
+            Err("codex not found on PATH".to_string())
+        );
+
+        // Found nowhere: the message names both places.
+        env.exe_dir = Some(empty.dir.path().to_path_buf());
+        let err = env.locate(spec("ollama")).unwrap_err();
+        assert!(err.starts_with("pedelec-agent not found in "), "{err}");
+    }
+
+    #[test]
+    fn relative_and_empty_path_entries_are_ignored() {
+        // Only absolute entries count, whatever the cwd holds.
+        assert!(search_path(OsStr::new(".:bin::"), "sh").is_none());
+        assert!(search_path(OsStr::new("/bin:/usr/bin"), "sh").is_some());
+    }
+
+    #[tokio::test]
+    async fn cached_verdict_is_reused_until_the_program_changes() {
+        let bin = Bin::new();
+        let count = bin.dir.path().join("count");
+        let body = format!("echo x >> {}", count.display());
+        bin.script("claude", &body);
+        let availability = Availability::new(bin.env());
+        let runs = || {
+            std::fs::read_to_string(&count)
+                .map(|s| s.lines().count())
+                .unwrap_or(0)
+        };
+
+        availability.check_cached(spec("claude")).await.unwrap();
+        availability.check_cached(spec("claude")).await.unwrap();
+        assert_eq!(runs(), 1);
+
+        // A fresh check always runs.
+        availability.check(spec("claude")).await.unwrap();
+        assert_eq!(runs(), 2);
+
+        // Replacing the program (here: a failing one) invalidates the verdict.
+        bin.script("claude", &format!("{body}; exit 1"));
+        let err = availability.check_cached(spec("claude")).await.unwrap_err();
+        assert!(err.starts_with("`claude --version` exited with 1"), "{err}");
+        assert_eq!(runs(), 3);
+
+        // Removing it is noticed without a run.
+        std::fs::remove_file(bin.dir.path().join("claude")).unwrap();
+        assert_eq!(
+            availability.check_cached(spec("claude")).await,
+            Err("claude not found on PATH".to_string())
+        );
+    }
+}

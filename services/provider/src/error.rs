@@ -1,0 +1,131 @@
+//! The crate's one error enum and its one mapping to a gRPC status with a Pedelec code.
+
+use std::path::PathBuf;
+
+use pedelec_common::{Code, CodedError, CommonError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProviderError {
+    /// A request field is malformed; the message names the field.
+    #[error("{0}")]
+    InvalidInput(String),
+    #[error("unknown provider {code:?}; expected one of {expected}")]
+    ProviderNotFound { code: String, expected: String },
+    #[error("no default provider is set; choose one in the settings")]
+    DefaultProviderNotSet,
+    #[error("the default provider {provider} is unavailable: {reason}")]
+    DefaultProviderUnavailable { provider: String, reason: String },
+    #[error(
+        "{provider} needs a model for effort level {level:?}; set profiles.{provider}.levels.{level}.model in the settings"
+    )]
+    ModelRequired { provider: String, level: String },
+    #[error("cannot write {path}: {source}")]
+    SettingsWrite {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// An RPC a later issue implements (RunTurn, CancelTurn).
+    #[error("{0} is not implemented yet")]
+    Unimplemented(&'static str),
+    #[error(transparent)]
+    Common(#[from] CommonError),
+    /// A bug or a broken runtime (a panicked task, say).
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl ProviderError {
+    pub fn invalid(message: impl Into<String>) -> Self {
+        ProviderError::InvalidInput(message.into())
+    }
+
+    pub fn code(&self) -> Code {
+        match self {
+            ProviderError::InvalidInput(_) => Code::INVALID_INPUT,
+            ProviderError::ProviderNotFound { .. } => Code::PROVIDER_NOT_FOUND,
+            ProviderError::DefaultProviderNotSet => Code::DEFAULT_PROVIDER_NOT_SET,
+            ProviderError::DefaultProviderUnavailable { .. } => Code::DEFAULT_PROVIDER_UNAVAILABLE,
+            ProviderError::ModelRequired { .. } => Code::MODEL_REQUIRED,
+            ProviderError::Common(e) => e.code(),
+            ProviderError::SettingsWrite { .. }
+            | ProviderError::Unimplemented(_)
+            | ProviderError::Internal(_) => Code::INTERNAL,
+        }
+    }
+}
+
+impl From<ProviderError> for tonic::Status {
+    fn from(e: ProviderError) -> tonic::Status {
+        let status = CodedError::new(e.code(), e.to_string()).to_status();
+        match e {
+            // No Pedelec code means "not built yet"; keep INTERNAL as the reason
+            // but let gRPC clients see the standard UNIMPLEMENTED status.
+            ProviderError::Unimplemented(_) => tonic::Status::with_details(
+                tonic::Code::Unimplemented,
+                status.message(),
+                status.details().to_vec().into(),
+            ),
+            _ => status,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use pedelec_common::code_of_status;
+
+    use super::*;
+
+    #[test]
+    fn every_error_carries_its_pedelec_code() {
+        let cases = [
+            (
+                ProviderError::invalid("x: bad"),
+                "INVALID_INPUT",
+                tonic::Code::InvalidArgument,
+            ),
+            (
+                ProviderError::ProviderNotFound {
+                    code: "gpt".into(),
+                    expected: "codex".into(),
+                },
+                "PROVIDER_NOT_FOUND",
+                tonic::Code::NotFound,
+            ),
+            (
+                ProviderError::DefaultProviderNotSet,
+                "DEFAULT_PROVIDER_NOT_SET",
+                tonic::Code::FailedPrecondition,
+            ),
+            (
+                ProviderError::DefaultProviderUnavailable {
+                    provider: "codex".into(),
+                    reason: "codex not found on PATH".into(),
+                },
+                "DEFAULT_PROVIDER_UNAVAILABLE",
+                tonic::Code::FailedPrecondition,
+            ),
+            (
+                ProviderError::ModelRequired {
+                    provider: "ollama".into(),
+                    level: "default".into(),
+                },
+                "MODEL_REQUIRED",
+                tonic::Code::FailedPrecondition,
+            ),
+            (
+                ProviderError::Unimplemented("RunTurn"),
+                "INTERNAL",
+                tonic::Code::Unimplemented,
+            ),
+        ];
+        for (err, code, grpc) in cases {
+            let message = err.to_string();
+            let status = tonic::Status::from(err);
+            assert_eq!(status.code(), grpc);
+            assert_eq!(code_of_status(&status).as_deref(), Some(code));
+            assert_eq!(status.message(), format!("{code}: {message}"));
+        }
+    }
+}

@@ -1,0 +1,421 @@
+//! The service logic, free of gRPC: `Providers` answers with plain values or a `ProviderError`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use pedelec_proto::v1::{ProviderInfo, PublicSettings, ResolvedProfile, Settings};
+
+use crate::availability::{Availability, ProgramEnv};
+use crate::catalog::{self, DEFAULT_LEVEL, OLLAMA};
+use crate::error::ProviderError;
+use crate::settings::{self, SettingsStore};
+
+pub struct Providers {
+    settings: SettingsStore,
+    availability: Arc<Availability>,
+}
+
+impl Providers {
+    /// `settings_file` is `<data dir>/settings.json`; `programs` says where the CLIs are looked up.
+    pub fn new(settings_file: impl Into<PathBuf>, programs: ProgramEnv) -> Self {
+        Providers {
+            settings: SettingsStore::new(settings_file),
+            availability: Arc::new(Availability::new(programs)),
+        }
+    }
+
+    pub fn settings_store(&self) -> &SettingsStore {
+        &self.settings
+    }
+
+    pub fn availability(&self) -> &Availability {
+        &self.availability
+    }
+
+    /// All six providers, each checked now and concurrently.
+    pub async fn list_providers(&self) -> Result<Vec<ProviderInfo>, ProviderError> {
+        let default = self.settings.load().default_provider;
+        let checks: Vec<_> = catalog::PROVIDERS
+            .iter()
+            .map(|spec| {
+                let availability = Arc::clone(&self.availability);
+                tokio::spawn(async move { availability.check(spec).await })
+            })
+            .collect();
+        let mut out = Vec::with_capacity(checks.len());
+        for (spec, check) in catalog::PROVIDERS.iter().zip(checks) {
+            let outcome = check
+                .await
+                .map_err(|e| ProviderError::Internal(format!("availability check failed: {e}")))?;
+            out.push(ProviderInfo {
+                name: spec.name.to_string(),
+                code: spec.code.to_string(),
+                available: outcome.is_ok(),
+                is_default: default.as_deref() == Some(spec.code),
+                error: outcome.err(),
+            });
+        }
+        Ok(out)
+    }
+
+    pub fn public_settings(&self) -> PublicSettings {
+        settings::public_part(&self.settings.load())
+    }
+
+    pub fn full_settings(&self) -> Settings {
+        self.settings.load()
+    }
+
+    /// Validates and replaces the settings; returns them as stored.
+    pub async fn update_settings(&self, settings: Settings) -> Result<Settings, ProviderError> {
+        self.settings.replace(settings).await
+    }
+
+    /// The provider and effort profile for a new thread. Absent or empty
+    /// `provider` means the default, which must be set and available; an
+    /// explicit provider is only checked to be one of the six. Absent or empty
+    /// `effort_level` means "default".
+    pub async fn resolve_profile(
+        &self,
+        provider: Option<&str>,
+        effort_level: Option<&str>,
+    ) -> Result<ResolvedProfile, ProviderError> {
+        let level = match effort_level.filter(|l| !l.is_empty()) {
+            None => DEFAULT_LEVEL,
+            Some(l) if catalog::is_effort_level(l) => l,
+            Some(l) => {
+                return Err(ProviderError::invalid(format!(
+                    "effort_level: {l:?} is not an effort level; expected one of {}",
+                    catalog::levels_list()
+                )));
+            }
+        };
+        let settings = self.settings.load();
+        let spec = match provider.filter(|p| !p.is_empty()) {
+            Some(code) => catalog::find(code).ok_or_else(|| ProviderError::ProviderNotFound {
+                code: code.to_string(),
+                expected: catalog::codes_list(),
+            })?,
+            None => {
+                let code = settings
+                    .default_provider
+                    .as_deref()
+                    .ok_or(ProviderError::DefaultProviderNotSet)?;
+                let unavailable = |reason: String| ProviderError::DefaultProviderUnavailable {
+                    provider: code.to_string(),
+                    reason,
+                };
+                // Only a hand-edited settings.json can hold an unknown code.
+                let spec = catalog::find(code)
+                    .ok_or_else(|| unavailable("it is not a known provider".to_string()))?;
+                self.availability
+                    .check_cached(spec)
+                    .await
+                    .map_err(unavailable)?;
+                spec
+            }
+        };
+        let profile = settings
+            .profiles
+            .get(spec.code)
+            .and_then(|p| p.levels.get(level))
+            .cloned()
+            .unwrap_or_default();
+        if spec.code == OLLAMA && profile.model.is_empty() {
+            return Err(ProviderError::ModelRequired {
+                provider: spec.code.to_string(),
+                level: level.to_string(),
+            });
+        }
+        // A named level with no explicit flag value passes the level itself,
+        // so "high" reaches codex/claude/opencode as `high`.
+        let effort = if profile.effort.is_empty() && level != DEFAULT_LEVEL {
+            level.to_string()
+        } else {
+            profile.effort
+        };
+        Ok(ResolvedProfile {
+            provider: spec.code.to_string(),
+            effort_level: level.to_string(),
+            model: profile.model,
+            effort,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use pedelec_proto::v1::EffortProfile;
+
+    use super::*;
+    use crate::testutil::Bin;
+
+    struct Fixture {
+        bin: Bin,
+        _data: tempfile::TempDir,
+        providers: Providers,
+    }
+
+    fn fixture() -> Fixture {
+        let bin = Bin::new();
+        let data = tempfile::tempdir().unwrap();
+        let providers = Providers::new(data.path().join("settings.json"), bin.env());
+        Fixture {
+            bin,
+            _data: data,
+            providers,
+        }
+    }
+
+    impl Fixture {
+        async fn set(&self, s: Settings) {
+            self.providers.update_settings(s).await.unwrap();
+        }
+
+        async fn set_default(&self, code: &str) {
+            let mut s = self.providers.full_settings();
+            s.default_provider = Some(code.into());
+            self.set(s).await;
+        }
+
+        async fn set_level(&self, code: &str, level: &str, model: &str, effort: &str) {
+            let mut s = self.providers.full_settings();
+            s.profiles.entry(code.into()).or_default().levels.insert(
+                level.into(),
+                EffortProfile {
+                    model: model.into(),
+                    effort: effort.into(),
+                },
+            );
+            self.set(s).await;
+        }
+
+        async fn resolve(
+            &self,
+            provider: Option<&str>,
+            level: Option<&str>,
+        ) -> Result<ResolvedProfile, ProviderError> {
+            self.providers.resolve_profile(provider, level).await
+        }
+    }
+
+    fn resolved(provider: &str, level: &str, model: &str, effort: &str) -> ResolvedProfile {
+        ResolvedProfile {
+            provider: provider.into(),
+            effort_level: level.into(),
+            model: model.into(),
+            effort: effort.into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn list_reports_all_six_in_order_with_default_independent_of_availability() {
+        let f = fixture();
+        f.bin.script("codex", "exit 0");
+        f.bin.script("claude", "echo bad >&2; exit 1");
+        f.set_default("cursor").await;
+
+        let list = f.providers.list_providers().await.unwrap();
+        let rows: Vec<_> = list
+            .iter()
+            .map(|p| (p.code.as_str(), p.name.as_str(), p.available, p.is_default))
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                ("codex", "Codex", true, false),
+                ("antigravity", "Antigravity", false, false),
+                ("opencode", "OpenCode", false, false),
+                ("cursor", "Cursor", false, true),
+                ("claude", "Claude Code", false, false),
+                ("ollama", "Ollama", false, false),
+            ]
+        );
+        assert_eq!(list[0].error, None);
+        assert_eq!(
+            list[3].error.as_deref(),
+            Some("cursor-agent not found on PATH")
+        );
+        assert_eq!(
+            list[4].error.as_deref(),
+            Some("`claude --version` exited with 1: bad")
+        );
+    }
+
+    #[tokio::test]
+    async fn checks_run_concurrently() {
+        let f = fixture();
+        for program in [
+            "codex",
+            "agy",
+            "opencode",
+            "cursor-agent",
+            "claude",
+            "pedelec-agent",
+        ] {
+            f.bin.script(program, "/bin/sleep 0.4");
+        }
+        let started = std::time::Instant::now();
+        let list = f.providers.list_providers().await.unwrap();
+        assert!(list.iter().all(|p| p.available));
+        assert!(
+            started.elapsed() < std::time::Duration::from_millis(2000),
+            "took {:?}",
+            started.elapsed()
+        );
+    }
+
+    #[tokio::test]
+    async fn no_default_set() {
+        let f = fixture();
+        f.bin.script("codex", "exit 0");
+        let err = f.resolve(None, None).await.unwrap_err();
+        assert!(
+            matches!(err, ProviderError::DefaultProviderNotSet),
+            "{err:?}"
+        );
+        // An empty provider is the same as an absent one.
+        let err = f.resolve(Some(""), None).await.unwrap_err();
+        assert!(
+            matches!(err, ProviderError::DefaultProviderNotSet),
+            "{err:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn default_must_be_available() {
+        let f = fixture();
+        f.set_default("codex").await;
+        let err = f.resolve(None, None).await.unwrap_err();
+        match err {
+            ProviderError::DefaultProviderUnavailable { provider, reason } => {
+                assert_eq!(provider, "codex");
+                assert_eq!(reason, "codex not found on PATH");
+            }
+            other => panic!("{other:?}"),
+        }
+
+        f.bin.script("codex", "exit 2");
+        let err = f.resolve(None, None).await.unwrap_err();
+        assert!(
+            matches!(err, ProviderError::DefaultProviderUnavailable { .. }),
+            "{err:?}"
+        );
+
+        f.bin.script("codex", "echo codex 0.50");
+        assert_eq!(
+            f.resolve(None, None).await.unwrap(),
+            resolved("codex", "default", "", "")
+        );
+    }
+
+    #[tokio::test]
+    async fn unknown_default_in_a_hand_edited_file_is_unavailable() {
+        let f = fixture();
+        std::fs::write(
+            f.providers.settings_store().path(),
+            r#"{"defaultProvider":"gemini"}"#,
+        )
+        .unwrap();
+        let err = f.resolve(None, None).await.unwrap_err();
+        assert!(
+            matches!(err, ProviderError::DefaultProviderUnavailable { .. }),
+            "{err:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn explicit_provider_must_be_known_but_need_not_be_available() {
+        let f = fixture();
+        let err = f.resolve(Some("gpt"), None).await.unwrap_err();
+        assert!(
+            matches!(err, ProviderError::ProviderNotFound { .. }),
+            "{err:?}"
+        );
+        // Nothing is on PATH, yet an explicit known provider resolves.
+        assert_eq!(
+            f.resolve(Some("claude"), None).await.unwrap(),
+            resolved("claude", "default", "", "")
+        );
+    }
+
+    #[tokio::test]
+    async fn effort_level_is_validated_and_defaults_to_default() {
+        let f = fixture();
+        for level in [None, Some("")] {
+            assert_eq!(
+                f.resolve(Some("codex"), level).await.unwrap().effort_level,
+                "default"
+            );
+        }
+        let err = f.resolve(Some("codex"), Some("max")).await.unwrap_err();
+        match err {
+            ProviderError::InvalidInput(m) => assert!(m.starts_with("effort_level:"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+        // The level is checked before anything else.
+        let err = f.resolve(None, Some("max")).await.unwrap_err();
+        assert!(matches!(err, ProviderError::InvalidInput(_)), "{err:?}");
+    }
+
+    #[tokio::test]
+    async fn profile_is_taken_as_is_and_level_names_the_effort() {
+        let f = fixture();
+        f.set_level("codex", "default", "gpt-5", "").await;
+        f.set_level("codex", "medium", "gpt-5-mini", "").await;
+        f.set_level("codex", "high", "", "xhigh").await;
+
+        assert_eq!(
+            f.resolve(Some("codex"), None).await.unwrap(),
+            resolved("codex", "default", "gpt-5", "")
+        );
+        assert_eq!(
+            f.resolve(Some("codex"), Some("medium")).await.unwrap(),
+            resolved("codex", "medium", "gpt-5-mini", "medium")
+        );
+        assert_eq!(
+            f.resolve(Some("codex"), Some("high")).await.unwrap(),
+            resolved("codex", "high", "", "xhigh")
+        );
+        // No fallback to the default level's model.
+        assert_eq!(
+            f.resolve(Some("codex"), Some("low")).await.unwrap(),
+            resolved("codex", "low", "", "low")
+        );
+        // Another provider's profiles do not leak.
+        assert_eq!(
+            f.resolve(Some("claude"), Some("high")).await.unwrap(),
+            resolved("claude", "high", "", "high")
+        );
+    }
+
+    #[tokio::test]
+    async fn ollama_needs_a_model() {
+        let f = fixture();
+        let err = f.resolve(Some("ollama"), None).await.unwrap_err();
+        assert!(
+            matches!(err, ProviderError::ModelRequired { .. }),
+            "{err:?}"
+        );
+
+        f.set_level("ollama", "default", "qwen3:8b", "").await;
+        assert_eq!(
+            f.resolve(Some("ollama"), None).await.unwrap(),
+            resolved("ollama", "default", "qwen3:8b", "")
+        );
+        // Per level, without fallback.
+        let err = f.resolve(Some("ollama"), Some("high")).await.unwrap_err();
+        assert!(
+            matches!(err, ProviderError::ModelRequired { .. }),
+            "{err:?}"
+        );
+
+        // As the default provider too, once it is available.
+        f.bin.script("pedelec-agent", "exit 0");
+        f.set_default("ollama").await;
+        assert_eq!(
+            f.resolve(None, None).await.unwrap(),
+            resolved("ollama", "default", "qwen3:8b", "")
+        );
+    }
+}

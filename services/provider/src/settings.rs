@@ -1,0 +1,506 @@
+//! `settings.json`: its on-disk form, validation and atomic replacement.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use pedelec_proto::v1::{EffortProfile, ProviderProfiles, PublicSettings, Settings};
+use serde::{Deserialize, Serialize};
+
+use crate::catalog;
+use crate::error::ProviderError;
+
+/// The file form: camelCase, sorted keys, every field optional on read so a
+/// hand-written or older file loads. Unknown fields are ignored on read.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct SettingsFile {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    default_provider: Option<String>,
+    profiles: BTreeMap<String, ProfilesFile>,
+    ollama_endpoint: String,
+    ollama_api_key: String,
+    tavily_api_key: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct ProfilesFile {
+    levels: BTreeMap<String, LevelFile>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct LevelFile {
+    model: String,
+    effort: String,
+}
+
+impl From<SettingsFile> for Settings {
+    fn from(f: SettingsFile) -> Settings {
+        Settings {
+            default_provider: f.default_provider,
+            profiles: f
+                .profiles
+                .into_iter()
+                .map(|(code, p)| {
+                    let levels = p
+                        .levels
+                        .into_iter()
+                        .map(|(level, l)| {
+                            let profile = EffortProfile {
+                                model: l.model,
+                                effort: l.effort,
+                            };
+                            (level, profile)
+                        })
+                        .collect::<HashMap<_, _>>();
+                    (code, ProviderProfiles { levels })
+                })
+                .collect(),
+            ollama_endpoint: f.ollama_endpoint,
+            ollama_api_key: f.ollama_api_key,
+            tavily_api_key: f.tavily_api_key,
+        }
+    }
+}
+
+impl From<&Settings> for SettingsFile {
+    fn from(s: &Settings) -> SettingsFile {
+        SettingsFile {
+            default_provider: s.default_provider.clone(),
+            profiles: s
+                .profiles
+                .iter()
+                .map(|(code, p)| {
+                    let levels = p
+                        .levels
+                        .iter()
+                        .map(|(level, l)| {
+                            let file = LevelFile {
+                                model: l.model.clone(),
+                                effort: l.effort.clone(),
+                            };
+                            (level.clone(), file)
+                        })
+                        .collect();
+                    (code.clone(), ProfilesFile { levels })
+                })
+                .collect(),
+            ollama_endpoint: s.ollama_endpoint.clone(),
+            ollama_api_key: s.ollama_api_key.clone(),
+            tavily_api_key: s.tavily_api_key.clone(),
+        }
+    }
+}
+
+/// The public part: what a web page may see.
+pub fn public_part(s: &Settings) -> PublicSettings {
+    PublicSettings {
+        default_provider: s.default_provider.clone(),
+    }
+}
+
+/// Checks `s` and returns it normalized: surrounding whitespace trimmed, an
+/// empty default provider made absent. Errors name the offending field.
+pub fn validate(mut s: Settings) -> Result<Settings, ProviderError> {
+    s.default_provider = s
+        .default_provider
+        .map(|p| p.trim().to_string())
+        .filter(|p| !p.is_empty());
+    if let Some(code) = &s.default_provider
+        && catalog::find(code).is_none()
+    {
+        return Err(ProviderError::invalid(format!(
+            "settings.default_provider: {code:?} is not a provider; expected one of {}",
+            catalog::codes_list()
+        )));
+    }
+    for (code, profiles) in &mut s.profiles {
+        if catalog::find(code).is_none() {
+            return Err(ProviderError::invalid(format!(
+                "settings.profiles: {code:?} is not a provider; expected one of {}",
+                catalog::codes_list()
+            )));
+        }
+        for (level, profile) in &mut profiles.levels {
+            if !catalog::is_effort_level(level) {
+                return Err(ProviderError::invalid(format!(
+                    "settings.profiles[{code:?}].levels: {level:?} is not an effort level; expected one of {}",
+                    catalog::levels_list()
+                )));
+            }
+            trim(&mut profile.model);
+            trim(&mut profile.effort);
+        }
+    }
+    trim(&mut s.ollama_endpoint);
+    if !s.ollama_endpoint.is_empty() && !is_http_url(&s.ollama_endpoint) {
+        return Err(ProviderError::invalid(format!(
+            "settings.ollama_endpoint: {:?} is not an http(s) URL such as http://127.0.0.1:11434",
+            s.ollama_endpoint
+        )));
+    }
+    // Keys are pasted; a stray newline would break the Authorization header.
+    trim(&mut s.ollama_api_key);
+    trim(&mut s.tavily_api_key);
+    Ok(s)
+}
+
+fn trim(s: &mut String) {
+    let t = s.trim();
+    if t.len() != s.len() {
+        *s = t.to_string();
+    }
+}
+
+/// `http(s)://host[:port][/path…]` with a non-empty host and a numeric port;
+/// enough to catch typos without pulling in a URL parser.
+fn is_http_url(s: &str) -> bool {
+    if s.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return false;
+    }
+    let lower = s.to_ascii_lowercase();
+    let Some(rest) = lower
+        .strip_prefix("http://")
+        .or_else(|| lower.strip_prefix("https://"))
+    else {
+        return false;
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host_port = authority.rsplit('@').next().unwrap_or_default();
+    let (host, port) = if let Some(v6) = host_port.strip_prefix('[') {
+        match v6.split_once(']') {
+            Some((host, after)) => match after {
+                "" => (host, None),
+                _ => match after.strip_prefix(':') {
+                    Some(port) => (host, Some(port)),
+                    None => return false,
+                },
+            },
+            None => return false,
+        }
+    } else {
+        match host_port.split_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (host_port, None),
+        }
+    };
+    !host.is_empty() && port.is_none_or(|p| p.parse::<u16>().is_ok())
+}
+
+/// Reads and replaces `settings.json`. Every read goes to the file, so an edit
+/// by hand is seen without a restart; the file is a few hundred bytes.
+pub struct SettingsStore {
+    path: PathBuf,
+    /// The corrupt file last reported, so a broken file is logged once, not on every read.
+    reported: Mutex<Option<(std::time::SystemTime, u64)>>,
+}
+
+impl SettingsStore {
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        SettingsStore {
+            path: path.into(),
+            reported: Mutex::new(None),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The current settings: empty when the file is missing, and also when it
+    /// is unreadable or corrupt (reported in the log).
+    pub fn load(&self) -> Settings {
+        let bytes = match std::fs::read(&self.path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Settings::default(),
+            Err(e) => {
+                self.report(&format!("cannot read it: {e}"));
+                return Settings::default();
+            }
+        };
+        match serde_json::from_slice::<SettingsFile>(&bytes) {
+            Ok(file) => file.into(),
+            Err(e) => {
+                self.report(&format!("not valid settings JSON: {e}"));
+                Settings::default()
+            }
+        }
+    }
+
+    fn report(&self, why: &str) {
+        let stamp = std::fs::metadata(&self.path)
+            .ok()
+            .and_then(|m| Some((m.modified().ok()?, m.len())));
+        let mut reported = self.reported.lock().expect("report lock");
+        if stamp.is_none() || *reported != stamp {
+            *reported = stamp;
+            tracing::warn!(
+                path = %self.path.display(),
+                "ignoring the settings file ({why}); using empty settings until it is fixed or replaced"
+            );
+        }
+    }
+
+    /// Validates `settings` and replaces the file with them, atomically and
+    /// 0600 (it holds API keys). Returns what was stored.
+    pub async fn replace(&self, settings: Settings) -> Result<Settings, ProviderError> {
+        let settings = validate(settings)?;
+        let mut json = serde_json::to_vec_pretty(&SettingsFile::from(&settings))
+            .map_err(|e| ProviderError::Internal(format!("cannot encode settings: {e}")))?;
+        json.push(b'\n');
+        let path = self.path.clone();
+        // write_atomic fsyncs; keep that off the async workers.
+        tokio::task::spawn_blocking(move || {
+            pedelec_common::paths::write_atomic(&path, &json, 0o600)
+                .map_err(|source| ProviderError::SettingsWrite { path, source })
+        })
+        .await
+        .map_err(|e| ProviderError::Internal(format!("settings writer failed: {e}")))??;
+        Ok(settings)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    fn level(model: &str, effort: &str) -> EffortProfile {
+        EffortProfile {
+            model: model.into(),
+            effort: effort.into(),
+        }
+    }
+
+    fn profiles(levels: &[(&str, EffortProfile)]) -> ProviderProfiles {
+        ProviderProfiles {
+            levels: levels
+                .iter()
+                .map(|(name, p)| (name.to_string(), p.clone()))
+                .collect(),
+        }
+    }
+
+    fn invalid_message(s: Settings) -> String {
+        match validate(s) {
+            Err(ProviderError::InvalidInput(m)) => m,
+            other => panic!("expected INVALID_INPUT, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn default_provider_must_be_a_known_code_or_absent() {
+        assert!(validate(Settings::default()).is_ok());
+        for code in catalog::PROVIDERS.map(|p| p.code) {
+            let s = Settings {
+                default_provider: Some(code.into()),
+                ..Default::default()
+            };
+            assert_eq!(validate(s).unwrap().default_provider.as_deref(), Some(code));
+        }
+        let m = invalid_message(Settings {
+            default_provider: Some("gpt".into()),
+            ..Default::default()
+        });
+        assert!(m.starts_with("settings.default_provider: \"gpt\""), "{m}");
+        // Codes are exact.
+        invalid_message(Settings {
+            default_provider: Some("Codex".into()),
+            ..Default::default()
+        });
+        // Empty means "none".
+        let s = Settings {
+            default_provider: Some("  ".into()),
+            ..Default::default()
+        };
+        assert_eq!(validate(s).unwrap().default_provider, None);
+    }
+
+    #[test]
+    fn profile_keys_must_be_provider_codes_and_levels_known() {
+        let mut s = Settings::default();
+        s.profiles.insert(
+            "codex".into(),
+            profiles(&[
+                ("default", level("gpt-5", "")),
+                ("high", level("", "xhigh")),
+            ]),
+        );
+        assert!(validate(s.clone()).is_ok());
+
+        let mut bad = s.clone();
+        bad.profiles.insert("gemini".into(), profiles(&[]));
+        let m = invalid_message(bad);
+        assert!(m.starts_with("settings.profiles: \"gemini\""), "{m}");
+
+        let mut bad = s.clone();
+        bad.profiles
+            .insert("claude".into(), profiles(&[("max", level("opus", ""))]));
+        let m = invalid_message(bad);
+        assert!(
+            m.starts_with("settings.profiles[\"claude\"].levels: \"max\""),
+            "{m}"
+        );
+    }
+
+    #[test]
+    fn ollama_endpoint_is_empty_or_http_url() {
+        for ok in [
+            "",
+            "http://127.0.0.1:11434",
+            "https://ollama.example.com/api/",
+            "HTTP://localhost",
+            "http://[::1]:11434",
+            "http://user:pw@host:8080/x?y#z",
+        ] {
+            let s = Settings {
+                ollama_endpoint: ok.into(),
+                ..Default::default()
+            };
+            assert!(validate(s).is_ok(), "{ok:?} should be accepted");
+        }
+        for bad in [
+            "localhost:11434",
+            "ftp://host",
+            "http://",
+            "http://:80",
+            "http://host:port",
+            "http://host:99999",
+            "http://a b",
+            "http://[::1",
+        ] {
+            let s = Settings {
+                ollama_endpoint: bad.into(),
+                ..Default::default()
+            };
+            let m = invalid_message(s);
+            assert!(m.starts_with("settings.ollama_endpoint:"), "{m}");
+        }
+    }
+
+    #[test]
+    fn values_are_trimmed() {
+        let mut s = Settings {
+            ollama_endpoint: " http://h:1 ".into(),
+            ollama_api_key: "key\n".into(),
+            tavily_api_key: "\ttv".into(),
+            ..Default::default()
+        };
+        s.profiles.insert(
+            "ollama".into(),
+            profiles(&[("default", level(" qwen3 ", " "))]),
+        );
+        let s = validate(s).unwrap();
+        assert_eq!(s.ollama_endpoint, "http://h:1");
+        assert_eq!(s.ollama_api_key, "key");
+        assert_eq!(s.tavily_api_key, "tv");
+        assert_eq!(s.profiles["ollama"].levels["default"], level("qwen3", ""));
+    }
+
+    #[tokio::test]
+    async fn missing_file_is_empty_and_replace_round_trips() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SettingsStore::new(dir.path().join("settings.json"));
+        assert_eq!(store.load(), Settings::default());
+
+        let mut s = Settings {
+            default_provider: Some("codex".into()),
+            ollama_endpoint: "http://127.0.0.1:11434".into(),
+            ollama_api_key: "k".into(),
+            tavily_api_key: "t".into(),
+            ..Default::default()
+        };
+        s.profiles.insert(
+            "codex".into(),
+            profiles(&[("high", level("gpt-5", "high"))]),
+        );
+        let stored = store.replace(s.clone()).await.unwrap();
+        assert_eq!(stored, s);
+        assert_eq!(store.load(), s);
+
+        let mode = std::fs::metadata(store.path())
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let text = std::fs::read_to_string(store.path()).unwrap();
+        let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(json["defaultProvider"], "codex");
+        assert_eq!(json["ollamaEndpoint"], "http://127.0.0.1:11434");
+        assert_eq!(
+            json["profiles"]["codex"]["levels"]["high"]["model"],
+            "gpt-5"
+        );
+        assert!(text.contains("\n  "), "pretty-printed: {text}");
+    }
+
+    #[tokio::test]
+    async fn invalid_update_leaves_the_file_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SettingsStore::new(dir.path().join("settings.json"));
+        let good = Settings {
+            default_provider: Some("claude".into()),
+            ..Default::default()
+        };
+        store.replace(good.clone()).await.unwrap();
+        let bad = Settings {
+            default_provider: Some("nope".into()),
+            ..Default::default()
+        };
+        assert!(matches!(
+            store.replace(bad).await,
+            Err(ProviderError::InvalidInput(_))
+        ));
+        assert_eq!(store.load(), good);
+    }
+
+    #[tokio::test]
+    async fn corrupt_file_reads_as_empty_and_update_replaces_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("settings.json");
+        std::fs::write(&path, "{ not json").unwrap();
+        let store = SettingsStore::new(&path);
+        assert_eq!(store.load(), Settings::default());
+        assert_eq!(store.load(), Settings::default());
+
+        let s = Settings {
+            default_provider: Some("opencode".into()),
+            ..Default::default()
+        };
+        store.replace(s.clone()).await.unwrap();
+        assert_eq!(store.load(), s);
+    }
+
+    #[test]
+    fn hand_written_partial_file_loads() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("settings.json");
+        std::fs::write(
+            &path,
+            r#"{"defaultProvider":"ollama","profiles":{"ollama":{"levels":{"default":{"model":"qwen3"}}}},"futureField":1}"#,
+        )
+        .unwrap();
+        let s = SettingsStore::new(&path).load();
+        assert_eq!(s.default_provider.as_deref(), Some("ollama"));
+        assert_eq!(s.profiles["ollama"].levels["default"], level("qwen3", ""));
+        assert_eq!(s.ollama_endpoint, "");
+    }
+
+    #[test]
+    fn public_part_is_only_the_default_provider() {
+        let s = Settings {
+            default_provider: Some("cursor".into()),
+            ollama_api_key: "secret".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            public_part(&s),
+            PublicSettings {
+                default_provider: Some("cursor".into())
+            }
+        );
+    }
+}
