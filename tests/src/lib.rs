@@ -1,1 +1,361 @@
+//! Test harness for cross-process tests: starts the real binaries on temp
+//! runtime and data dirs and talks to them over their sockets.
+//!
+//! The binaries are taken from the cargo target dir (`target/debug`); build
+//! them first (`tests/run.sh` does: `cargo build --workspace --bins`).
 
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use pb::provider_service_client::ProviderServiceClient;
+use pb::session_service_client::SessionServiceClient;
+use pb::supervisor_service_client::SupervisorServiceClient;
+use pedelec_common::ServiceName;
+use pedelec_proto::v1 as pb;
+use tonic::transport::Channel;
+
+pub use pedelec_common::code_of_status;
+
+/// A generous ceiling for things that should happen quickly; tests never
+/// assert on speed, they only refuse to hang.
+pub const PATIENCE: Duration = Duration::from_secs(15);
+
+/// The folder with the built binaries (`target/debug`).
+pub fn bin_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("PEDELEC_BIN_DIR") {
+        return PathBuf::from(dir);
+    }
+    let exe = std::env::current_exe().expect("current exe");
+    // target/debug/deps/<test> -> target/debug
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target dir")
+        .to_path_buf()
+}
+
+pub fn bin(name: &str) -> PathBuf {
+    let path = bin_dir().join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: build the workspace first (tests/run.sh does `cargo build --workspace --bins`)",
+        path.display()
+    );
+    path
+}
+
+/// A temp HOME, PEDELEC_HOME and PEDELEC_RUNTIME_DIR, plus a folder of stub
+/// programs put first on PATH.
+pub struct TestEnv {
+    pub root: tempfile::TempDir,
+    pub extra_env: HashMap<String, String>,
+}
+
+impl TestEnv {
+    pub fn new() -> TestEnv {
+        // Keep the root short: socket paths must stay under 100 bytes.
+        let root = tempfile::Builder::new()
+            .prefix("pdl")
+            .tempdir_in("/tmp")
+            .expect("temp dir");
+        for dir in ["rt", "data", "home", "stubs"] {
+            std::fs::create_dir_all(root.path().join(dir)).unwrap();
+        }
+        TestEnv {
+            root,
+            extra_env: HashMap::new(),
+        }
+    }
+
+    pub fn runtime_dir(&self) -> PathBuf {
+        self.root.path().join("rt")
+    }
+    pub fn data_dir(&self) -> PathBuf {
+        self.root.path().join("data")
+    }
+    pub fn home(&self) -> PathBuf {
+        self.root.path().join("home")
+    }
+    pub fn stubs(&self) -> PathBuf {
+        self.root.path().join("stubs")
+    }
+    pub fn socket(&self, service: ServiceName) -> PathBuf {
+        self.runtime_dir().join(service.socket_file())
+    }
+
+    /// Writes an executable shell script into the stubs folder.
+    pub fn stub(&self, name: &str, script: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let path = self.stubs().join(name);
+        std::fs::write(&path, format!("#!/bin/sh\n{script}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+
+    /// PATH for the processes under test: stubs first, then a minimal system PATH
+    /// (so the developer's real agent CLIs never leak into a test).
+    pub fn path_var(&self) -> String {
+        format!("{}:/usr/local/bin:/usr/bin:/bin", self.stubs().display())
+    }
+
+    /// A command with this environment applied.
+    pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut cmd = Command::new(program);
+        cmd.env_clear()
+            .env("HOME", self.home())
+            .env("PATH", self.path_var())
+            .env("PEDELEC_RUNTIME_DIR", self.runtime_dir())
+            .env("PEDELEC_HOME", self.data_dir())
+            .env("PEDELEC_BIN_DIR", bin_dir())
+            .env("PEDELEC_LOG", "info")
+            .envs(&self.extra_env);
+        cmd
+    }
+
+    /// Runs `pedelecd <args>` to completion.
+    pub fn pedelecd(&self, args: &[&str]) -> std::process::Output {
+        self.command(bin("pedelecd"))
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run pedelecd")
+    }
+
+    /// Starts `pedelecd up` in the foreground (own process group) and waits
+    /// until all four services are serving.
+    pub async fn up(&self) -> Launcher {
+        let mut cmd = self.command(bin("pedelecd"));
+        cmd.arg("up")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(self.root.path().join("pedelecd.stderr")).unwrap());
+        set_own_process_group(&mut cmd);
+        let child = cmd.spawn().expect("spawn pedelecd up");
+        let launcher = Launcher {
+            child: Some(child),
+            runtime_dir: self.runtime_dir(),
+        };
+        self.wait_all_serving().await;
+        launcher
+    }
+
+    /// Polls the launcher until every service reports SERVING.
+    pub async fn wait_all_serving(&self) -> pb::SupervisorStatus {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if let Ok(status) = self.supervisor_status().await
+                && status.services.len() == 4
+                && status
+                    .services
+                    .iter()
+                    .all(|s| s.state == pb::ServiceState::Serving as i32)
+            {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "services not all serving; launcher stderr:\n{}",
+                std::fs::read_to_string(self.root.path().join("pedelecd.stderr"))
+                    .unwrap_or_default()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    pub async fn supervisor_status(&self) -> Result<pb::SupervisorStatus, String> {
+        let channel = pedelec_common::uds::connect(&self.socket(ServiceName::Launcher))
+            .await
+            .map_err(|e| e.to_string())?;
+        SupervisorServiceClient::new(channel)
+            .status(pb::SupervisorStatusRequest {})
+            .await
+            .map(|r| r.into_inner())
+            .map_err(|e| e.to_string())
+    }
+
+    pub async fn channel(&self, service: ServiceName) -> Channel {
+        pedelec_common::uds::connect(&self.socket(service))
+            .await
+            .unwrap_or_else(|e| panic!("connect {}: {e}", service.as_str()))
+    }
+
+    pub async fn session(&self) -> SessionServiceClient<Channel> {
+        SessionServiceClient::new(self.channel(ServiceName::Session).await)
+    }
+
+    pub async fn provider(&self) -> ProviderServiceClient<Channel> {
+        ProviderServiceClient::new(self.channel(ServiceName::Provider).await)
+    }
+}
+
+impl Default for TestEnv {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+pub fn set_own_process_group(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    cmd.process_group(0);
+}
+
+/// A running `pedelecd up`; dropping it stops it (SIGTERM, then SIGKILL).
+pub struct Launcher {
+    child: Option<Child>,
+    runtime_dir: PathBuf,
+}
+
+impl Launcher {
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
+    }
+
+    /// SIGTERM and wait for a clean exit; returns the exit status.
+    pub fn stop(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("launcher running");
+        signal(child.id() as i32, libc::SIGTERM);
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status;
+            }
+            if Instant::now() > deadline {
+                signal(-(child.id() as i32), libc::SIGKILL);
+                return child.wait().unwrap();
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    pub fn runtime_dir(&self) -> &Path {
+        &self.runtime_dir
+    }
+}
+
+impl Drop for Launcher {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            self.stop();
+        }
+    }
+}
+
+pub fn signal(pid: i32, sig: i32) {
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe {
+        libc::kill(pid, sig);
+    }
+}
+
+/// Whether a process with this pid exists (and is not a zombie).
+pub fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+/// Pids of every process whose environment names this runtime dir: the
+/// processes a test started, however they were spawned.
+pub fn processes_using(runtime_dir: &Path) -> Vec<u32> {
+    let needle = format!("PEDELEC_RUNTIME_DIR={}", runtime_dir.display());
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if pid == std::process::id() {
+            continue;
+        }
+        if let Ok(env) = std::fs::read(entry.path().join("environ"))
+            && env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes())
+            && alive(pid)
+        {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// The Pedelec code of a failed call.
+pub fn code<T: std::fmt::Debug>(result: Result<T, tonic::Status>) -> String {
+    match result {
+        Ok(v) => panic!("expected an error, got {v:?}"),
+        Err(status) => code_of_status(&status)
+            .unwrap_or_else(|| panic!("status without a Pedelec code: {status:?}")),
+    }
+}
+
+/// Reads events of an attached stream with a ceiling against hangs.
+pub struct Events(pub tonic::Streaming<pb::SessionEvent>);
+
+impl Events {
+    pub async fn next(&mut self) -> pb::SessionEvent {
+        tokio::time::timeout(PATIENCE, self.0.message())
+            .await
+            .expect("no event within the ceiling")
+            .expect("stream error")
+            .expect("stream ended")
+    }
+
+    /// Reads until an event matches; returns everything read, that event last.
+    pub async fn until(
+        &mut self,
+        mut pred: impl FnMut(&pb::SessionEvent) -> bool,
+    ) -> Vec<pb::SessionEvent> {
+        let mut seen = Vec::new();
+        loop {
+            let e = self.next().await;
+            let done = pred(&e);
+            seen.push(e);
+            if done {
+                return seen;
+            }
+        }
+    }
+}
+
+pub fn is_finished(e: &pb::SessionEvent) -> bool {
+    matches!(
+        e.event,
+        Some(pb::session_event::Event::OperationFinished(_))
+    )
+}
+
+/// A short name for each event, for asserting on sequences.
+pub fn kind(e: &pb::SessionEvent) -> String {
+    use pb::session_event::Event::*;
+    match &e.event {
+        Some(Snapshot(_)) => "snapshot".into(),
+        Some(Status(s)) => format!(
+            "status:{}",
+            pb::SessionStatus::try_from(s.status)
+                .map(|s| s
+                    .as_str_name()
+                    .trim_start_matches("SESSION_STATUS_")
+                    .to_lowercase())
+                .unwrap_or_default()
+        ),
+        Some(ChatDelta(_)) => "chat_delta".into(),
+        Some(Chat(_)) => "chat".into(),
+        Some(ToolRequest(_)) => "tool_request".into(),
+        Some(ToolRequestCleared(_)) => "tool_request_cleared".into(),
+        Some(Usage(_)) => "usage".into(),
+        Some(OperationStarted(_)) => "operation_started".into(),
+        Some(OperationFinished(f)) => format!(
+            "operation_finished:{}",
+            pb::OperationOutcome::try_from(f.outcome)
+                .map(|o| o
+                    .as_str_name()
+                    .trim_start_matches("OPERATION_OUTCOME_")
+                    .to_lowercase())
+                .unwrap_or_default()
+        ),
+        Some(Error(e)) => format!("error:{}", e.code),
+        Some(Ended(_)) => "ended".into(),
+        None => "none".into(),
+    }
+}

@@ -218,7 +218,7 @@ impl Sessions {
             last_seq: 0,
             seq_reserved: 0,
         };
-        let thread = Thread::new(record, self.inner.config.replay);
+        let mut thread = Thread::new(record, self.inner.config.replay);
         thread.save(&self.inner.journal);
         let snapshot = thread.snapshot();
         self.threads()

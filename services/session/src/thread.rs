@@ -107,16 +107,11 @@ impl Thread {
         &self.record.session_id
     }
 
-    /// Appends an event with the next seq and wakes the routes. Returns whether
-    /// the seq reservation ran out, in which case the record must be saved.
-    pub fn emit(&mut self, event: Event) -> bool {
+    /// Appends an event with the next seq and wakes the routes. The caller
+    /// saves the record after a state change.
+    pub fn emit(&mut self, event: Event) {
         self.record.last_seq += 1;
         let seq = self.record.last_seq;
-        let mut must_save = false;
-        if seq > self.record.seq_reserved {
-            self.record.seq_reserved = seq + SEQ_RESERVATION;
-            must_save = true;
-        }
         self.replay.push(pb::SessionEvent {
             session_id: self.record.session_id.clone(),
             seq,
@@ -124,7 +119,17 @@ impl Thread {
             event: Some(event),
         });
         self.notify.send_replace(seq);
-        must_save
+    }
+
+    /// Emits an event that changes no state (chat text), without a journal
+    /// write per event: seqs are reserved in blocks, and only crossing a block
+    /// saves the record, so a restart never reuses a seq a client has seen.
+    pub fn emit_streamed(&mut self, event: Event, journal: &Journal) {
+        self.emit(event);
+        if self.record.last_seq > self.record.seq_reserved {
+            self.record.seq_reserved = self.record.last_seq + SEQ_RESERVATION;
+            self.write(journal);
+        }
     }
 
     pub fn set_status(&mut self, status: Status) {
@@ -136,7 +141,14 @@ impl Thread {
         }
     }
 
-    pub fn save(&self, journal: &Journal) {
+    /// Saves the record; every seq handed out so far is then covered by
+    /// `last_seq`, so no reservation is outstanding.
+    pub fn save(&mut self, journal: &Journal) {
+        self.record.seq_reserved = self.record.last_seq;
+        self.write(journal);
+    }
+
+    fn write(&self, journal: &Journal) {
         if let Err(e) = journal.save(&self.record) {
             tracing::error!(session = self.id(), error = %e, "journal write failed");
         }

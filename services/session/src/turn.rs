@@ -173,16 +173,18 @@ async fn stream_turn(
                 must_save = true;
             }
             ProviderEvent::ChatDelta(text) if kind == OpKind::SendText => {
-                must_save = t.emit(Event::ChatDelta(pb::ChatDelta {
+                let delta = Event::ChatDelta(pb::ChatDelta {
                     operation_id: operation_id.to_string(),
                     text,
-                }));
+                });
+                t.emit_streamed(delta, &sessions.inner.journal);
             }
             ProviderEvent::Chat(text) if kind == OpKind::SendText => {
-                must_save = t.emit(Event::Chat(pb::Chat {
+                let chat = Event::Chat(pb::Chat {
                     operation_id: operation_id.to_string(),
                     text,
-                }));
+                });
+                t.emit_streamed(chat, &sessions.inner.journal);
             }
             ProviderEvent::ChatDelta(_) | ProviderEvent::Chat(_) => {}
             ProviderEvent::Usage(usage) => {

@@ -1,0 +1,840 @@
+//! The backbone over real processes: `pedelecd up` with its four services on a
+//! temp runtime dir, every SessionService and ProviderService RPC over the
+//! sockets, crash recovery, and a clean stop.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use pb::session_event::Event;
+use pedelec_common::ServiceName;
+use pedelec_proto::v1 as pb;
+use pedelec_tests::*;
+
+const ORIGIN: &str = "https://app.example";
+
+fn create(provider: Option<&str>) -> pb::CreateSessionRequest {
+    pb::CreateSessionRequest {
+        origin: ORIGIN.into(),
+        provider: provider.map(Into::into),
+        effort_level: None,
+        model: None,
+        skills: None,
+        auto_end_on_disconnect: false,
+        workspace_path: None,
+    }
+}
+
+fn thread(id: &str, origin: &str) -> pb::ThreadRequest {
+    pb::ThreadRequest {
+        session_id: id.into(),
+        origin: origin.into(),
+    }
+}
+
+fn env_with_codex() -> TestEnv {
+    let env = TestEnv::new();
+    env.stub(
+        "codex",
+        r#"[ "$1" = "--version" ] && echo "codex-cli 0.0.0-stub" && exit 0; exit 1"#,
+    );
+    // Installed but broken: --version fails.
+    env.stub("claude", "echo 'broken install' >&2; exit 3");
+    env
+}
+
+fn settings(default: Option<&str>) -> pb::Settings {
+    pb::Settings {
+        default_provider: default.map(Into::into),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn provider_service_lists_resolves_and_keeps_settings() {
+    let env = env_with_codex();
+    let _launcher = env.up().await;
+    let mut provider = env.provider().await;
+
+    let list = provider
+        .list_providers(pb::ListProvidersRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .providers;
+    let by_code: HashMap<_, _> = list.iter().map(|p| (p.code.as_str(), p)).collect();
+    let mut codes: Vec<_> = by_code.keys().copied().collect();
+    codes.sort();
+    assert_eq!(
+        codes,
+        [
+            "antigravity",
+            "claude",
+            "codex",
+            "cursor",
+            "ollama",
+            "opencode"
+        ]
+    );
+    assert!(by_code["codex"].available, "{:?}", by_code["codex"]);
+    assert!(!by_code["claude"].available);
+    assert!(
+        by_code["claude"]
+            .error
+            .as_deref()
+            .unwrap_or("")
+            .contains("broken install")
+    );
+    assert!(!by_code["cursor"].available);
+    assert!(list.iter().all(|p| !p.is_default));
+
+    // No default yet.
+    let public = provider
+        .get_settings(pb::GetSettingsRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(public.default_provider, None);
+    let resolve = |provider: Option<&str>, level: Option<&str>| pb::ResolveProfileRequest {
+        provider: provider.map(Into::into),
+        effort_level: level.map(Into::into),
+    };
+    assert_eq!(
+        code(provider.resolve_profile(resolve(None, None)).await),
+        "DEFAULT_PROVIDER_NOT_SET"
+    );
+
+    // A default that is not installed is still the default, but cannot be used.
+    provider
+        .update_settings(pb::UpdateSettingsRequest {
+            settings: Some(settings(Some("cursor"))),
+        })
+        .await
+        .unwrap();
+    let list = provider
+        .list_providers(pb::ListProvidersRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .providers;
+    let cursor = list.iter().find(|p| p.code == "cursor").unwrap();
+    assert!(cursor.is_default && !cursor.available);
+    assert_eq!(
+        code(provider.resolve_profile(resolve(None, None)).await),
+        "DEFAULT_PROVIDER_UNAVAILABLE"
+    );
+
+    // Profiles: codex high has a model; ollama default has none.
+    let mut full = settings(Some("codex"));
+    full.profiles.insert(
+        "codex".into(),
+        pb::ProviderProfiles {
+            levels: [(
+                "high".to_string(),
+                pb::EffortProfile {
+                    model: "gpt-5.5".into(),
+                    effort: String::new(),
+                },
+            )]
+            .into(),
+        },
+    );
+    full.ollama_endpoint = "http://127.0.0.1:11434".into();
+    full.tavily_api_key = "tvly-secret".into();
+    provider
+        .update_settings(pb::UpdateSettingsRequest {
+            settings: Some(full.clone()),
+        })
+        .await
+        .unwrap();
+
+    let public = provider
+        .get_settings(pb::GetSettingsRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(public.default_provider.as_deref(), Some("codex"));
+    let stored = provider
+        .get_full_settings(pb::GetSettingsRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(stored.tavily_api_key, "tvly-secret");
+    assert_eq!(stored.profiles["codex"].levels["high"].model, "gpt-5.5");
+    // Written to settings.json, private.
+    let file = env.data_dir().join("settings.json");
+    let on_disk: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    assert!(on_disk.to_string().contains("gpt-5.5"));
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&file).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+
+    let high = provider
+        .resolve_profile(resolve(None, Some("high")))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (
+            high.provider.as_str(),
+            high.effort_level.as_str(),
+            high.model.as_str(),
+            high.effort.as_str()
+        ),
+        ("codex", "high", "gpt-5.5", "high")
+    );
+    let default = provider
+        .resolve_profile(resolve(Some("claude"), None))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (default.provider.as_str(), default.effort_level.as_str()),
+        ("claude", "default")
+    );
+    assert_eq!(
+        code(
+            provider
+                .resolve_profile(resolve(Some("ollama"), None))
+                .await
+        ),
+        "MODEL_REQUIRED"
+    );
+    assert_eq!(
+        code(
+            provider
+                .resolve_profile(resolve(Some("gemini"), None))
+                .await
+        ),
+        "PROVIDER_NOT_FOUND"
+    );
+    assert_eq!(
+        code(
+            provider
+                .resolve_profile(resolve(Some("codex"), Some("turbo")))
+                .await
+        ),
+        "INVALID_INPUT"
+    );
+
+    // Invalid settings are refused and change nothing.
+    let bad = settings(Some("gemini"));
+    assert_eq!(
+        code(
+            provider
+                .update_settings(pb::UpdateSettingsRequest {
+                    settings: Some(bad)
+                })
+                .await
+        ),
+        "INVALID_INPUT"
+    );
+    let mut bad = settings(Some("codex"));
+    bad.ollama_endpoint = "ftp://nope".into();
+    assert_eq!(
+        code(
+            provider
+                .update_settings(pb::UpdateSettingsRequest {
+                    settings: Some(bad)
+                })
+                .await
+        ),
+        "INVALID_INPUT"
+    );
+    let stored_after = provider
+        .get_full_settings(pb::GetSettingsRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(stored_after, stored);
+}
+
+#[tokio::test]
+async fn session_lifecycle_errors_and_replay() {
+    let env = env_with_codex();
+    let _launcher = env.up().await;
+    let mut sessions = env.session().await;
+
+    // The default provider is resolved through ProviderService.
+    assert_eq!(
+        code(sessions.create_session(create(None)).await),
+        "DEFAULT_PROVIDER_NOT_SET"
+    );
+    env.provider()
+        .await
+        .update_settings(pb::UpdateSettingsRequest {
+            settings: Some(settings(Some("codex"))),
+        })
+        .await
+        .unwrap();
+    let created = sessions
+        .create_session(create(None))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(created.provider, "codex");
+    assert_eq!(created.effort_level, "default");
+    let id = created.session_id.clone();
+    let snapshot = created.snapshot.unwrap();
+    assert_eq!(snapshot.status, pb::SessionStatus::Idle as i32);
+    // A managed workspace under the data dir.
+    assert!(
+        std::path::Path::new(&snapshot.workspace_path)
+            .starts_with(env.data_dir().join("workspaces"))
+    );
+    assert!(std::path::Path::new(&snapshot.workspace_path).is_dir());
+
+    // Bad input and ownership.
+    let mut no_origin = create(Some("codex"));
+    no_origin.origin.clear();
+    assert_eq!(
+        code(sessions.create_session(no_origin).await),
+        "INVALID_INPUT"
+    );
+    assert_eq!(
+        code(sessions.create_session(create(Some("gemini"))).await),
+        "PROVIDER_NOT_FOUND"
+    );
+    assert_eq!(
+        code(sessions.get(thread("", ORIGIN)).await),
+        "INVALID_INPUT"
+    );
+    assert_eq!(
+        code(sessions.get(thread("thr_nope", ORIGIN)).await),
+        "THREAD_NOT_FOUND"
+    );
+    assert_eq!(
+        code(sessions.get(thread(&id, "https://evil.example")).await),
+        "THREAD_ACCESS_DENIED"
+    );
+    assert_eq!(
+        code(sessions.end(thread(&id, "https://evil.example")).await),
+        "THREAD_ACCESS_DENIED"
+    );
+    assert_eq!(
+        code(sessions.reactivate(thread("thr_nope", ORIGIN)).await),
+        "THREAD_NOT_FOUND"
+    );
+    let attach_other = sessions
+        .attach(pb::AttachRequest {
+            session_id: id.clone(),
+            origin: "https://evil.example".into(),
+            route_id: "r".into(),
+            after_seq: None,
+        })
+        .await;
+    assert_eq!(code(attach_other), "THREAD_ACCESS_DENIED");
+
+    // Explicit workspaces.
+    let mut relative = create(Some("codex"));
+    relative.workspace_path = Some("relative/dir".into());
+    assert_eq!(
+        code(sessions.create_session(relative).await),
+        "INVALID_INPUT"
+    );
+    let mut missing = create(Some("codex"));
+    missing.workspace_path = Some(env.root.path().join("missing").display().to_string());
+    assert_eq!(
+        code(sessions.create_session(missing).await),
+        "WORKSPACE_OPEN_FAILED"
+    );
+    let mut inside_managed = create(Some("codex"));
+    inside_managed.workspace_path = Some(snapshot.workspace_path.clone());
+    assert_eq!(
+        code(sessions.create_session(inside_managed).await),
+        "INVALID_INPUT"
+    );
+    let app_dir = env.root.path().join("app-workspace");
+    std::fs::create_dir(&app_dir).unwrap();
+    let mut explicit = create(Some("codex"));
+    explicit.workspace_path = Some(app_dir.display().to_string());
+    let explicit = sessions
+        .create_session(explicit)
+        .await
+        .unwrap()
+        .into_inner();
+
+    // List, filtered by origin.
+    let all = sessions
+        .list(pb::ListRequest { origin: None })
+        .await
+        .unwrap()
+        .into_inner()
+        .sessions;
+    assert_eq!(all.len(), 2);
+    let theirs = sessions
+        .list(pb::ListRequest {
+            origin: Some("https://other.example".into()),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .sessions;
+    assert!(theirs.is_empty());
+
+    // Attach: snapshot first, then live events.
+    let mut events = Events(
+        sessions
+            .attach(pb::AttachRequest {
+                session_id: id.clone(),
+                origin: ORIGIN.into(),
+                route_id: "route-1".into(),
+                after_seq: None,
+            })
+            .await
+            .unwrap()
+            .into_inner(),
+    );
+    let first = events.next().await;
+    assert!(matches!(first.event, Some(Event::Snapshot(_))));
+    assert_eq!(first.seq, 0);
+
+    let ended = sessions
+        .end(thread(&id, ORIGIN))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(ended.status, pb::SessionStatus::Ended as i32);
+    let seen = events
+        .until(|e| matches!(e.event, Some(Event::Ended(_))))
+        .await;
+    assert_eq!(
+        seen.iter().map(kind).collect::<Vec<_>>(),
+        ["status:ended", "ended"]
+    );
+    assert_eq!(seen.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2]);
+    // End is idempotent and adds no events.
+    let again = sessions
+        .end(thread(&id, ORIGIN))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(again.last_seq, 2);
+    // No operations on an ended thread.
+    let send = sessions
+        .send_text(pb::SendTextRequest {
+            session_id: id.clone(),
+            origin: ORIGIN.into(),
+            text: "hi".into(),
+        })
+        .await;
+    assert_eq!(code(send), "SESSION_ENDED");
+    assert_eq!(
+        code(
+            sessions
+                .prepare(pb::PrepareRequest {
+                    session_id: id.clone(),
+                    origin: ORIGIN.into()
+                })
+                .await
+        ),
+        "SESSION_ENDED"
+    );
+    // The workspace is kept after End.
+    assert!(std::path::Path::new(&snapshot.workspace_path).is_dir());
+
+    // Reactivate: Ended -> Idle, same thread.
+    let back = sessions
+        .reactivate(thread(&id, ORIGIN))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(back.status, pb::SessionStatus::Idle as i32);
+    let seen = events.until(|e| kind(e) == "status:idle").await;
+    assert_eq!(seen.last().unwrap().seq, 3);
+    // Reactivate on an active thread is a no-op.
+    let same = sessions
+        .reactivate(thread(&id, ORIGIN))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(same.last_seq, 3);
+
+    // Replay: a route re-attaching after seq 1 gets the snapshot, then 2 and 3.
+    let mut replay = Events(
+        sessions
+            .attach(pb::AttachRequest {
+                session_id: id.clone(),
+                origin: ORIGIN.into(),
+                route_id: "route-2".into(),
+                after_seq: Some(1),
+            })
+            .await
+            .unwrap()
+            .into_inner(),
+    );
+    let snap = replay.next().await;
+    match &snap.event {
+        Some(Event::Snapshot(s)) => assert!(!s.replay_gap && s.last_seq == 3),
+        other => panic!("expected a snapshot, got {other:?}"),
+    }
+    let replayed = [replay.next().await, replay.next().await];
+    assert_eq!(
+        replayed
+            .iter()
+            .map(|e| (e.seq, kind(e)))
+            .collect::<Vec<_>>(),
+        [(2, "ended".to_string()), (3, "status:idle".to_string())]
+    );
+
+    // Reactivate fails once the recorded workspace is gone.
+    sessions
+        .end(thread(&explicit.session_id, ORIGIN))
+        .await
+        .unwrap();
+    std::fs::remove_dir(&app_dir).unwrap();
+    assert_eq!(
+        code(
+            sessions
+                .reactivate(thread(&explicit.session_id, ORIGIN))
+                .await
+        ),
+        "WORKSPACE_OPEN_FAILED"
+    );
+    // The application's workspace was never Pedelec's to delete; End left it alone (removed above by the test).
+}
+
+#[tokio::test]
+async fn auto_end_waits_for_the_grace_period_and_a_returning_route() {
+    let mut env = env_with_codex();
+    env.extra_env
+        .insert("PEDELEC_AUTO_END_GRACE_MS".into(), "400".into());
+    let _launcher = env.up().await;
+    let mut sessions = env.session().await;
+    let mut req = create(Some("codex"));
+    req.auto_end_on_disconnect = true;
+    let id = sessions
+        .create_session(req)
+        .await
+        .unwrap()
+        .into_inner()
+        .session_id;
+    let attach = |after_seq| pb::AttachRequest {
+        session_id: id.clone(),
+        origin: ORIGIN.into(),
+        route_id: "r".into(),
+        after_seq,
+    };
+
+    // Two routes; dropping one keeps the thread.
+    let mut a = Events(sessions.attach(attach(None)).await.unwrap().into_inner());
+    let b = sessions.attach(attach(None)).await.unwrap().into_inner();
+    a.next().await;
+    drop(b);
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert_eq!(
+        sessions
+            .get(thread(&id, ORIGIN))
+            .await
+            .unwrap()
+            .into_inner()
+            .status,
+        pb::SessionStatus::Idle as i32
+    );
+
+    // The last route goes and a new one comes back within the grace period.
+    drop(a);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut c = Events(sessions.attach(attach(Some(0))).await.unwrap().into_inner());
+    c.next().await;
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert_eq!(
+        sessions
+            .get(thread(&id, ORIGIN))
+            .await
+            .unwrap()
+            .into_inner()
+            .status,
+        pb::SessionStatus::Idle as i32
+    );
+
+    // Gone for good: ended after the grace period.
+    drop(c);
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let snap = sessions
+            .get(thread(&id, ORIGIN))
+            .await
+            .unwrap()
+            .into_inner();
+        if snap.status == pb::SessionStatus::Ended as i32 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "auto-end never happened");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // A thread without auto-end is never ended by a disconnect.
+    let keep = sessions
+        .create_session(create(Some("codex")))
+        .await
+        .unwrap()
+        .into_inner()
+        .session_id;
+    let route = sessions
+        .attach(pb::AttachRequest {
+            session_id: keep.clone(),
+            origin: ORIGIN.into(),
+            route_id: "r".into(),
+            after_seq: None,
+        })
+        .await
+        .unwrap();
+    drop(route);
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert_eq!(
+        sessions
+            .get(thread(&keep, ORIGIN))
+            .await
+            .unwrap()
+            .into_inner()
+            .status,
+        pb::SessionStatus::Idle as i32
+    );
+}
+
+#[tokio::test]
+async fn kill_9_of_each_service_recovers_and_threads_survive() {
+    let env = env_with_codex();
+    let mut launcher = env.up().await;
+    let mut sessions = env.session().await;
+    let active = sessions
+        .create_session(create(Some("codex")))
+        .await
+        .unwrap()
+        .into_inner()
+        .session_id;
+    let ended = sessions
+        .create_session(create(Some("codex")))
+        .await
+        .unwrap()
+        .into_inner()
+        .session_id;
+    sessions.end(thread(&ended, ORIGIN)).await.unwrap();
+    let before: HashMap<String, (i32, u64)> = sessions
+        .list(pb::ListRequest { origin: None })
+        .await
+        .unwrap()
+        .into_inner()
+        .sessions
+        .into_iter()
+        .map(|s| (s.session_id, (s.status, s.last_seq)))
+        .collect();
+    assert_eq!(before[&ended], (pb::SessionStatus::Ended as i32, 2));
+
+    for service in ServiceName::SUPERVISED {
+        let status = env.supervisor_status().await.unwrap();
+        let old = status
+            .services
+            .iter()
+            .find(|s| s.name == service.as_str())
+            .unwrap()
+            .clone();
+        assert!(old.pid > 0);
+        signal(old.pid as i32, libc::SIGKILL);
+        let killed_at = Instant::now();
+        let deadline = killed_at + PATIENCE;
+        let new = loop {
+            let status = env.supervisor_status().await.unwrap();
+            let now = status
+                .services
+                .iter()
+                .find(|s| s.name == service.as_str())
+                .unwrap()
+                .clone();
+            if now.pid != old.pid && now.state == pb::ServiceState::Serving as i32 {
+                break now;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} did not come back: {now:?}",
+                service.as_str()
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        };
+        eprintln!(
+            "{} back after {:?} (pid {} -> {})",
+            service.as_str(),
+            killed_at.elapsed(),
+            old.pid,
+            new.pid
+        );
+        assert_eq!(new.restarts, old.restarts + 1);
+        assert!(new.last_exit.contains('9'), "last_exit: {}", new.last_exit);
+        assert!(!alive(old.pid));
+
+        // Every thread is there again with its status and seq.
+        let mut sessions = env.session().await;
+        let after: HashMap<String, (i32, u64)> = sessions
+            .list(pb::ListRequest { origin: None })
+            .await
+            .unwrap()
+            .into_inner()
+            .sessions
+            .into_iter()
+            .map(|s| (s.session_id, (s.status, s.last_seq)))
+            .collect();
+        assert_eq!(after, before, "after killing {}", service.as_str());
+        // And usable.
+        let snap = sessions
+            .get(thread(&active, ORIGIN))
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(snap.status, pb::SessionStatus::Idle as i32);
+    }
+
+    // A clean stop leaves no process and no socket, and the app state is cleared.
+    let runtime_dir = env.runtime_dir();
+    let status = launcher.stop();
+    assert!(status.success(), "pedelecd exited with {status}");
+    let deadline = Instant::now() + PATIENCE;
+    while !processes_using(&runtime_dir).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "left running: {:?}",
+            processes_using(&runtime_dir)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let sockets: Vec<_> = std::fs::read_dir(&runtime_dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "sock"))
+        .map(|e| e.path())
+        .collect();
+    assert!(sockets.is_empty(), "stale sockets: {sockets:?}");
+    assert_eq!(
+        std::fs::read_dir(env.data_dir().join("sessions"))
+            .unwrap()
+            .count(),
+        0
+    );
+    assert_eq!(
+        std::fs::read_dir(env.data_dir().join("workspaces"))
+            .unwrap()
+            .count(),
+        0
+    );
+}
+
+#[tokio::test]
+async fn a_corrupt_journal_record_is_skipped_and_the_others_load() {
+    let env = env_with_codex();
+    let _launcher = env.up().await;
+    let mut sessions = env.session().await;
+    let good = sessions
+        .create_session(create(Some("codex")))
+        .await
+        .unwrap()
+        .into_inner()
+        .session_id;
+    let bad = sessions
+        .create_session(create(Some("codex")))
+        .await
+        .unwrap()
+        .into_inner()
+        .session_id;
+    let bad_file = env.data_dir().join("sessions").join(format!("{bad}.json"));
+    let bytes = std::fs::read(&bad_file).unwrap();
+    std::fs::write(&bad_file, &bytes[..bytes.len() / 2]).unwrap();
+
+    let status = env.supervisor_status().await.unwrap();
+    let session_pid = status
+        .services
+        .iter()
+        .find(|s| s.name == "session")
+        .unwrap()
+        .pid;
+    signal(session_pid as i32, libc::SIGKILL);
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let s = env.supervisor_status().await.unwrap();
+        let svc = s.services.iter().find(|s| s.name == "session").unwrap();
+        if svc.pid != session_pid && svc.state == pb::ServiceState::Serving as i32 {
+            break;
+        }
+        assert!(Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let mut sessions = env.session().await;
+    let ids: Vec<String> = sessions
+        .list(pb::ListRequest { origin: None })
+        .await
+        .unwrap()
+        .into_inner()
+        .sessions
+        .into_iter()
+        .map(|s| s.session_id)
+        .collect();
+    assert_eq!(ids, vec![good]);
+    assert_eq!(
+        code(sessions.get(thread(&bad, ORIGIN)).await),
+        "THREAD_NOT_FOUND"
+    );
+    // Reported, and left in place for inspection.
+    assert!(bad_file.exists());
+    let log =
+        std::fs::read_to_string(env.runtime_dir().join("logs/session.log")).unwrap_or_default();
+    assert!(
+        log.contains("journal"),
+        "session log does not report the bad record:\n{log}"
+    );
+}
+
+#[tokio::test]
+async fn a_connection_from_another_user_is_refused() {
+    // Needs root to connect as another uid; the check itself is in pedelec-common.
+    if unsafe { libc::getuid() } != 0 {
+        panic!("this test must run as root (CI and the dev machines do) to connect as another uid");
+    }
+    let env = env_with_codex();
+    let _launcher = env.up().await;
+    // The runtime dir is 0700: another user cannot even reach the socket; open
+    // it up so the peer check is what refuses.
+    use std::os::unix::fs::PermissionsExt;
+    let rt = env.runtime_dir();
+    std::fs::set_permissions(&rt, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let sock = env.socket(ServiceName::Session);
+    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o666)).unwrap();
+    // As uid 65534 (nobody): connect and send an HTTP/2 preface; the server
+    // closes the connection instead of answering.
+    let sock_str = sock.display().to_string();
+    let out = std::process::Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "python3",
+            "-c",
+        ])
+        .arg(format!(
+            "import socket,sys\ns=socket.socket(socket.AF_UNIX)\ns.connect({sock_str:?})\n\
+             s.sendall(b'PRI * HTTP/2.0\\r\\n\\r\\nSM\\r\\n\\r\\n'+bytes([0,0,0,4,0,0,0,0,0]))\n\
+             s.settimeout(5)\ndata=s.recv(100)\nprint('got', len(data))"
+        ))
+        .output()
+        .expect("setpriv");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stdout.contains("got 0") || stderr.contains("Connection reset"),
+        "another uid was served: stdout={stdout} stderr={stderr}"
+    );
+    // The same bytes as this user get a SETTINGS frame back.
+    let out = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(format!(
+            "import socket\ns=socket.socket(socket.AF_UNIX)\ns.connect({sock_str:?})\n\
+             s.sendall(b'PRI * HTTP/2.0\\r\\n\\r\\nSM\\r\\n\\r\\n'+bytes([0,0,0,4,0,0,0,0,0]))\n\
+             s.settimeout(5)\nprint('got', len(s.recv(100)))"
+        ))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.starts_with("got ") && !stdout.contains("got 0"),
+        "same user not served: {stdout}"
+    );
+}
