@@ -1,0 +1,318 @@
+//! Claude Code (`claude -p --output-format stream-json --verbose`).
+//!
+//! Output: `system`/`init` carries `session_id`; chat is the `text` blocks of top-level
+//! `assistant` messages (tool use and thinking blocks are not chat, and neither are messages of
+//! sub-agents, which carry a `parent_tool_use_id`). When partial messages are on, `stream_event`
+//! `text_delta`s arrive first and the completed `assistant` message repeats them; the parser
+//! remembers which message ids were streamed and does not emit them again.
+//!
+//! A failed API call shows up as a *synthetic* assistant message (`model: "<synthetic>"`, a
+//! top-level `error` field) holding "API Error: …", then `result` with `is_error: true`. That text
+//! is the error's message and is not chat, so synthetic messages are held until `result`
+//! decides: error → [`Event::Error`], success → [`Event::Chat`].
+//!
+//! Usage comes from `result.usage` and covers this invocation only (increments). Anthropic's
+//! `input_tokens` excludes cached prompt tokens, so `cache_creation_input_tokens` and
+//! `cache_read_input_tokens` are added to make `input` mean "all prompt tokens" as for the other
+//! providers.
+
+use serde_json::{Value, json};
+
+use super::{
+    CommandLine, Event, LineParser, SessionOnce, TurnSpec, json_object, str_at, text_blocks, u64_at,
+};
+
+pub const PROGRAM: &str = "claude";
+
+/// `claude -p …`, prompt on stdin. Runs in the workspace (`cwd`): claude has no directory flag.
+/// As root it needs `IS_SANDBOX=1` in its environment (the spawner's job).
+pub fn command(turn: &TurnSpec) -> CommandLine {
+    let mut cmd = CommandLine::new(PROGRAM, turn);
+    cmd.arg("-p")
+        .arg("--output-format")
+        .arg("stream-json")
+        .arg("--verbose")
+        .arg("--dangerously-skip-permissions");
+    if let Some(model) = &turn.model {
+        cmd.arg("--model").arg(model);
+    }
+    if let Some(effort) = &turn.effort {
+        cmd.arg("--effort").arg(effort);
+    }
+    if let Some(id) = &turn.resume_id {
+        cmd.arg("--resume").arg(id);
+    }
+    cmd
+}
+
+#[derive(Debug, Default)]
+pub struct Parser {
+    session: SessionOnce,
+    /// Id of the message the current `stream_event`s belong to.
+    streaming: Option<String>,
+    /// Messages whose text already went out as deltas.
+    streamed: Vec<String>,
+    /// Text of synthetic assistant messages, waiting for `result`.
+    synthetic: Option<String>,
+    synthetic_is_error: bool,
+    done: bool,
+}
+
+fn top_level(v: &Value) -> bool {
+    v.get("parent_tool_use_id").is_none_or(Value::is_null)
+}
+
+impl Parser {
+    fn stream_event(&mut self, event: &Value, out: &mut Vec<Event>) {
+        match str_at(event, "type") {
+            Some("message_start") => {
+                let id = event.get("message").and_then(|m| str_at(m, "id"));
+                self.streaming = Some(id.unwrap_or_default().to_owned());
+            }
+            Some("content_block_delta") => {
+                let delta = event.get("delta").unwrap_or(&Value::Null);
+                if str_at(delta, "type") != Some("text_delta") {
+                    return;
+                }
+                if let Some(text) = str_at(delta, "text").filter(|t| !t.is_empty()) {
+                    let id = self.streaming.clone().unwrap_or_default();
+                    if !self.streamed.contains(&id) {
+                        self.streamed.push(id);
+                    }
+                    out.push(Event::ChatDelta(text.to_owned()));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn assistant(&mut self, v: &Value, out: &mut Vec<Event>) {
+        let message = v.get("message").unwrap_or(&Value::Null);
+        let texts = text_blocks(message.get("content"));
+        if texts.is_empty() {
+            return;
+        }
+        let is_error = v.get("error").is_some_and(|e| !e.is_null());
+        if is_error || str_at(message, "model") == Some("<synthetic>") {
+            let held = self.synthetic.get_or_insert_with(String::new);
+            for text in texts {
+                if !held.is_empty() {
+                    held.push('\n');
+                }
+                held.push_str(&text);
+            }
+            self.synthetic_is_error |= is_error;
+            return;
+        }
+        let id = str_at(message, "id").unwrap_or_default();
+        if self.streamed.iter().any(|s| s == id) {
+            return;
+        }
+        out.extend(texts.into_iter().map(Event::Chat));
+    }
+
+    fn result(&mut self, v: &Value, out: &mut Vec<Event>) {
+        if self.done {
+            return;
+        }
+        self.done = true;
+        if let Some(u) = v.get("usage") {
+            let input = u64_at(u, "input_tokens")
+                .saturating_add(u64_at(u, "cache_creation_input_tokens"))
+                .saturating_add(u64_at(u, "cache_read_input_tokens"));
+            let output = u64_at(u, "output_tokens");
+            if input > 0 || output > 0 {
+                out.push(Event::usage(input, output, false));
+            }
+        }
+        let subtype = str_at(v, "subtype").unwrap_or_default();
+        let failed = v.get("is_error").and_then(Value::as_bool) == Some(true)
+            || subtype.starts_with("error");
+        let synthetic = self.synthetic.take();
+        if !failed {
+            out.extend(synthetic.map(Event::Chat));
+            return;
+        }
+        let errors = v.get("errors").and_then(Value::as_array).map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join("\n")
+        });
+        let message = synthetic
+            .or_else(|| str_at(v, "result").map(str::to_owned))
+            .or(errors)
+            .filter(|m| !m.is_empty())
+            .unwrap_or_else(|| format!("claude failed ({subtype})"));
+        let details = v
+            .get("api_error_status")
+            .filter(|s| !s.is_null())
+            .map(|s| json!({ "api_error_status": s }));
+        out.push(Event::Error { message, details });
+    }
+}
+
+impl LineParser for Parser {
+    fn parse_line(&mut self, line: &str) -> Vec<Event> {
+        let mut out = Vec::new();
+        let Some(obj) = json_object(line) else {
+            return out;
+        };
+        let v = Value::Object(obj);
+        match str_at(&v, "type").unwrap_or_default() {
+            "system" if str_at(&v, "subtype") == Some("init") => {
+                self.session.offer(str_at(&v, "session_id"), &mut out)
+            }
+            "stream_event" if top_level(&v) => {
+                if let Some(event) = v.get("event") {
+                    self.stream_event(event, &mut out);
+                }
+            }
+            "assistant" if top_level(&v) => self.assistant(&v, &mut out),
+            "result" => self.result(&v, &mut out),
+            _ => {}
+        }
+        out
+    }
+
+    fn finish(&mut self) -> Vec<Event> {
+        // No `result` line (claude was killed or crashed): decide on what was held.
+        match self.synthetic.take() {
+            Some(message) if self.synthetic_is_error => vec![Event::Error {
+                message,
+                details: None,
+            }],
+            Some(text) => vec![Event::Chat(text)],
+            None => Vec::new(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Provider;
+    use super::super::testutil::*;
+    use super::*;
+
+    const SESSION: &str = "96322f40-dcc6-4052-b9dc-a96dd23d58a5";
+
+    #[test]
+    fn run1_text_after_tool_use() {
+        assert_stream(
+            Provider::Claude,
+            &fixture("claude_run1.jsonl"),
+            &[
+                session(SESSION),
+                chat("MOCK_DONE: the command ran."),
+                usage(222, 44, false),
+            ],
+        );
+    }
+
+    #[test]
+    fn run2_deltas_are_not_repeated_by_the_completed_message() {
+        assert_stream(
+            Provider::Claude,
+            &fixture("claude_run2.jsonl"),
+            &[
+                session(SESSION),
+                delta("MOCK_DON"),
+                delta("E: the command ran."),
+                usage(111, 22, false),
+            ],
+        );
+    }
+
+    #[test]
+    fn err_synthetic_text_is_the_error_not_chat() {
+        assert_stream(
+            Provider::Claude,
+            &fixture("claude_err.jsonl"),
+            &[
+                session("2fa108e0-df14-4e95-beff-2f4ddfb51b5d"),
+                error(
+                    "API Error: 400 mock anthropic error 400",
+                    Some(json!({"api_error_status": 400})),
+                ),
+            ],
+        );
+    }
+
+    #[test]
+    fn cache_tokens_count_as_input() {
+        let mut p = Parser::default();
+        let got = p.parse_line(
+            r#"{"type":"result","is_error":false,"usage":{"input_tokens":5,"cache_creation_input_tokens":100,"cache_read_input_tokens":1000,"output_tokens":7}}"#,
+        );
+        assert_eq!(got, vec![usage(1105, 7, false)]);
+    }
+
+    #[test]
+    fn subagent_and_non_text_blocks_are_not_chat() {
+        let mut p = Parser::default();
+        let sub = r#"{"type":"assistant","parent_tool_use_id":"toolu_1","message":{"id":"m1","content":[{"type":"text","text":"inner"}]}}"#;
+        assert!(p.parse_line(sub).is_empty());
+        let mixed = r#"{"type":"assistant","parent_tool_use_id":null,"message":{"id":"m2","content":[{"type":"thinking","thinking":"hm"},{"type":"text","text":"a"},{"type":"tool_use","id":"t","name":"Bash","input":{}},{"type":"text","text":"b"}]}}"#;
+        assert_eq!(p.parse_line(mixed), vec![chat("a"), chat("b")]);
+    }
+
+    #[test]
+    fn synthetic_without_result_follows_its_error_flag() {
+        let mut p = Parser::default();
+        p.parse_line(r#"{"type":"assistant","error":"unknown","message":{"model":"<synthetic>","content":[{"type":"text","text":"API Error: boom"}]}}"#);
+        assert_eq!(p.finish(), vec![error("API Error: boom", None)]);
+
+        let mut p = Parser::default();
+        p.parse_line(r#"{"type":"assistant","message":{"model":"<synthetic>","content":[{"type":"text","text":"No response requested."}]}}"#);
+        assert_eq!(
+            p.parse_line(r#"{"type":"result","subtype":"success","is_error":false}"#),
+            vec![chat("No response requested.")]
+        );
+    }
+
+    #[test]
+    fn error_result_without_synthetic_text() {
+        let mut p = Parser::default();
+        assert_eq!(
+            p.parse_line(r#"{"type":"result","subtype":"error_max_turns","is_error":true}"#),
+            vec![error("claude failed (error_max_turns)", None)]
+        );
+    }
+
+    #[test]
+    fn command_lines() {
+        let first = command(&turn("hi", None, None, None));
+        assert_eq!(first.program, "claude");
+        assert_eq!(
+            args(&first),
+            [
+                "-p",
+                "--output-format",
+                "stream-json",
+                "--verbose",
+                "--dangerously-skip-permissions"
+            ]
+        );
+        assert_eq!(first.stdin.as_deref(), Some("hi"));
+        assert_eq!(first.cwd, std::path::Path::new("/ws/a b"));
+
+        let full = command(&turn(
+            "more",
+            Some("claude-sonnet-4-5"),
+            Some("high"),
+            Some(SESSION),
+        ));
+        assert_eq!(
+            args(&full)[5..],
+            [
+                "--model",
+                "claude-sonnet-4-5",
+                "--effort",
+                "high",
+                "--resume",
+                SESSION
+            ]
+        );
+        assert_eq!(full.stdin.as_deref(), Some("more"));
+    }
+}

@@ -1,0 +1,126 @@
+//! Cursor Agent (`cursor-agent -p --output-format stream-json`).
+//!
+//! Output (documented format, no captured run; see `testdata/README.md`): every line carries
+//! `session_id`; `type: "assistant"` lines hold one complete message whose `text` blocks are chat
+//! (Pedelec does not pass `--stream-partial-output`, so no deltas arrive). `user` echoes,
+//! `thinking` and `tool_call` lines are not chat, and the terminal `result.result` repeats the
+//! whole text, so it is not chat either. `result` with `is_error: true` is the turn's error.
+//! Cursor reports no token usage.
+
+use serde_json::Value;
+
+use super::{
+    CommandLine, Event, LineParser, SessionOnce, TurnSpec, json_object, str_at, text_blocks,
+};
+
+pub const PROGRAM: &str = "cursor-agent";
+
+/// `cursor-agent -p …`, prompt on stdin. Effort has no flag: it is part of the model choice.
+pub fn command(turn: &TurnSpec) -> CommandLine {
+    let mut cmd = CommandLine::new(PROGRAM, turn);
+    cmd.arg("-p")
+        .arg("--workspace")
+        .arg(&turn.workspace)
+        .arg("--output-format")
+        .arg("stream-json")
+        .arg("--force");
+    if let Some(model) = &turn.model {
+        cmd.arg("--model").arg(model);
+    }
+    if let Some(id) = &turn.resume_id {
+        cmd.arg("--resume").arg(id);
+    }
+    cmd
+}
+
+#[derive(Debug, Default)]
+pub struct Parser {
+    session: SessionOnce,
+    failed: bool,
+}
+
+impl LineParser for Parser {
+    fn parse_line(&mut self, line: &str) -> Vec<Event> {
+        let mut out = Vec::new();
+        let Some(obj) = json_object(line) else {
+            return out;
+        };
+        let v = Value::Object(obj);
+        self.session.offer(str_at(&v, "session_id"), &mut out);
+        match str_at(&v, "type").unwrap_or_default() {
+            "assistant" => {
+                let content = v.get("message").and_then(|m| m.get("content"));
+                out.extend(text_blocks(content).into_iter().map(Event::Chat));
+            }
+            "result"
+                if !self.failed && v.get("is_error").and_then(Value::as_bool) == Some(true) =>
+            {
+                self.failed = true;
+                let message = str_at(&v, "result")
+                    .filter(|m| !m.is_empty())
+                    .unwrap_or("cursor-agent failed")
+                    .to_owned();
+                out.push(Event::Error {
+                    message,
+                    details: None,
+                });
+            }
+            _ => {}
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Provider;
+    use super::super::testutil::*;
+    use super::*;
+
+    #[test]
+    fn run1_documented_stream() {
+        assert_stream(
+            Provider::Cursor,
+            &testdata("cursor_run1.jsonl"),
+            &[
+                session("5f3c2a1e-0b7d-4c8e-9a6f-1d2e3f4a5b6c"),
+                chat("I'll run it now."),
+                chat("MOCK_DONE: the command ran — ✓"),
+            ],
+        );
+    }
+
+    #[test]
+    fn err_result() {
+        assert_stream(
+            Provider::Cursor,
+            &testdata("cursor_err.jsonl"),
+            &[
+                session("9a8b7c6d-5e4f-4321-8765-43210fedcba9"),
+                error("mock model error 400", None),
+            ],
+        );
+    }
+
+    #[test]
+    fn command_lines() {
+        let first = command(&turn("hi", None, Some("high"), None));
+        assert_eq!(first.program, "cursor-agent");
+        assert_eq!(
+            args(&first),
+            [
+                "-p",
+                "--workspace",
+                "/ws/a b",
+                "--output-format",
+                "stream-json",
+                "--force"
+            ]
+        );
+        assert_eq!(first.stdin.as_deref(), Some("hi"));
+
+        let full = command(&turn("more", Some("sonnet-4"), None, Some("S1")));
+        assert_eq!(args(&full)[6..], ["--model", "sonnet-4", "--resume", "S1"]);
+        assert_eq!(full.stdin.as_deref(), Some("more"));
+    }
+}

@@ -1,0 +1,393 @@
+//! Pure, in-process half of the provider adapters (DESIGN.md §8).
+//!
+//! For each provider this module builds the command line of one turn ([`CommandLine`]) and turns
+//! the CLI's stdout, a stream of JSON lines, into [`Event`]s. Nothing here spawns processes or
+//! does I/O, so every rule can be tested against the captured transcripts in
+//! `shared/fixtures/provider-transcripts/`.
+//!
+//! Driving a turn, in short:
+//!
+//! ```text
+//! let cmd = Provider::Codex.command(&turn);        // spawn cmd.program/args in cmd.cwd
+//! let mut decoder = Decoder::new(Provider::Codex);   // stdin: cmd.stdin, or /dev/null if None
+//! for chunk in stdout_chunks { events.extend(decoder.push(&chunk)); }
+//! events.extend(decoder.finish());                   // at EOF
+//! ```
+//!
+//! Event semantics shared by all providers:
+//! - `SessionId` comes at most once per parser (the provider's own session/thread id, used as
+//!   `resume_id` of the next turn).
+//! - `ChatDelta` is a fragment of an assistant message; `Chat` is a whole assistant message that
+//!   was *not* already streamed as deltas. Concatenating both in order gives the visible text
+//!   exactly once.
+//! - `Usage { cumulative: false }` is an increment to add to the thread's running total;
+//!   `cumulative: true` is the thread's total so far and replaces it (codex reports that way).
+//!   `input` counts every prompt token the model read, cached or not (cache reads and cache
+//!   writes included) so the numbers compare across providers; `output` is what the provider
+//!   reports as output tokens; `total = input + output`.
+//! - `Error` is the turn's failure with the provider's own message; at most one per turn.
+//!   Transient notices (codex "Reconnecting…") and warnings are never errors.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+pub mod antigravity;
+pub mod claude;
+pub mod codex;
+pub mod cursor;
+pub mod ollama;
+pub mod opencode;
+
+/// Longest line accepted from a provider's stdout, in bytes (newline excluded).
+pub const MAX_LINE: usize = 1 << 20;
+
+/// What a provider's output means to Pedelec.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    SessionId(String),
+    ChatDelta(String),
+    Chat(String),
+    Usage {
+        input: u64,
+        output: u64,
+        total: u64,
+        cumulative: bool,
+    },
+    Error {
+        message: String,
+        details: Option<serde_json::Value>,
+    },
+}
+
+impl Event {
+    fn usage(input: u64, output: u64, cumulative: bool) -> Event {
+        Event::Usage {
+            input,
+            output,
+            total: input.saturating_add(output),
+            cumulative,
+        }
+    }
+}
+
+/// One turn to run.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TurnSpec {
+    pub workspace: PathBuf,
+    pub prompt: String,
+    pub model: Option<String>,
+    pub effort: Option<String>,
+    /// The provider session id from an earlier turn's [`Event::SessionId`].
+    pub resume_id: Option<String>,
+}
+
+/// A process to start for one turn.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CommandLine {
+    /// Bare program name, looked up on `PATH` (the caller may substitute an absolute path).
+    pub program: String,
+    pub args: Vec<OsString>,
+    /// Working directory. Always the workspace: claude and agy have no workspace flag and take
+    /// it from the cwd.
+    pub cwd: PathBuf,
+    /// Bytes to write to stdin, then close it. `None` means stdin must be `/dev/null` (agy takes
+    /// the prompt in argv and must not wait on an open pipe).
+    pub stdin: Option<String>,
+}
+
+impl CommandLine {
+    fn new(program: &str, turn: &TurnSpec) -> Self {
+        CommandLine {
+            program: program.to_owned(),
+            args: Vec::new(),
+            cwd: turn.workspace.clone(),
+            stdin: Some(turn.prompt.clone()),
+        }
+    }
+
+    fn arg(&mut self, a: impl Into<OsString>) -> &mut Self {
+        self.args.push(a.into());
+        self
+    }
+}
+
+/// Turns one provider's stdout lines into events.
+pub trait LineParser: Send {
+    /// Parses one line (without its newline). Never panics; lines that are not JSON or not
+    /// understood yield nothing.
+    fn parse_line(&mut self, line: &str) -> Vec<Event>;
+
+    /// Called at end of stream: emits anything held back while waiting for a later line
+    /// (for example an error that a final failure line would have confirmed).
+    fn finish(&mut self) -> Vec<Event> {
+        Vec::new()
+    }
+}
+
+/// The providers Pedelec can launch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Provider {
+    Codex,
+    Claude,
+    Opencode,
+    Cursor,
+    Antigravity,
+    Ollama,
+}
+
+impl Provider {
+    pub const ALL: [Provider; 6] = [
+        Provider::Codex,
+        Provider::Claude,
+        Provider::Opencode,
+        Provider::Cursor,
+        Provider::Antigravity,
+        Provider::Ollama,
+    ];
+
+    /// Stable id used in settings and the API.
+    pub fn id(self) -> &'static str {
+        match self {
+            Provider::Codex => "codex",
+            Provider::Claude => "claude",
+            Provider::Opencode => "opencode",
+            Provider::Cursor => "cursor",
+            Provider::Antigravity => "antigravity",
+            Provider::Ollama => "ollama",
+        }
+    }
+
+    pub fn from_id(id: &str) -> Option<Provider> {
+        Provider::ALL.into_iter().find(|p| p.id() == id)
+    }
+
+    /// The executable, as looked up on `PATH`.
+    pub fn program(self) -> &'static str {
+        match self {
+            Provider::Codex => codex::PROGRAM,
+            Provider::Claude => claude::PROGRAM,
+            Provider::Opencode => opencode::PROGRAM,
+            Provider::Cursor => cursor::PROGRAM,
+            Provider::Antigravity => antigravity::PROGRAM,
+            Provider::Ollama => ollama::PROGRAM,
+        }
+    }
+
+    /// Whether a turn without a model cannot run (`MODEL_REQUIRED`): the other CLIs fall back
+    /// to their own configured default.
+    pub fn requires_model(self) -> bool {
+        matches!(self, Provider::Ollama)
+    }
+
+    pub fn command(self, turn: &TurnSpec) -> CommandLine {
+        match self {
+            Provider::Codex => codex::command(turn),
+            Provider::Claude => claude::command(turn),
+            Provider::Opencode => opencode::command(turn),
+            Provider::Cursor => cursor::command(turn),
+            Provider::Antigravity => antigravity::command(turn),
+            Provider::Ollama => ollama::command(turn),
+        }
+    }
+
+    pub fn parser(self) -> Box<dyn LineParser> {
+        match self {
+            Provider::Codex => Box::new(codex::Parser::default()),
+            Provider::Claude => Box::new(claude::Parser::default()),
+            Provider::Opencode => Box::new(opencode::Parser::default()),
+            Provider::Cursor => Box::new(cursor::Parser::default()),
+            Provider::Antigravity => Box::new(antigravity::Parser::default()),
+            Provider::Ollama => Box::new(ollama::Parser::default()),
+        }
+    }
+}
+
+/// An over-long line was dropped.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LineError {
+    #[error("line longer than {MAX_LINE} bytes discarded")]
+    TooLong,
+}
+
+/// Cuts a byte stream into lines, whatever the chunk boundaries.
+///
+/// Lines end at `\n`; a `\r` before it is dropped. Bytes that are not UTF-8 are replaced
+/// (U+FFFD) rather than failing the line, since providers only emit JSON (ASCII-safe) and a
+/// stray byte must not cost the rest of the turn. Memory stays bounded by [`MAX_LINE`]: a longer
+/// line yields one [`LineError::TooLong`] as soon as it crosses the limit and its remaining
+/// bytes are skipped up to the next newline.
+#[derive(Debug, Default)]
+pub struct LineSplitter {
+    buf: Vec<u8>,
+    discarding: bool,
+}
+
+impl LineSplitter {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Feeds a chunk; returns the lines it completed, in order.
+    pub fn push(&mut self, mut chunk: &[u8]) -> Vec<Result<String, LineError>> {
+        let mut out = Vec::new();
+        while !chunk.is_empty() {
+            let (segment, ends_line) = match chunk.iter().position(|&b| b == b'\n') {
+                Some(i) => (&chunk[..i], true),
+                None => (chunk, false),
+            };
+            chunk = &chunk[segment.len() + usize::from(ends_line)..];
+
+            if self.discarding {
+                // Still inside a line already reported as too long.
+                self.discarding = !ends_line;
+                continue;
+            }
+            if self.buf.len() + segment.len() > MAX_LINE {
+                out.push(Err(LineError::TooLong));
+                self.buf = Vec::new();
+                self.discarding = !ends_line;
+                continue;
+            }
+            self.buf.extend_from_slice(segment);
+            if ends_line {
+                out.push(Ok(self.take_line()));
+            }
+        }
+        out
+    }
+
+    /// End of stream: the last line if it had no newline.
+    pub fn finish(&mut self) -> Option<Result<String, LineError>> {
+        self.discarding = false;
+        if self.buf.is_empty() {
+            None
+        } else {
+            Some(Ok(self.take_line()))
+        }
+    }
+
+    fn take_line(&mut self) -> String {
+        let mut line = std::mem::take(&mut self.buf);
+        if line.last() == Some(&b'\r') {
+            line.pop();
+        }
+        match String::from_utf8(line) {
+            Ok(s) => s,
+            Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+        }
+    }
+}
+
+/// A [`LineSplitter`] feeding a provider's [`LineParser`]: raw stdout chunks in, events out.
+pub struct Decoder {
+    splitter: LineSplitter,
+    parser: Box<dyn LineParser>,
+    dropped_lines: u64,
+}
+
+impl Decoder {
+    pub fn new(provider: Provider) -> Self {
+        Self::with_parser(provider.parser())
+    }
+
+    pub fn with_parser(parser: Box<dyn LineParser>) -> Self {
+        Decoder {
+            splitter: LineSplitter::new(),
+            parser,
+            dropped_lines: 0,
+        }
+    }
+
+    pub fn push(&mut self, chunk: &[u8]) -> Vec<Event> {
+        let lines = self.splitter.push(chunk);
+        self.parse_all(lines)
+    }
+
+    /// End of stdout: parses a final unterminated line and flushes the parser.
+    pub fn finish(&mut self) -> Vec<Event> {
+        let last = self.splitter.finish();
+        let mut events = self.parse_all(last);
+        events.extend(self.parser.finish());
+        events
+    }
+
+    /// Over-long lines skipped so far. They are not turn errors: in practice they are echoes of
+    /// big tool output (claude's `tool_use_result`), so the caller should only log them.
+    pub fn dropped_lines(&self) -> u64 {
+        self.dropped_lines
+    }
+
+    fn parse_all(
+        &mut self,
+        lines: impl IntoIterator<Item = Result<String, LineError>>,
+    ) -> Vec<Event> {
+        let mut events = Vec::new();
+        for line in lines {
+            match line {
+                Ok(line) => events.extend(self.parser.parse_line(&line)),
+                Err(LineError::TooLong) => self.dropped_lines += 1,
+            }
+        }
+        events
+    }
+}
+
+/// Parses a line as a JSON object; anything else is not provider output we understand.
+fn json_object(line: &str) -> Option<serde_json::Map<String, serde_json::Value>> {
+    let line = line.trim();
+    if !line.starts_with('{') {
+        return None;
+    }
+    match serde_json::from_str(line) {
+        Ok(serde_json::Value::Object(map)) => Some(map),
+        _ => None,
+    }
+}
+
+/// `v[key]` as a string, if it is one.
+fn str_at<'a>(v: &'a serde_json::Value, key: &str) -> Option<&'a str> {
+    v.get(key).and_then(serde_json::Value::as_str)
+}
+
+/// `v[key]` as a token count: missing, negative or non-integer counts are 0.
+fn u64_at(v: &serde_json::Value, key: &str) -> u64 {
+    v.get(key).and_then(serde_json::Value::as_u64).unwrap_or(0)
+}
+
+/// The `text` of every `{"type":"text"}` block of a content array (claude and cursor messages),
+/// skipping tool use, thinking and empty blocks.
+fn text_blocks(content: Option<&serde_json::Value>) -> Vec<String> {
+    let Some(blocks) = content.and_then(serde_json::Value::as_array) else {
+        return Vec::new();
+    };
+    blocks
+        .iter()
+        .filter(|b| str_at(b, "type") == Some("text"))
+        .filter_map(|b| str_at(b, "text"))
+        .filter(|t| !t.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Emits the first non-empty session id only: providers repeat it on every line.
+#[derive(Debug, Default)]
+struct SessionOnce {
+    seen: bool,
+}
+
+impl SessionOnce {
+    fn offer(&mut self, id: Option<&str>, out: &mut Vec<Event>) {
+        if let Some(id) = id.filter(|id| !id.is_empty())
+            && !self.seen
+        {
+            self.seen = true;
+            out.push(Event::SessionId(id.to_owned()));
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod testutil;
+
+#[cfg(test)]
+mod tests;

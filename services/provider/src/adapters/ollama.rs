@@ -1,0 +1,151 @@
+//! Ollama, through Pedelec's own agent (`pedelec-agent`).
+//!
+//! # Command line
+//!
+//! `pedelec-agent --model M --workspace W [--session-id ID]`, run in `W`, prompt on stdin (read
+//! to EOF). `--model` is required ([`super::Provider::requires_model`]); effort has no flag, it is
+//! part of the model choice.
+//!
+//! # Stdout contract (JSON Lines, UTF-8, one object per line)
+//!
+//! Every line is a JSON object with a string `type`. Unknown types and unknown fields are
+//! ignored, so the agent can add either without breaking older services; anything that is not a
+//! JSON object (for example a stray log line) is ignored too. Diagnostics go to stderr.
+//!
+//! | line | meaning |
+//! |---|---|
+//! | `{"type":"session","id":"…"}` | the agent's session id; passed back as `--session-id` on the next turn. Print it first, once. |
+//! | `{"type":"chat_delta","text":"…"}` | a fragment of the assistant message being streamed |
+//! | `{"type":"chat","text":"…"}` | a whole assistant message. After `chat_delta`s it closes the streamed message and repeats its full text, which Pedelec then drops (the deltas already carried it). Without deltas before it, it is the message. |
+//! | `{"type":"usage","input":N,"output":N}` | tokens of one model call, an increment: `input` = prompt tokens (Ollama's `prompt_eval_count`), `output` = generated tokens (`eval_count`) |
+//! | `{"type":"error","message":"…","details":{…}?}` | the turn failed; `message` is shown to the user, optional `details` is any JSON. At most one, then exit non-zero. |
+//!
+//! Example turn:
+//!
+//! ```text
+//! {"type":"session","id":"a1"}
+//! {"type":"chat_delta","text":"Hel"}
+//! {"type":"chat_delta","text":"lo"}
+//! {"type":"chat","text":"Hello"}
+//! {"type":"usage","input":120,"output":2}
+//! ```
+
+use serde_json::Value;
+
+use super::{CommandLine, Event, LineParser, SessionOnce, TurnSpec, json_object, str_at, u64_at};
+
+pub const PROGRAM: &str = "pedelec-agent";
+
+pub fn command(turn: &TurnSpec) -> CommandLine {
+    let mut cmd = CommandLine::new(PROGRAM, turn);
+    if let Some(model) = &turn.model {
+        cmd.arg("--model").arg(model);
+    }
+    cmd.arg("--workspace").arg(&turn.workspace);
+    if let Some(id) = &turn.resume_id {
+        cmd.arg("--session-id").arg(id);
+    }
+    cmd
+}
+
+#[derive(Debug, Default)]
+pub struct Parser {
+    session: SessionOnce,
+    /// Deltas were sent for the message the next `chat` line closes.
+    streaming: bool,
+    failed: bool,
+}
+
+impl LineParser for Parser {
+    fn parse_line(&mut self, line: &str) -> Vec<Event> {
+        let mut out = Vec::new();
+        let Some(obj) = json_object(line) else {
+            return out;
+        };
+        let v = Value::Object(obj);
+        let text = str_at(&v, "text").filter(|t| !t.is_empty());
+        match str_at(&v, "type").unwrap_or_default() {
+            "session" => self.session.offer(str_at(&v, "id"), &mut out),
+            "chat_delta" => {
+                if let Some(text) = text {
+                    self.streaming = true;
+                    out.push(Event::ChatDelta(text.to_owned()));
+                }
+            }
+            "chat" => {
+                let streamed = std::mem::take(&mut self.streaming);
+                if !streamed {
+                    out.extend(text.map(|t| Event::Chat(t.to_owned())));
+                }
+            }
+            "usage" => {
+                let (input, output) = (u64_at(&v, "input"), u64_at(&v, "output"));
+                if input > 0 || output > 0 {
+                    out.push(Event::usage(input, output, false));
+                }
+            }
+            "error" if !self.failed => {
+                self.failed = true;
+                let message = str_at(&v, "message")
+                    .filter(|m| !m.is_empty())
+                    .unwrap_or("pedelec-agent failed")
+                    .to_owned();
+                let details = v.get("details").filter(|d| !d.is_null()).cloned();
+                out.push(Event::Error { message, details });
+            }
+            _ => {}
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Provider;
+    use super::super::testutil::*;
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn contract_example() {
+        let stream = concat!(
+            "{\"type\":\"session\",\"id\":\"a1\"}\n",
+            "agent log line that is not JSON\n",
+            "{\"type\":\"chat_delta\",\"text\":\"Hel\"}\n",
+            "{\"type\":\"chat_delta\",\"text\":\"lo ✓\"}\n",
+            "{\"type\":\"chat\",\"text\":\"Hello ✓\"}\n",
+            "{\"type\":\"tool\",\"name\":\"x\"}\n",
+            "{\"type\":\"usage\",\"input\":120,\"output\":2}\n",
+            "{\"type\":\"chat\",\"text\":\"Second, unstreamed\"}\n",
+            "{\"type\":\"error\",\"message\":\"ollama: model not found\",\"details\":{\"status\":404}}\n",
+            "{\"type\":\"error\",\"message\":\"again\"}",
+        );
+        assert_stream(
+            Provider::Ollama,
+            stream.as_bytes(),
+            &[
+                session("a1"),
+                delta("Hel"),
+                delta("lo ✓"),
+                usage(120, 2, false),
+                chat("Second, unstreamed"),
+                error("ollama: model not found", Some(json!({"status": 404}))),
+            ],
+        );
+    }
+
+    #[test]
+    fn command_lines() {
+        let first = command(&turn("hi", Some("qwen3:8b"), Some("high"), None));
+        assert_eq!(first.program, "pedelec-agent");
+        assert_eq!(
+            args(&first),
+            ["--model", "qwen3:8b", "--workspace", "/ws/a b"]
+        );
+        assert_eq!(first.stdin.as_deref(), Some("hi"));
+
+        let resumed = command(&turn("more", Some("qwen3:8b"), None, Some("a1")));
+        assert_eq!(args(&resumed)[4..], ["--session-id", "a1"]);
+        assert_eq!(resumed.stdin.as_deref(), Some("more"));
+    }
+}

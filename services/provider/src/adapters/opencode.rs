@@ -1,0 +1,188 @@
+//! OpenCode (`opencode run --format json`).
+//!
+//! Output: every line carries the session as top-level `sessionID`; `type: "text"` lines hold a
+//! finished text part in `part.text` (tool use, step markers and reasoning are not chat);
+//! `step_finish.part.tokens` is the usage of one model call (an increment). OpenCode's
+//! `tokens.input` leaves out cache reads and writes, which are added back so `input` means "all
+//! prompt tokens" as for the other providers. A failure is `type: "error"` with the provider's
+//! message in `error.data.message`; the whole `error` object is kept as details.
+
+use serde_json::Value;
+
+use super::{CommandLine, Event, LineParser, SessionOnce, TurnSpec, json_object, str_at, u64_at};
+
+pub const PROGRAM: &str = "opencode";
+
+/// `opencode run …`, prompt on stdin.
+///
+/// DESIGN.md §8 ends this command with `-`, but `opencode run` has no stdin marker: it joins
+/// its positional message words and then appends piped stdin after a newline, so a `-` would
+/// reach the model as a stray first line. With no positional message the prompt is stdin alone.
+pub fn command(turn: &TurnSpec) -> CommandLine {
+    let mut cmd = CommandLine::new(PROGRAM, turn);
+    cmd.arg("run")
+        .arg("--format")
+        .arg("json")
+        .arg("--dir")
+        .arg(&turn.workspace)
+        .arg("--dangerously-skip-permissions");
+    if let Some(model) = &turn.model {
+        cmd.arg("--model").arg(model);
+    }
+    if let Some(effort) = &turn.effort {
+        cmd.arg("--variant").arg(effort);
+    }
+    if let Some(id) = &turn.resume_id {
+        cmd.arg("--session").arg(id);
+    }
+    cmd
+}
+
+#[derive(Debug, Default)]
+pub struct Parser {
+    session: SessionOnce,
+    failed: bool,
+}
+
+impl LineParser for Parser {
+    fn parse_line(&mut self, line: &str) -> Vec<Event> {
+        let mut out = Vec::new();
+        let Some(obj) = json_object(line) else {
+            return out;
+        };
+        let v = Value::Object(obj);
+        self.session.offer(str_at(&v, "sessionID"), &mut out);
+        let part = v.get("part").unwrap_or(&Value::Null);
+        match str_at(&v, "type").unwrap_or_default() {
+            "text" => {
+                if let Some(text) = str_at(part, "text").filter(|t| !t.is_empty()) {
+                    out.push(Event::Chat(text.to_owned()));
+                }
+            }
+            "step_finish" => {
+                if let Some(tokens) = part.get("tokens") {
+                    let cache = tokens.get("cache").unwrap_or(&Value::Null);
+                    let input = u64_at(tokens, "input")
+                        .saturating_add(u64_at(cache, "read"))
+                        .saturating_add(u64_at(cache, "write"));
+                    let output = u64_at(tokens, "output");
+                    if input > 0 || output > 0 {
+                        out.push(Event::usage(input, output, false));
+                    }
+                }
+            }
+            "error" if !self.failed => {
+                self.failed = true;
+                let error = v.get("error").cloned();
+                let e = error.as_ref().unwrap_or(&Value::Null);
+                let message = e
+                    .get("data")
+                    .and_then(|d| str_at(d, "message"))
+                    .or_else(|| str_at(e, "message"))
+                    .or_else(|| str_at(e, "name"))
+                    .filter(|m| !m.is_empty())
+                    .unwrap_or("opencode failed")
+                    .to_owned();
+                out.push(Event::Error {
+                    message,
+                    details: error,
+                });
+            }
+            _ => {}
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Provider;
+    use super::super::testutil::*;
+    use super::*;
+
+    const SESSION: &str = "ses_dd2a7897fffeDHAglomGSUFLvm";
+
+    #[test]
+    fn run1_tool_step_then_text() {
+        assert_stream(
+            Provider::Opencode,
+            &fixture("opencode_run1.jsonl"),
+            &[
+                session(SESSION),
+                usage(100, 20, false),
+                chat("MOCK_DONE: the command ran."),
+                usage(100, 20, false),
+            ],
+        );
+    }
+
+    #[test]
+    fn run2_resumed() {
+        assert_stream(
+            Provider::Opencode,
+            &fixture("opencode_run2.jsonl"),
+            &[
+                session(SESSION),
+                chat("MOCK_DONE: the command ran."),
+                usage(100, 20, false),
+            ],
+        );
+    }
+
+    #[test]
+    fn err_keeps_provider_message() {
+        let bytes = fixture("opencode_err.jsonl");
+        let line = std::str::from_utf8(&bytes).unwrap().lines().next().unwrap();
+        let details = serde_json::from_str::<Value>(line).unwrap()["error"].clone();
+        assert_eq!(details["name"], "APIError");
+        assert_stream(
+            Provider::Opencode,
+            &bytes,
+            &[
+                session("ses_dd2a6ed6cffe5lSGvTfH8yCzcW"),
+                error("mock chat error 400", Some(details)),
+            ],
+        );
+    }
+
+    #[test]
+    fn cache_tokens_count_as_input() {
+        let mut p = Parser::default();
+        let got = p.parse_line(
+            r#"{"type":"step_finish","part":{"tokens":{"total":1,"input":10,"output":3,"reasoning":2,"cache":{"write":5,"read":50}}}}"#,
+        );
+        assert_eq!(got, vec![usage(65, 3, false)]);
+    }
+
+    #[test]
+    fn command_lines() {
+        let first = command(&turn("hi", None, None, None));
+        assert_eq!(first.program, "opencode");
+        assert_eq!(
+            args(&first),
+            [
+                "run",
+                "--format",
+                "json",
+                "--dir",
+                "/ws/a b",
+                "--dangerously-skip-permissions"
+            ]
+        );
+        assert_eq!(first.stdin.as_deref(), Some("hi"));
+
+        let full = command(&turn("more", Some("mock/m1"), Some("high"), Some(SESSION)));
+        assert_eq!(
+            args(&full)[6..],
+            [
+                "--model",
+                "mock/m1",
+                "--variant",
+                "high",
+                "--session",
+                SESSION
+            ]
+        );
+        assert_eq!(full.stdin.as_deref(), Some("more"));
+    }
+}
