@@ -1,1 +1,24 @@
+//! pedelecd: starts the four Pedelec services, waits for their health,
+//! restarts a crashed one with backoff, stops them all on SIGTERM, and serves
+//! SupervisorService on `launcher.sock`.
 
+pub mod backoff;
+pub mod cli;
+pub mod client;
+pub mod daemon;
+pub mod error;
+pub mod grpc;
+pub mod lock;
+pub mod supervisor;
+
+pub use error::LauncherError;
+pub use supervisor::{Supervisor, SupervisorConfig};
+
+use pedelec_common::{DataDir, RuntimeDir};
+
+/// The runtime and data dirs, resolved once from flags or the environment.
+#[derive(Clone, Debug)]
+pub struct Dirs {
+    pub runtime: RuntimeDir,
+    pub data: DataDir,
+}

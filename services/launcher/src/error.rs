@@ -1,0 +1,91 @@
+//! The launcher's one error enum, mapped here (and only here) to a gRPC status
+//! and to the CLI's exit code.
+
+use std::path::PathBuf;
+
+use pedelec_common::{Code, CodedError, CommonError};
+
+/// Exit codes of `pedelecd`, stable for scripts and tests.
+pub mod exit {
+    pub const OK: u8 = 0;
+    /// Failure: already running, start/stop failed, I/O.
+    pub const FAILURE: u8 = 1;
+    /// Usage error (clap) or a subcommand that is not available yet.
+    pub const USAGE: u8 = 2;
+    /// `status`: pedelecd is not running.
+    pub const NOT_RUNNING: u8 = 3;
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LauncherError {
+    #[error("pedelecd is already running (pid {pid}) on {}", socket.display())]
+    AlreadyRunning { pid: u32, socket: PathBuf },
+    #[error("pedelecd is not running")]
+    NotRunning,
+    #[error("{0}: not available yet")]
+    NotAvailable(&'static str),
+    #[error("unknown service {0:?} (expected provider, toolbridge, asset or session)")]
+    UnknownService(String),
+    #[error("{service} binary not found at {}", path.display())]
+    BinaryNotFound {
+        service: &'static str,
+        path: PathBuf,
+    },
+    #[error("cannot start {service} ({}): {source}", path.display())]
+    Spawn {
+        service: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    StartFailed(String),
+    #[error("pedelecd (pid {pid}) did not stop within {secs}s")]
+    StopTimeout { pid: u32, secs: u64 },
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("launcher RPC failed: {0}")]
+    Rpc(String),
+    #[error(transparent)]
+    Common(#[from] CommonError),
+}
+
+impl LauncherError {
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        LauncherError::Io {
+            path: path.into(),
+            source,
+        }
+    }
+
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            LauncherError::NotRunning => exit::NOT_RUNNING,
+            LauncherError::NotAvailable(_) => exit::USAGE,
+            _ => exit::FAILURE,
+        }
+    }
+
+    fn code(&self) -> Code {
+        match self {
+            LauncherError::UnknownService(_) => Code::INVALID_INPUT,
+            LauncherError::NotRunning => Code::CORE_UNAVAILABLE,
+            LauncherError::Common(e) => e.code(),
+            _ => Code::INTERNAL,
+        }
+    }
+
+    pub fn to_status(&self) -> tonic::Status {
+        CodedError::new(self.code(), self.to_string()).to_status()
+    }
+}
+
+impl From<LauncherError> for tonic::Status {
+    fn from(e: LauncherError) -> Self {
+        e.to_status()
+    }
+}

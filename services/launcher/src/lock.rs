@@ -1,0 +1,49 @@
+//! One launcher per runtime dir: an exclusive flock on `launcher.lock`, held for
+//! the launcher's life and released by the kernel however it ends. Checking the
+//! socket alone would let two launchers started at once both pass.
+
+use std::fs::File;
+use std::io::{Read, Seek, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+
+use crate::error::LauncherError;
+
+pub struct LauncherLock {
+    _file: File,
+}
+
+pub enum Acquired {
+    Locked(LauncherLock),
+    /// Another launcher holds it; its pid as written in the file, if readable.
+    Busy(Option<u32>),
+}
+
+pub fn acquire(path: &Path) -> Result<Acquired, LauncherError> {
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| LauncherError::io(path, e))?;
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let err = std::io::Error::last_os_error();
+        if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            let mut text = String::new();
+            let _ = file.read_to_string(&mut text);
+            return Ok(Acquired::Busy(text.trim().parse().ok()));
+        }
+        return Err(LauncherError::io(path, err));
+    }
+    let write = (|| {
+        file.set_len(0)?;
+        file.rewind()?;
+        writeln!(file, "{}", std::process::id())
+    })();
+    write.map_err(|e| LauncherError::io(path, e))?;
+    Ok(Acquired::Locked(LauncherLock { _file: file }))
+}

@@ -1,0 +1,556 @@
+//! The supervisor: owns the four service processes, one tokio task each, and
+//! restarts them when they crash. Plain Rust; the gRPC adapter sits on top.
+
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use pedelec_common::{DataDir, RuntimeDir, ServiceName, uds};
+use pedelec_proto::v1::ServiceState;
+use tokio::process::{Child, Command as ProcessCommand};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+
+use crate::backoff::{CrashTracker, Decision, RestartPolicy};
+use crate::error::LauncherError;
+
+/// How long a fresh process gets to answer its health check.
+pub const HEALTH_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often a starting service's health is polled.
+const HEALTH_POLL: Duration = Duration::from_millis(2);
+/// SIGTERM, then SIGKILL after this long.
+pub const STOP_GRACE: Duration = Duration::from_secs(3);
+
+#[derive(Clone, Debug)]
+pub struct SupervisorConfig {
+    pub runtime_dir: RuntimeDir,
+    pub data_dir: DataDir,
+    /// Where the service binaries are.
+    pub bin_dir: PathBuf,
+    pub policy: RestartPolicy,
+}
+
+/// One service as `Status` reports it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServiceSnapshot {
+    pub name: &'static str,
+    pub pid: u32,
+    pub socket: PathBuf,
+    pub state: ServiceState,
+    pub restarts: u32,
+    pub uptime: Duration,
+    pub last_exit: String,
+}
+
+#[derive(Clone, Debug)]
+pub struct LauncherSnapshot {
+    pub pid: u32,
+    pub started_at: SystemTime,
+    pub runtime_dir: PathBuf,
+    pub data_dir: PathBuf,
+    pub services: Vec<ServiceSnapshot>,
+}
+
+/// What a service task publishes about itself.
+#[derive(Clone, Debug)]
+struct Record {
+    state: ServiceState,
+    pid: u32,
+    restarts: u32,
+    healthy_since: Option<Instant>,
+    last_exit: String,
+}
+
+enum Command {
+    /// Answered once the new process is healthy (or could not be started).
+    Restart(oneshot::Sender<()>),
+    Stop(oneshot::Sender<()>),
+}
+
+struct Slot {
+    name: ServiceName,
+    socket: PathBuf,
+    record: watch::Receiver<Record>,
+    commands: mpsc::UnboundedSender<Command>,
+}
+
+pub struct Supervisor {
+    pid: u32,
+    started_at: SystemTime,
+    runtime_dir: PathBuf,
+    data_dir: PathBuf,
+    slots: Vec<Slot>,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Supervisor {
+    /// Spawns every supervised service at once (in `SUPERVISED` order) and
+    /// returns without waiting for their health; see [`Supervisor::wait_settled`].
+    pub fn start(config: SupervisorConfig) -> Result<Arc<Supervisor>, LauncherError> {
+        let logs = logs_dir(&config.runtime_dir)?;
+        let mut slots = Vec::new();
+        let mut tasks = Vec::new();
+        for name in ServiceName::SUPERVISED {
+            let (record_tx, record_rx) = watch::channel(Record {
+                state: ServiceState::Starting,
+                pid: 0,
+                restarts: 0,
+                healthy_since: None,
+                last_exit: String::new(),
+            });
+            let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
+            let socket = config.runtime_dir.socket(name);
+            let runner = Runner {
+                name,
+                binary: config.bin_dir.join(name.binary()),
+                socket: socket.clone(),
+                log: logs.join(format!("{}.log", name.as_str())),
+                runtime_dir: config.runtime_dir.path().to_path_buf(),
+                data_dir: config.data_dir.path().to_path_buf(),
+                policy: config.policy,
+                record: record_tx,
+            };
+            tasks.push(tokio::spawn(runner.run(cmd_rx)));
+            slots.push(Slot {
+                name,
+                socket,
+                record: record_rx,
+                commands: cmd_tx,
+            });
+        }
+        Ok(Arc::new(Supervisor {
+            pid: std::process::id(),
+            started_at: SystemTime::now(),
+            runtime_dir: config.runtime_dir.path().to_path_buf(),
+            data_dir: config.data_dir.path().to_path_buf(),
+            slots,
+            tasks: Mutex::new(tasks),
+        }))
+    }
+
+    pub fn snapshot(&self) -> LauncherSnapshot {
+        LauncherSnapshot {
+            pid: self.pid,
+            started_at: self.started_at,
+            runtime_dir: self.runtime_dir.clone(),
+            data_dir: self.data_dir.clone(),
+            services: self.slots.iter().map(Slot::snapshot).collect(),
+        }
+    }
+
+    /// Waits until every service is SERVING or FAILED; false on timeout.
+    pub async fn wait_settled(&self, limit: Duration) -> bool {
+        let all = async {
+            for slot in &self.slots {
+                let mut rx = slot.record.clone();
+                let _ = rx
+                    .wait_for(|r| matches!(r.state, ServiceState::Serving | ServiceState::Failed))
+                    .await;
+            }
+        };
+        tokio::time::timeout(limit, all).await.is_ok()
+    }
+
+    /// Stops the service (SIGTERM, SIGKILL after the grace), starts it again,
+    /// forgets its crashes, and answers once it is healthy.
+    pub async fn restart(&self, service: &str) -> Result<ServiceSnapshot, LauncherError> {
+        let slot = self
+            .slots
+            .iter()
+            .find(|s| s.name.as_str() == service)
+            .ok_or_else(|| LauncherError::UnknownService(service.to_string()))?;
+        let (tx, rx) = oneshot::channel();
+        slot.commands
+            .send(Command::Restart(tx))
+            .map_err(|_| LauncherError::Rpc("the supervisor is shutting down".into()))?;
+        let limit = STOP_GRACE + HEALTH_TIMEOUT + Duration::from_secs(1);
+        let _ = tokio::time::timeout(limit, rx).await;
+        Ok(slot.snapshot())
+    }
+
+    /// Stops every service at once and waits until all have exited.
+    pub async fn stop_all(&self) {
+        let mut acks = Vec::new();
+        for slot in &self.slots {
+            let (tx, rx) = oneshot::channel();
+            if slot.commands.send(Command::Stop(tx)).is_ok() {
+                acks.push(rx);
+            }
+        }
+        for ack in acks {
+            let _ = ack.await;
+        }
+        let tasks = std::mem::take(&mut *self.tasks.lock().expect("tasks lock"));
+        for task in tasks {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Slot {
+    fn snapshot(&self) -> ServiceSnapshot {
+        let r = self.record.borrow();
+        ServiceSnapshot {
+            name: self.name.as_str(),
+            pid: r.pid,
+            socket: self.socket.clone(),
+            state: r.state,
+            restarts: r.restarts,
+            uptime: r.healthy_since.map(|t| t.elapsed()).unwrap_or_default(),
+            last_exit: r.last_exit.clone(),
+        }
+    }
+}
+
+fn logs_dir(runtime_dir: &RuntimeDir) -> Result<PathBuf, LauncherError> {
+    let logs = runtime_dir.path().join("logs");
+    pedelec_common::paths::ensure_private_dir(&logs)?;
+    Ok(logs)
+}
+
+/// How a process ended, as `Status` shows it.
+pub fn describe_exit(status: ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exit {code}"),
+        (None, Some(sig)) => format!("signal {sig}"),
+        _ => "unknown".to_string(),
+    }
+}
+
+/// Sends `sig` to the process group led by `pid` (each service has its own),
+/// so helpers a service spawned in its group go with it.
+fn signal_group(pid: u32, sig: libc::c_int) {
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe {
+        libc::kill(-(pid as libc::pid_t), sig);
+    }
+}
+
+/// Runs in the forked child before exec: only async-signal-safe calls, no allocation.
+#[cfg(target_os = "linux")]
+fn die_with_launcher(launcher: libc::pid_t) -> std::io::Result<()> {
+    // SAFETY: prctl(PR_SET_PDEATHSIG) and getppid are async-signal-safe.
+    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // The launcher may have died between fork and prctl; nobody would signal us then.
+    if unsafe { libc::getppid() } != launcher {
+        return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+    }
+    Ok(())
+}
+
+#[cfg(not(target_os = "linux"))]
+fn die_with_launcher(_launcher: libc::pid_t) -> std::io::Result<()> {
+    Ok(())
+}
+
+/// Resolves once the service answers its health check with SERVING.
+async fn wait_serving(socket: PathBuf, name: ServiceName) {
+    loop {
+        // A wedged process must not hold up the poll loop.
+        let check = tokio::time::timeout(Duration::from_secs(1), uds::is_serving(&socket, name));
+        if let Ok(true) = check.await {
+            return;
+        }
+        tokio::time::sleep(HEALTH_POLL).await;
+    }
+}
+
+/// How one run of a service process ended.
+enum Ended {
+    Exited {
+        how: String,
+        healthy_for: Option<Duration>,
+    },
+    Restart(oneshot::Sender<()>),
+    Stop(Option<oneshot::Sender<()>>),
+}
+
+/// The task that keeps one service alive.
+struct Runner {
+    name: ServiceName,
+    binary: PathBuf,
+    socket: PathBuf,
+    log: PathBuf,
+    runtime_dir: PathBuf,
+    data_dir: PathBuf,
+    policy: RestartPolicy,
+    record: watch::Sender<Record>,
+}
+
+impl Runner {
+    async fn run(self, mut commands: mpsc::UnboundedReceiver<Command>) {
+        let service = self.name.as_str();
+        let mut tracker = CrashTracker::new(self.policy);
+        // Restart callers waiting for the next healthy process.
+        let mut waiters: Vec<oneshot::Sender<()>> = Vec::new();
+        loop {
+            let mut child = match self.spawn() {
+                Ok(child) => child,
+                Err(e) => {
+                    tracing::error!(service, error = %e, "cannot start service; marked failed");
+                    self.update(|r| {
+                        r.state = ServiceState::Failed;
+                        r.pid = 0;
+                        r.healthy_since = None;
+                        r.last_exit = e.to_string();
+                    });
+                    notify(&mut waiters);
+                    match self.idle(&mut commands, &mut tracker, &mut waiters).await {
+                        Some(()) => continue,
+                        None => return,
+                    }
+                }
+            };
+            let pid = child.id().unwrap_or(0);
+            tracing::info!(service, pid, "started");
+            self.update(|r| {
+                r.state = ServiceState::Starting;
+                r.pid = pid;
+                r.healthy_since = None;
+            });
+            match self
+                .supervise(&mut child, &mut commands, &mut waiters)
+                .await
+            {
+                Ended::Exited { how, healthy_for } => {
+                    self.update(|r| {
+                        r.pid = 0;
+                        r.healthy_since = None;
+                        r.last_exit = how.clone();
+                    });
+                    match tracker.on_crash(Instant::now(), healthy_for) {
+                        Decision::RestartAfter(delay) => {
+                            tracing::warn!(service, pid, exit = %how, ?delay, "service exited; restarting");
+                            self.update(|r| r.state = ServiceState::Backoff);
+                            tokio::select! {
+                                _ = tokio::time::sleep(delay) => {}
+                                cmd = commands.recv() => match cmd {
+                                    Some(Command::Restart(reply)) => {
+                                        tracker.reset();
+                                        waiters.push(reply);
+                                    }
+                                    Some(Command::Stop(reply)) => return self.stopped(Some(reply)),
+                                    None => return self.stopped(None),
+                                },
+                            }
+                            self.update(|r| r.restarts += 1);
+                        }
+                        Decision::GiveUp => {
+                            tracing::error!(
+                                service,
+                                exit = %how,
+                                crashes = self.policy.crash_limit,
+                                window = ?self.policy.crash_window,
+                                "service keeps crashing; marked failed, not restarting until a Restart request"
+                            );
+                            self.update(|r| r.state = ServiceState::Failed);
+                            notify(&mut waiters);
+                            if self
+                                .idle(&mut commands, &mut tracker, &mut waiters)
+                                .await
+                                .is_none()
+                            {
+                                return;
+                            }
+                        }
+                    }
+                }
+                Ended::Restart(reply) => {
+                    tracing::info!(service, pid, "restarting on request");
+                    tracker.reset();
+                    waiters.push(reply);
+                    self.update(|r| {
+                        r.restarts += 1;
+                        r.pid = 0;
+                        r.last_exit = "restarted".to_string();
+                    });
+                }
+                Ended::Stop(reply) => return self.stopped(reply),
+            }
+        }
+    }
+
+    /// FAILED: waits for a Restart (Some) or a Stop (None).
+    async fn idle(
+        &self,
+        commands: &mut mpsc::UnboundedReceiver<Command>,
+        tracker: &mut CrashTracker,
+        waiters: &mut Vec<oneshot::Sender<()>>,
+    ) -> Option<()> {
+        match commands.recv().await {
+            Some(Command::Restart(reply)) => {
+                tracker.reset();
+                waiters.push(reply);
+                self.update(|r| r.restarts += 1);
+                Some(())
+            }
+            Some(Command::Stop(reply)) => {
+                self.stopped(Some(reply));
+                None
+            }
+            None => {
+                self.stopped(None);
+                None
+            }
+        }
+    }
+
+    /// Watches one process: its health, its exit, and requests to stop it.
+    async fn supervise(
+        &self,
+        child: &mut Child,
+        commands: &mut mpsc::UnboundedReceiver<Command>,
+        waiters: &mut Vec<oneshot::Sender<()>>,
+    ) -> Ended {
+        let service = self.name.as_str();
+        let started = Instant::now();
+        let pid = child.id().unwrap_or(0);
+        let mut health = Box::pin(wait_serving(self.socket.clone(), self.name));
+        let deadline = tokio::time::sleep(HEALTH_TIMEOUT);
+        tokio::pin!(deadline);
+        let mut healthy_at: Option<Instant> = None;
+        let mut gave_up_waiting = false;
+        let command = loop {
+            tokio::select! {
+                status = child.wait() => {
+                    let how = match status {
+                        Ok(status) => describe_exit(status),
+                        Err(e) => format!("wait failed: {e}"),
+                    };
+                    return Ended::Exited { how, healthy_for: healthy_at.map(|t| t.elapsed()) };
+                }
+                _ = &mut health, if healthy_at.is_none() => {
+                    let now = Instant::now();
+                    healthy_at = Some(now);
+                    tracing::info!(service, pid, ms = started.elapsed().as_millis() as u64, "healthy");
+                    self.update(|r| {
+                        r.state = ServiceState::Serving;
+                        r.healthy_since = Some(now);
+                    });
+                    notify(waiters);
+                }
+                _ = &mut deadline, if healthy_at.is_none() && !gave_up_waiting => {
+                    // Counted as a crash once the exit is seen.
+                    tracing::warn!(service, pid, "not healthy after {HEALTH_TIMEOUT:?}; killing it");
+                    gave_up_waiting = true;
+                    signal_group(pid, libc::SIGKILL);
+                }
+                cmd = commands.recv() => break cmd,
+            }
+        };
+        // A health check cut short holds a half-open connection; the service's
+        // graceful shutdown would wait for it, so it goes before the SIGTERM.
+        drop(health);
+        terminate(service, child).await;
+        match command {
+            Some(Command::Restart(reply)) => Ended::Restart(reply),
+            Some(Command::Stop(reply)) => Ended::Stop(Some(reply)),
+            None => Ended::Stop(None),
+        }
+    }
+
+    fn spawn(&self) -> Result<Child, LauncherError> {
+        if !self.binary.is_file() {
+            return Err(LauncherError::BinaryNotFound {
+                service: self.name.as_str(),
+                path: self.binary.clone(),
+            });
+        }
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .open(&self.log)
+            .map_err(|e| LauncherError::io(&self.log, e))?;
+        let log_err = log
+            .try_clone()
+            .map_err(|e| LauncherError::io(&self.log, e))?;
+        let mut cmd = ProcessCommand::new(&self.binary);
+        cmd.env("PEDELEC_RUNTIME_DIR", &self.runtime_dir)
+            .env("PEDELEC_HOME", &self.data_dir)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log_err)
+            // Own group: a Ctrl-C on the launcher's terminal must not reach the
+            // services directly; the launcher stops them in order.
+            .process_group(0)
+            .kill_on_drop(true);
+        let launcher = std::process::id() as libc::pid_t;
+        // SAFETY: the closure only makes async-signal-safe calls.
+        unsafe {
+            cmd.pre_exec(move || die_with_launcher(launcher));
+        }
+        cmd.spawn().map_err(|source| LauncherError::Spawn {
+            service: self.name.as_str(),
+            path: self.binary.clone(),
+            source,
+        })
+    }
+
+    fn update(&self, f: impl FnOnce(&mut Record)) {
+        self.record.send_modify(f);
+    }
+
+    fn stopped(&self, reply: Option<oneshot::Sender<()>>) {
+        self.update(|r| {
+            r.state = ServiceState::Stopped;
+            r.pid = 0;
+            r.healthy_since = None;
+        });
+        remove_dead_socket(&self.socket);
+        tracing::info!(service = self.name.as_str(), "stopped");
+        if let Some(reply) = reply {
+            let _ = reply.send(());
+        }
+    }
+}
+
+fn notify(waiters: &mut Vec<oneshot::Sender<()>>) {
+    for w in waiters.drain(..) {
+        let _ = w.send(());
+    }
+}
+
+/// SIGTERM to the service's group; SIGKILL if it is still there after the grace.
+async fn terminate(service: &str, child: &mut Child) {
+    let Some(pid) = child.id() else {
+        return; // already reaped
+    };
+    signal_group(pid, libc::SIGTERM);
+    if tokio::time::timeout(STOP_GRACE, child.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            service,
+            pid,
+            "did not stop within {STOP_GRACE:?}; killing it"
+        );
+        signal_group(pid, libc::SIGKILL);
+        let _ = child.wait().await;
+    }
+}
+
+/// A service killed with SIGKILL leaves its socket file behind; nobody answers on it.
+fn remove_dead_socket(path: &Path) {
+    if path.exists() && std::os::unix::net::UnixStream::connect(path).is_err() {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exits_are_described_like_status_shows_them() {
+        assert_eq!(describe_exit(ExitStatus::from_raw(9)), "signal 9");
+        assert_eq!(describe_exit(ExitStatus::from_raw(1 << 8)), "exit 1");
+        assert_eq!(describe_exit(ExitStatus::from_raw(0)), "exit 0");
+    }
+}
