@@ -9,7 +9,8 @@ use pedelec_proto::v1::{
     ListProvidersResponse, ProviderEvent, PublicSettings, ResolveProfileRequest, ResolvedProfile,
     RunTurnRequest, Settings, UpdateSettingsRequest,
 };
-use tokio_stream::Stream;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
 
 use crate::error::ProviderError;
@@ -81,15 +82,22 @@ impl ProviderService for ProviderGrpc {
 
     async fn run_turn(
         &self,
-        _request: Request<RunTurnRequest>,
+        request: Request<RunTurnRequest>,
     ) -> Result<Response<Self::RunTurnStream>, Status> {
-        Err(ProviderError::Unimplemented("RunTurn").into())
+        // Dropping this stream (client gone) drops the receiver, which stops the process.
+        let events = self.providers.turns().run(request.into_inner())?;
+        Ok(Response::new(Box::pin(ReceiverStream::new(events).map(Ok))))
     }
 
     async fn cancel_turn(
         &self,
-        _request: Request<CancelTurnRequest>,
+        request: Request<CancelTurnRequest>,
     ) -> Result<Response<CancelTurnResponse>, Status> {
-        Err(ProviderError::Unimplemented("CancelTurn").into())
+        let session_id = request.into_inner().session_id;
+        if session_id.is_empty() {
+            return Err(ProviderError::invalid("session_id: required").into());
+        }
+        let was_running = self.providers.turns().cancel(&session_id).await;
+        Ok(Response::new(CancelTurnResponse { was_running }))
     }
 }

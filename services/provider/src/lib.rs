@@ -1,5 +1,5 @@
 //! ProviderService: the provider catalog and availability, settings.json, effort
-//! profiles, and (later) the agent turns. `Providers` holds the logic; `grpc`
+//! profiles, and the agent turns. `Providers` holds the logic; `grpc`
 //! is the thin tonic adapter; `run` serves it on `provider.sock`.
 
 pub mod adapters;
@@ -9,6 +9,7 @@ pub mod error;
 pub mod grpc;
 pub mod service;
 pub mod settings;
+pub mod turns;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -20,6 +21,7 @@ pub use availability::ProgramEnv;
 pub use error::ProviderError;
 pub use grpc::ProviderGrpc;
 pub use service::Providers;
+pub use turns::Turns;
 
 /// What the process needs to run.
 #[derive(Clone, Debug)]
@@ -203,7 +205,15 @@ mod tests {
             .cancel_turn(CancelTurnRequest::default())
             .await
             .unwrap_err();
-        assert_eq!(err.code(), tonic::Code::Unimplemented);
+        assert_eq!(code_of_status(&err).as_deref(), Some("INVALID_INPUT"));
+        let idle = client
+            .cancel_turn(CancelTurnRequest {
+                session_id: "thr_none".into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(!idle.was_running);
 
         stop.send(()).unwrap();
         server.await.unwrap().unwrap();

@@ -9,10 +9,12 @@ use crate::availability::{Availability, ProgramEnv};
 use crate::catalog::{self, DEFAULT_LEVEL, OLLAMA};
 use crate::error::ProviderError;
 use crate::settings::{self, SettingsStore};
+use crate::turns::Turns;
 
 pub struct Providers {
     settings: SettingsStore,
     availability: Arc<Availability>,
+    turns: Turns,
 }
 
 impl Providers {
@@ -20,6 +22,7 @@ impl Providers {
     pub fn new(settings_file: impl Into<PathBuf>, programs: ProgramEnv) -> Self {
         Providers {
             settings: SettingsStore::new(settings_file),
+            turns: Turns::new(programs.clone()),
             availability: Arc::new(Availability::new(programs)),
         }
     }
@@ -30,6 +33,11 @@ impl Providers {
 
     pub fn availability(&self) -> &Availability {
         &self.availability
+    }
+
+    /// The running agent turns (RunTurn, CancelTurn).
+    pub fn turns(&self) -> &Turns {
+        &self.turns
     }
 
     /// All six providers, each checked now and concurrently.

@@ -1,0 +1,688 @@
+//! RunTurn and CancelTurn: one provider CLI process per turn, its stdout decoded
+//! by the adapters into `ProviderEvent`s, and at most one running turn per thread.
+//!
+//! Every turn's stream ends with exactly one `exited` event, also when the
+//! program is missing or could not start, so SessionService has a single flow.
+//! The process runs in its own process group and is always signalled as a
+//! group: the npm `codex` wrapper orphans its native child if only the wrapper
+//! dies (TESTING.md §2).
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::{ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use pb::provider_event::Event as Out;
+use pedelec_common::{Code, json};
+use pedelec_proto::v1 as pb;
+use serde_json::{Value as Json, json};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::process::{Child, Command};
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+use crate::adapters::{Decoder, Event, MAX_LINE, Provider, TurnSpec};
+use crate::availability::ProgramEnv;
+use crate::catalog;
+use crate::error::ProviderError;
+
+/// How long a process group has between SIGTERM and SIGKILL.
+pub const GRACE: Duration = Duration::from_secs(2);
+
+/// Events buffered toward the gRPC stream; a slow reader holds the provider's
+/// stdout back instead of growing memory.
+const EVENT_BUFFER: usize = 256;
+
+/// Bytes of stderr kept for a failure's details.
+const STDERR_TAIL: usize = 8 * 1024;
+
+const READ_CHUNK: usize = 64 * 1024;
+
+/// After the provider exits, how long its stdout may stay open (a leftover
+/// background child holding the pipe) before the rest of the group is killed.
+const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(500);
+
+/// The running turns, one per thread.
+pub struct Turns {
+    programs: ProgramEnv,
+    grace: Duration,
+    running: Arc<Mutex<HashMap<String, Running>>>,
+    next_id: AtomicU64,
+}
+
+struct Running {
+    id: u64,
+    /// Set to true to cancel; the turn terminates its process group.
+    stop: Arc<watch::Sender<bool>>,
+    /// Closed (sender dropped) once the turn has fully ended.
+    done: watch::Receiver<()>,
+}
+
+impl Turns {
+    /// `programs` locates the CLIs; its PATH (with `exe_dir` first, where
+    /// `pedelec-cli` lives) is also the agent process's PATH.
+    pub fn new(programs: ProgramEnv) -> Self {
+        Turns {
+            programs,
+            grace: GRACE,
+            running: Arc::default(),
+            next_id: AtomicU64::new(1),
+        }
+    }
+
+    pub fn with_grace(mut self, grace: Duration) -> Self {
+        self.grace = grace;
+        self
+    }
+
+    /// Starts a turn; events arrive on the receiver, `exited` last. Dropping
+    /// the receiver stops the process. A turn still running for the same
+    /// thread is terminated first (SessionService only starts a new one after
+    /// the old operation ended, so the old one is stale).
+    pub fn run(
+        &self,
+        req: pb::RunTurnRequest,
+    ) -> Result<mpsc::Receiver<pb::ProviderEvent>, ProviderError> {
+        let job = Job::new(req, &self.programs, self.grace)?;
+        let (tx, rx) = mpsc::channel(EVENT_BUFFER);
+        let (stop, stop_rx) = watch::channel(false);
+        let (done_tx, done) = watch::channel(());
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let session_id = job.session_id.clone();
+        let previous = lock(&self.running).insert(
+            session_id.clone(),
+            Running {
+                id,
+                stop: Arc::new(stop),
+                done,
+            },
+        );
+        let running = Arc::clone(&self.running);
+        tokio::spawn(async move {
+            if let Some(previous) = previous {
+                previous.stop.send_replace(true);
+                wait_done(previous.done).await;
+            }
+            job.run(Sink { tx, stop: stop_rx }).await;
+            let mut map = lock(&running);
+            if map.get(&session_id).is_some_and(|r| r.id == id) {
+                map.remove(&session_id);
+            }
+            drop(map);
+            drop(done_tx);
+        });
+        Ok(rx)
+    }
+
+    /// Terminates the thread's running turn (SIGTERM to its group, SIGKILL
+    /// after the grace period) and waits until it has ended. Returns whether
+    /// there was one.
+    pub async fn cancel(&self, session_id: &str) -> bool {
+        let entry = lock(&self.running)
+            .get(session_id)
+            .map(|r| (Arc::clone(&r.stop), r.done.clone()));
+        match entry {
+            Some((stop, done)) => {
+                stop.send_replace(true);
+                wait_done(done).await;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Whether a turn is registered for the thread.
+    pub fn is_running(&self, session_id: &str) -> bool {
+        lock(&self.running).contains_key(session_id)
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // The map stays consistent even if a holder panicked.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+async fn wait_done(mut done: watch::Receiver<()>) {
+    while done.changed().await.is_ok() {}
+}
+
+/// Why event delivery stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stop {
+    /// CancelTurn, or replaced by a newer turn of the same thread.
+    Cancelled,
+    /// The stream's reader went away.
+    Gone,
+}
+
+/// The sending half of a turn's stream, aware of cancellation.
+struct Sink {
+    tx: mpsc::Sender<pb::ProviderEvent>,
+    stop: watch::Receiver<bool>,
+}
+
+impl Sink {
+    async fn send(&mut self, event: Out) -> Result<(), Stop> {
+        let event = pb::ProviderEvent { event: Some(event) };
+        tokio::select! {
+            biased;
+            _ = self.stop.wait_for(|s| *s) => Err(Stop::Cancelled),
+            sent = self.tx.send(event) => sent.map_err(|_| Stop::Gone),
+        }
+    }
+
+    /// Resolves when the turn must stop; never while it may go on.
+    async fn stopped(&mut self) -> Stop {
+        tokio::select! {
+            _ = self.stop.wait_for(|s| *s) => Stop::Cancelled,
+            _ = self.tx.closed() => Stop::Gone,
+        }
+    }
+
+    /// Last words after a cancel: delivered if anyone still listens.
+    async fn send_final(&self, event: Out) {
+        let _ = self.tx.send(pb::ProviderEvent { event: Some(event) }).await;
+    }
+}
+
+/// A validated request.
+struct Job {
+    session_id: String,
+    provider: Provider,
+    spec: &'static catalog::ProviderSpec,
+    turn: TurnSpec,
+    tool_env: HashMap<String, String>,
+    programs: ProgramEnv,
+    grace: Duration,
+}
+
+impl Job {
+    fn new(
+        req: pb::RunTurnRequest,
+        programs: &ProgramEnv,
+        grace: Duration,
+    ) -> Result<Job, ProviderError> {
+        if req.session_id.is_empty() {
+            return Err(ProviderError::invalid("session_id: required"));
+        }
+        let unknown = || ProviderError::ProviderNotFound {
+            code: req.provider.clone(),
+            expected: catalog::codes_list(),
+        };
+        let provider = Provider::from_id(&req.provider).ok_or_else(unknown)?;
+        let spec = catalog::find(&req.provider).ok_or_else(unknown)?;
+        let workspace = PathBuf::from(&req.workspace);
+        if !workspace.is_absolute() {
+            return Err(ProviderError::invalid(format!(
+                "workspace: {:?} is not an absolute path",
+                req.workspace
+            )));
+        }
+        if let Some(key) = req
+            .tool_env
+            .keys()
+            .find(|k| k.is_empty() || k.contains(['=', '\0']))
+        {
+            return Err(ProviderError::invalid(format!(
+                "tool_env: {key:?} is not a variable name"
+            )));
+        }
+        if req.tool_env.values().any(|v| v.contains('\0')) {
+            return Err(ProviderError::invalid("tool_env: a value contains NUL"));
+        }
+        let profile = req.profile.unwrap_or_default();
+        let non_empty = |s: String| Some(s).filter(|s| !s.is_empty());
+        Ok(Job {
+            session_id: req.session_id,
+            provider,
+            spec,
+            turn: TurnSpec {
+                workspace,
+                prompt: req.prompt,
+                model: non_empty(profile.model),
+                effort: non_empty(profile.effort),
+                resume_id: req.provider_session_id.and_then(non_empty),
+            },
+            tool_env: req.tool_env,
+            programs: programs.clone(),
+            grace,
+        })
+    }
+
+    async fn run(self, mut sink: Sink) {
+        if self.provider.requires_model() && self.turn.model.is_none() {
+            let message = format!(
+                "{} needs a model; set one in the provider's effort profile",
+                self.spec.code
+            );
+            return refuse(&mut sink, Code::MODEL_REQUIRED, message).await;
+        }
+        let program = match self.programs.locate(self.spec) {
+            Ok(p) => p,
+            Err(message) => return refuse(&mut sink, Code::PROVIDER_NOT_FOUND, message).await,
+        };
+        let line = self.provider.command(&self.turn);
+        let mut cmd = Command::new(&program);
+        cmd.args(&line.args)
+            .current_dir(&line.cwd)
+            .stdin(if line.stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .envs(&self.tool_env)
+            .env("PATH", self.agent_path());
+        if self.provider == Provider::Claude && is_root() {
+            // Claude refuses --dangerously-skip-permissions as root otherwise.
+            cmd.env("IS_SANDBOX", "1");
+        }
+        let mut child = match spawn(&mut cmd).await {
+            Ok(c) => c,
+            Err(e) => {
+                let message = format!(
+                    "could not start {} in {}: {e}",
+                    self.spec.program,
+                    line.cwd.display()
+                );
+                return refuse(&mut sink, Code::PROVIDER_FAILED, message).await;
+            }
+        };
+        let pid = child.id().expect("a just-spawned child has a pid");
+        let mut group = Group {
+            pgid: pid as i32,
+            armed: true,
+        };
+        tracing::debug!(session = %self.session_id, provider = self.spec.code, pid, "turn started");
+
+        if let (Some(mut stdin), Some(prompt)) = (child.stdin.take(), line.stdin) {
+            tokio::spawn(async move {
+                // A CLI may exit without reading its stdin; that is its business.
+                let _ = stdin.write_all(prompt.as_bytes()).await;
+            });
+        }
+        let stderr = tokio::spawn(read_tail(child.stderr.take()));
+        let stdout = child.stdout.take();
+
+        let mut run = TurnState {
+            sink,
+            decoder: Decoder::new(self.provider),
+            dropped_logged: 0,
+            had_chat: false,
+            error: None,
+        };
+        let outcome = run.supervise(&mut child, stdout, pid).await;
+        let status = match outcome {
+            Ok(status) => status,
+            Err(stop) => {
+                let status = group.terminate(&mut child, self.grace).await;
+                stderr.abort();
+                tracing::debug!(session = %self.session_id, pid, ?stop, ?status, "turn stopped");
+                if stop == Stop::Cancelled {
+                    run.sink.send_final(exited(status)).await;
+                }
+                return;
+            }
+        };
+        // The leader is gone; members it left behind (no longer needed, they
+        // would outlive the turn) go too.
+        group.reap_leftovers(self.grace).await;
+        let stderr_tail = tokio::time::timeout(DRAIN_AFTER_EXIT, stderr)
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or_default();
+        let error = run.final_error(self.spec.program, status, &stderr_tail);
+        if let Some(error) = error
+            && run.sink.send(error).await.is_err()
+        {
+            return;
+        }
+        let _ = run.sink.send(exited(status)).await;
+    }
+
+    /// The service's PATH with the executable's folder (where `pedelec-cli`
+    /// is built and installed) first, so the agent can call tools.
+    fn agent_path(&self) -> OsString {
+        let rest = self
+            .programs
+            .path
+            .as_deref()
+            .map(|p| std::env::split_paths(p).collect::<Vec<_>>())
+            .unwrap_or_default();
+        let dirs = self.programs.exe_dir.iter().cloned().chain(rest);
+        std::env::join_paths(dirs).unwrap_or_else(|_| {
+            // An entry with ':' cannot be joined; keep the service's PATH as it was.
+            self.programs.path.clone().unwrap_or_default()
+        })
+    }
+}
+
+/// The state of a turn while its process runs.
+struct TurnState {
+    sink: Sink,
+    decoder: Decoder,
+    dropped_logged: u64,
+    had_chat: bool,
+    /// The adapter's error, held until exit so the exit code and stderr can
+    /// join its details (SessionService acts on it only at the end anyway).
+    error: Option<(String, Option<Json>)>,
+}
+
+impl TurnState {
+    /// Forwards stdout until the process has exited and its stdout is drained.
+    async fn supervise(
+        &mut self,
+        child: &mut Child,
+        stdout: Option<tokio::process::ChildStdout>,
+        pid: u32,
+    ) -> Result<ExitStatus, Stop> {
+        self.sink
+            .send(Out::Started(pb::TurnStarted { pid }))
+            .await?;
+        let mut stdout = stdout;
+        let mut buf = vec![0u8; READ_CHUNK];
+        let mut status: Option<ExitStatus> = None;
+        // Armed once the process has exited.
+        let drain_deadline = tokio::time::sleep(Duration::from_secs(365 * 86400));
+        tokio::pin!(drain_deadline);
+        loop {
+            if stdout.is_none()
+                && let Some(status) = status
+            {
+                return Ok(status);
+            }
+            tokio::select! {
+                read = read_some(&mut stdout, &mut buf), if stdout.is_some() => {
+                    let events = match read {
+                        Ok(n) if n > 0 => self.decoder.push(&buf[..n]),
+                        _ => {
+                            stdout = None;
+                            self.decoder.finish()
+                        }
+                    };
+                    self.forward(events).await?;
+                }
+                exit = child.wait(), if status.is_none() => {
+                    status = Some(exit.unwrap_or_else(|e| {
+                        tracing::warn!(pid, "waiting for the provider failed: {e}");
+                        failed_status()
+                    }));
+                    drain_deadline.as_mut().reset(Instant::now() + DRAIN_AFTER_EXIT);
+                }
+                () = &mut drain_deadline, if status.is_some() => {
+                    // Something in the group still holds stdout; end it.
+                    signal_group(pid as i32, libc::SIGKILL);
+                    stdout = None;
+                    let events = self.decoder.finish();
+                    self.forward(events).await?;
+                }
+                stop = self.sink.stopped() => return Err(stop),
+            }
+        }
+    }
+
+    async fn forward(&mut self, events: Vec<Event>) -> Result<(), Stop> {
+        let dropped = self.decoder.dropped_lines();
+        if dropped > self.dropped_logged {
+            tracing::warn!(
+                dropped,
+                "provider printed a line over {MAX_LINE} bytes; it was discarded"
+            );
+            self.dropped_logged = dropped;
+        }
+        for event in events {
+            let out = match event {
+                Event::SessionId(id) => Out::ProviderSessionId(pb::ProviderSessionId { id }),
+                Event::ChatDelta(text) => {
+                    self.had_chat = true;
+                    Out::ChatDelta(text)
+                }
+                Event::Chat(text) => {
+                    self.had_chat = true;
+                    Out::Chat(text)
+                }
+                Event::Usage {
+                    input,
+                    output,
+                    total,
+                    cumulative,
+                } => Out::Usage(pb::Usage {
+                    total_tokens: total,
+                    input_tokens: input,
+                    output_tokens: output,
+                    cumulative,
+                }),
+                Event::Error { message, details } => {
+                    // Adapters report at most one; keep the first regardless.
+                    self.error.get_or_insert((message, details));
+                    continue;
+                }
+            };
+            self.sink.send(out).await?;
+        }
+        Ok(())
+    }
+
+    /// The turn's error event, if it failed: the provider's own error, else a
+    /// PROVIDER_FAILED naming the exit and the end of stderr.
+    fn final_error(&mut self, program: &str, status: ExitStatus, stderr: &str) -> Option<Out> {
+        let dropped = self.decoder.dropped_lines();
+        let mut facts = serde_json::Map::new();
+        if !status.success() {
+            match (
+                status.code(),
+                std::os::unix::process::ExitStatusExt::signal(&status),
+            ) {
+                (Some(code), _) => facts.insert("exitCode".into(), json!(code)),
+                (None, Some(sig)) => facts.insert("signal".into(), json!(sig)),
+                _ => None,
+            };
+            if !stderr.trim().is_empty() {
+                facts.insert("stderrTail".into(), json!(stderr));
+            }
+        }
+        if dropped > 0 {
+            facts.insert("droppedLines".into(), json!(dropped));
+        }
+        if let Some((message, details)) = self.error.take() {
+            let details = match details {
+                None if facts.is_empty() => None,
+                None => Some(Json::Object(facts)),
+                Some(Json::Object(mut map)) => {
+                    for (k, v) in facts {
+                        map.entry(k).or_insert(v);
+                    }
+                    Some(Json::Object(map))
+                }
+                Some(other) => Some(other),
+            };
+            return Some(error_event(Code::PROVIDER_FAILED, message, details));
+        }
+        if !status.success() {
+            let how = match (
+                status.code(),
+                std::os::unix::process::ExitStatusExt::signal(&status),
+            ) {
+                (Some(code), _) => format!("{program} exited with code {code}"),
+                (None, Some(sig)) => format!("{program} was killed by signal {sig}"),
+                _ => format!("{program} failed: {status}"),
+            };
+            let message = match stderr.lines().rev().map(str::trim).find(|l| !l.is_empty()) {
+                Some(last) => format!("{how}: {last}"),
+                None => how,
+            };
+            return Some(error_event(
+                Code::PROVIDER_FAILED,
+                message,
+                Some(Json::Object(facts)),
+            ));
+        }
+        if dropped > 0 && !self.had_chat {
+            // The answer itself may have been the discarded line: a turn that
+            // "completed" with nothing to show would hide that.
+            let message = format!(
+                "{program} printed a line over {MAX_LINE} bytes, which was discarded, and no other answer"
+            );
+            return Some(error_event(
+                Code::PROVIDER_FAILED,
+                message,
+                Some(Json::Object(facts)),
+            ));
+        }
+        None
+    }
+}
+
+/// A turn that never started still ends in `exited`, so the consumer's flow
+/// is the same for every turn.
+async fn refuse(sink: &mut Sink, code: Code, message: String) {
+    if sink.send(error_event(code, message, None)).await.is_ok() {
+        let _ = sink.send(Out::Exited(pb::TurnExited::default())).await;
+    }
+}
+
+async fn read_some(
+    stdout: &mut Option<tokio::process::ChildStdout>,
+    buf: &mut [u8],
+) -> std::io::Result<usize> {
+    match stdout {
+        Some(s) => s.read(buf).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn error_event(code: Code, message: String, details: Option<Json>) -> Out {
+    Out::Error(pb::PedelecError {
+        code: code.as_str().to_string(),
+        message,
+        details: details.as_ref().map(json::to_value),
+        source: pb::ErrorSource::Provider as i32,
+    })
+}
+
+fn exited(status: ExitStatus) -> Out {
+    Out::Exited(pb::TurnExited {
+        code: status.code(),
+        signal: std::os::unix::process::ExitStatusExt::signal(&status),
+    })
+}
+
+fn failed_status() -> ExitStatus {
+    std::os::unix::process::ExitStatusExt::from_raw(1 << 8)
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Sends a signal to a whole process group; false when the group is empty.
+fn signal_group(pgid: i32, sig: i32) -> bool {
+    // SAFETY: kill has no memory preconditions. The group id is our child's
+    // pid; while any member lives, that id cannot be reused.
+    unsafe { libc::kill(-pgid, sig) == 0 }
+}
+
+/// A turn's process group; SIGKILLed on drop unless it was seen empty, so a
+/// dropped task (service shutdown, panic) leaves nothing running.
+struct Group {
+    pgid: i32,
+    armed: bool,
+}
+
+impl Group {
+    /// SIGTERM to the group; SIGKILL to what is left after the grace period.
+    async fn terminate(&mut self, child: &mut Child, grace: Duration) -> ExitStatus {
+        let deadline = Instant::now() + grace;
+        signal_group(self.pgid, libc::SIGTERM);
+        let status = match tokio::time::timeout_at(deadline, child.wait()).await {
+            Ok(Ok(status)) => status,
+            _ => {
+                signal_group(self.pgid, libc::SIGKILL);
+                child.wait().await.unwrap_or_else(|_| failed_status())
+            }
+        };
+        self.wait_empty(deadline).await;
+        status
+    }
+
+    /// After the leader exited: ends members still in the group.
+    async fn reap_leftovers(&mut self, grace: Duration) {
+        if !signal_group(self.pgid, 0) {
+            self.armed = false;
+            return;
+        }
+        tracing::debug!(
+            pgid = self.pgid,
+            "provider left processes behind; terminating them"
+        );
+        signal_group(self.pgid, libc::SIGTERM);
+        self.wait_empty(Instant::now() + grace).await;
+    }
+
+    /// Polls until the group is empty or the deadline passes, then SIGKILLs it.
+    async fn wait_empty(&mut self, deadline: Instant) {
+        while signal_group(self.pgid, 0) {
+            if Instant::now() >= deadline {
+                signal_group(self.pgid, libc::SIGKILL);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        self.armed = false;
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        if self.armed {
+            signal_group(self.pgid, libc::SIGKILL);
+        }
+    }
+}
+
+/// Spawns, retrying briefly on ETXTBSY: exec fails that way while another
+/// thread's fork still holds a just-written script open.
+async fn spawn(cmd: &mut Command) -> std::io::Result<Child> {
+    let mut attempts = 0;
+    loop {
+        match cmd.spawn() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && attempts < 10 => {
+                attempts += 1;
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Reads a pipe to its end, keeping its last STDERR_TAIL bytes.
+async fn read_tail<R: AsyncRead + Unpin>(reader: Option<R>) -> String {
+    let Some(mut reader) = reader else {
+        return String::new();
+    };
+    let mut tail = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while let Ok(n) = reader.read(&mut chunk).await {
+        if n == 0 {
+            break;
+        }
+        tail.extend_from_slice(&chunk[..n]);
+        if tail.len() > 2 * STDERR_TAIL {
+            tail.drain(..tail.len() - STDERR_TAIL);
+        }
+    }
+    if tail.len() > STDERR_TAIL {
+        tail.drain(..tail.len() - STDERR_TAIL);
+    }
+    String::from_utf8_lossy(&tail).into_owned()
+}
+
+#[cfg(test)]
+mod tests;
