@@ -1,0 +1,638 @@
+//! Provider turns over real processes: `pedelecd up`, SessionService driving
+//! ProviderService's RunTurn/CancelTurn, with stub agent CLIs on PATH that print
+//! the documented stream formats and record their argv, stdin and pids.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use pb::session_event::Event;
+use pedelec_proto::v1 as pb;
+use pedelec_tests::*;
+use tonic::transport::Channel;
+
+type Sessions = pb::session_service_client::SessionServiceClient<Channel>;
+
+const ORIGIN: &str = "https://app.example";
+
+/// A stub CLI: answers `--version`, records each call's argv (one line per
+/// call), its stdin and its pid under `<root>/<name>.*`, then runs `body`.
+fn stub_script(root: &Path, name: &str, body: &str) -> String {
+    let at = |ext: &str| root.join(format!("{name}.{ext}")).display().to_string();
+    format!(
+        r#"[ "$1" = "--version" ] && echo "{name} 0.0.0-stub" && exit 0
+echo "$*" >> {calls}
+echo $$ > {pid}
+/bin/cat >> {stdin}
+{body}"#,
+        calls = at("calls"),
+        pid = at("pid"),
+        stdin = at("stdin"),
+    )
+}
+
+/// Hangs with a child of its own, whose pid goes to `<name>.child`.
+fn hang(root: &Path, name: &str) -> String {
+    let child = root.join(format!("{name}.child"));
+    format!("/bin/sleep 60 &\necho $! > {}\nwait", child.display())
+}
+
+const CURSOR_SESSION: &str = "5f3c2a1e-0b7d-4c8e-9a6f-1d2e3f4a5b6c";
+
+fn cursor_ok() -> String {
+    let s = CURSOR_SESSION;
+    format!(
+        r#"/bin/cat <<'EOF'
+{{"type":"system","subtype":"init","apiKeySource":"login","cwd":"/w","session_id":"{s}","model":"m","permissionMode":"default"}}
+{{"type":"user","message":{{"role":"user","content":[{{"type":"text","text":"echo"}}]}},"session_id":"{s}"}}
+{{"type":"assistant","message":{{"role":"assistant","content":[{{"type":"text","text":"CURSOR_DONE"}}]}},"session_id":"{s}"}}
+{{"type":"result","subtype":"success","duration_ms":5,"is_error":false,"result":"CURSOR_DONE","session_id":"{s}"}}
+EOF"#
+    )
+}
+
+fn cursor_init_line() -> String {
+    format!(
+        r#"echo '{{"type":"system","subtype":"init","cwd":"/w","session_id":"{CURSOR_SESSION}","model":"m"}}'"#
+    )
+}
+
+struct Turns {
+    env: TestEnv,
+    _launcher: Launcher,
+    sessions: Sessions,
+}
+
+impl Turns {
+    /// Services up with `stubs` on PATH and the given settings.
+    async fn start(env: TestEnv, stubs: &[(&str, String)], settings: pb::Settings) -> Turns {
+        for (name, body) in stubs {
+            env.stub(name, &stub_script(&env.stubs(), name, body));
+        }
+        let launcher = env.up().await;
+        env.provider()
+            .await
+            .update_settings(pb::UpdateSettingsRequest {
+                settings: Some(settings),
+            })
+            .await
+            .unwrap();
+        let sessions = env.session().await;
+        Turns {
+            env,
+            _launcher: launcher,
+            sessions,
+        }
+    }
+
+    /// Creates a thread for `provider` and attaches; the snapshot is read.
+    async fn thread(&mut self, provider: &str) -> (String, Events) {
+        let created = self
+            .sessions
+            .create_session(pb::CreateSessionRequest {
+                origin: ORIGIN.into(),
+                provider: Some(provider.into()),
+                effort_level: None,
+                model: None,
+                skills: None,
+                auto_end_on_disconnect: false,
+                workspace_path: None,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let id = created.session_id;
+        let mut events = Events(
+            self.sessions
+                .attach(pb::AttachRequest {
+                    session_id: id.clone(),
+                    origin: ORIGIN.into(),
+                    route_id: "route-1".into(),
+                    after_seq: None,
+                })
+                .await
+                .unwrap()
+                .into_inner(),
+        );
+        assert!(matches!(
+            events.next().await.event,
+            Some(Event::Snapshot(_))
+        ));
+        (id, events)
+    }
+
+    async fn send(&mut self, id: &str, text: &str) -> Result<String, tonic::Status> {
+        self.sessions
+            .send_text(pb::SendTextRequest {
+                session_id: id.into(),
+                origin: ORIGIN.into(),
+                text: text.into(),
+            })
+            .await
+            .map(|r| r.into_inner().operation_id)
+    }
+
+    fn file(&self, name: &str) -> PathBuf {
+        self.env.stubs().join(name)
+    }
+
+    /// The argv of each call of a stub, one string per call.
+    fn calls(&self, stub: &str) -> Vec<String> {
+        std::fs::read_to_string(self.file(&format!("{stub}.calls")))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+fn thread_req(id: &str) -> pb::ThreadRequest {
+    pb::ThreadRequest {
+        session_id: id.into(),
+        origin: ORIGIN.into(),
+    }
+}
+
+fn settings_with_models(models: &[(&str, &str)]) -> pb::Settings {
+    let mut settings = pb::Settings::default();
+    for (provider, model) in models {
+        settings.profiles.insert(
+            provider.to_string(),
+            pb::ProviderProfiles {
+                levels: [(
+                    "default".to_string(),
+                    pb::EffortProfile {
+                        model: model.to_string(),
+                        effort: String::new(),
+                    },
+                )]
+                .into(),
+            },
+        );
+    }
+    settings
+}
+
+/// Reads one operation's events up to the status that follows its end.
+async fn operation(events: &mut Events) -> Vec<pb::SessionEvent> {
+    let mut seen = events.until(is_finished).await;
+    seen.push(events.next().await);
+    seen
+}
+
+fn kinds(events: &[pb::SessionEvent]) -> Vec<String> {
+    events.iter().map(kind).collect()
+}
+
+fn assert_seqs_increase(events: &[pb::SessionEvent], after: u64) {
+    let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
+    let expected: Vec<u64> = (after + 1..=after + seqs.len() as u64).collect();
+    assert_eq!(seqs, expected, "{:?}", kinds(events));
+}
+
+fn texts(events: &[pb::SessionEvent]) -> String {
+    events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Some(Event::Chat(c)) => Some(c.text.as_str()),
+            Some(Event::ChatDelta(d)) => Some(d.text.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn error_message(events: &[pb::SessionEvent]) -> (String, String) {
+    events
+        .iter()
+        .find_map(|e| match &e.event {
+            Some(Event::Error(e)) => Some((e.code.clone(), e.message.clone())),
+            _ => None,
+        })
+        .expect("an error event")
+}
+
+async fn read_pid(path: &Path) -> u32 {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        if let Ok(s) = std::fs::read_to_string(path)
+            && let Ok(pid) = s.trim().parse()
+        {
+            return pid;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} never written",
+            path.display()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn assert_gone(pid: u32, what: &str) {
+    let deadline = Instant::now() + PATIENCE;
+    while alive(pid) {
+        assert!(
+            Instant::now() < deadline,
+            "{what} (pid {pid}) still running"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn cursor_turn_then_resume_with_model_and_prompt() {
+    let env = TestEnv::new();
+    let mut t = Turns::start(
+        env,
+        &[("cursor-agent", cursor_ok())],
+        settings_with_models(&[("cursor", "cur-model")]),
+    )
+    .await;
+    let (id, mut events) = t.thread("cursor").await;
+
+    t.send(&id, "first question").await.unwrap();
+    let first = operation(&mut events).await;
+    assert_eq!(
+        kinds(&first),
+        [
+            "operation_started",
+            "status:running",
+            "chat",
+            "operation_finished:completed",
+            "status:idle"
+        ]
+    );
+    assert_seqs_increase(&first, 0);
+    assert_eq!(texts(&first), "CURSOR_DONE");
+
+    t.send(&id, "second question").await.unwrap();
+    let second = operation(&mut events).await;
+    assert_eq!(kinds(&second), kinds(&first));
+    assert_seqs_increase(&second, first.last().unwrap().seq);
+
+    let calls = t.calls("cursor-agent");
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    let workspace = t
+        .sessions
+        .get(thread_req(&id))
+        .await
+        .unwrap()
+        .into_inner()
+        .workspace_path;
+    assert_eq!(
+        calls[0],
+        format!("-p --workspace {workspace} --output-format stream-json --force --model cur-model")
+    );
+    assert!(!calls[0].contains("--resume"));
+    assert!(
+        calls[1].ends_with(&format!("--model cur-model --resume {CURSOR_SESSION}")),
+        "{}",
+        calls[1]
+    );
+    // The prompt went to stdin (no tool manifest: the user's text alone).
+    let stdin = std::fs::read_to_string(t.file("cursor-agent.stdin")).unwrap();
+    assert_eq!(stdin, "first questionsecond question");
+}
+
+#[tokio::test]
+async fn antigravity_turn_then_resume_its_conversation() {
+    let env = TestEnv::new();
+    let agy = r#"/bin/cat <<'EOF'
+{"event":"init","conversation_id":"agy-conv-1","init":{"model":"gemini-3-flash","cwd":"/w"}}
+{"event":"step_update","step_update":{"conversation_id":"agy-conv-1","step_index":1,"state":"ACTIVE","step_type":"agent_response","text_delta":"AGY_"}}
+{"event":"result","result":{"conversation_id":"agy-conv-1","status":"SUCCESS","response":"AGY_DONE","num_turns":1}}
+EOF"#;
+    let mut t = Turns::start(
+        env,
+        &[("agy", agy.to_string())],
+        settings_with_models(&[("antigravity", "gemini-3-flash")]),
+    )
+    .await;
+    let (id, mut events) = t.thread("antigravity").await;
+
+    t.send(&id, "hello agy").await.unwrap();
+    let first = operation(&mut events).await;
+    assert_eq!(
+        kinds(&first),
+        [
+            "operation_started",
+            "status:running",
+            "chat",
+            "operation_finished:completed",
+            "status:idle"
+        ]
+    );
+    assert_seqs_increase(&first, 0);
+    assert_eq!(texts(&first), "AGY_DONE");
+
+    t.send(&id, "again").await.unwrap();
+    let second = operation(&mut events).await;
+    assert_eq!(kinds(&second), kinds(&first));
+
+    let calls = t.calls("agy");
+    assert_eq!(
+        calls,
+        [
+            "-p hello agy --output-format stream-json --model gemini-3-flash",
+            "-p again --output-format stream-json --model gemini-3-flash --conversation agy-conv-1"
+        ]
+    );
+    // The prompt travels in argv; stdin was empty.
+    assert_eq!(std::fs::read_to_string(t.file("agy.stdin")).unwrap(), "");
+}
+
+/// A bin dir of hard links to the built binaries plus a stub `pedelec-agent`:
+/// ProviderService looks for the agent beside its own executable first, so a
+/// real `pedelec-agent` in target/debug would otherwise win over a PATH stub.
+fn private_bin_dir(env: &mut TestEnv) -> PathBuf {
+    let dir = env.root.path().join("bin");
+    std::fs::create_dir_all(&dir).unwrap();
+    for entry in std::fs::read_dir(bin_dir()).unwrap().flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        let is_binary = entry.file_type().is_ok_and(|t| t.is_file())
+            && (name == "pedelecd" || name.starts_with("pedelec-"))
+            && !name.contains('.');
+        if is_binary && name != "pedelec-agent" {
+            let target = dir.join(&*name);
+            if std::fs::hard_link(entry.path(), &target).is_err() {
+                std::fs::copy(entry.path(), &target).unwrap();
+            }
+        }
+    }
+    env.extra_env
+        .insert("PEDELEC_BIN_DIR".into(), dir.display().to_string());
+    dir
+}
+
+#[tokio::test]
+async fn ollama_agent_streams_deltas_and_usage_then_resumes() {
+    let mut env = TestEnv::new();
+    let bins = private_bin_dir(&mut env);
+    let body = r#"/bin/cat <<'EOF'
+{"type":"session","id":"ol-sess-1"}
+{"type":"chat_delta","text":"Hel"}
+{"type":"chat_delta","text":"lo"}
+{"type":"chat","text":"Hello"}
+{"type":"usage","input":120,"output":2}
+EOF"#;
+    let script = stub_script(&env.stubs(), "pedelec-agent", body);
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let path = bins.join("pedelec-agent");
+        std::fs::write(&path, format!("#!/bin/sh\n{script}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let mut t = Turns::start(env, &[], settings_with_models(&[("ollama", "llama3.2")])).await;
+    let (id, mut events) = t.thread("ollama").await;
+
+    t.send(&id, "hi").await.unwrap();
+    let first = operation(&mut events).await;
+    assert_eq!(
+        kinds(&first),
+        [
+            "operation_started",
+            "status:running",
+            "chat_delta",
+            "chat_delta",
+            "usage",
+            "operation_finished:completed",
+            "status:idle"
+        ]
+    );
+    assert_seqs_increase(&first, 0);
+    assert_eq!(texts(&first), "Hello");
+    let usage = first
+        .iter()
+        .find_map(|e| match &e.event {
+            Some(Event::Usage(u)) => Some(*u),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(
+        (usage.input_tokens, usage.output_tokens, usage.total_tokens),
+        (120, 2, 122)
+    );
+
+    t.send(&id, "more").await.unwrap();
+    let second = operation(&mut events).await;
+    assert_eq!(kinds(&second), kinds(&first));
+    // Usage increments add up over the thread.
+    let total = second
+        .iter()
+        .find_map(|e| match &e.event {
+            Some(Event::Usage(u)) => Some(u.total_tokens),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(total, 244);
+
+    let calls = t.calls("pedelec-agent");
+    assert_eq!(calls.len(), 2);
+    assert!(calls[0].starts_with("--model llama3.2 --workspace "));
+    assert!(!calls[0].contains("--session-id"));
+    assert!(calls[1].ends_with("--session-id ol-sess-1"), "{}", calls[1]);
+}
+
+#[tokio::test]
+async fn busy_while_running_and_cancel_kills_the_stub() {
+    let env = TestEnv::new();
+    let body = format!(
+        "{}\n{}",
+        cursor_init_line(),
+        hang(&env.stubs(), "cursor-agent")
+    );
+    let mut t = Turns::start(env, &[("cursor-agent", body)], pb::Settings::default()).await;
+    let (id, mut events) = t.thread("cursor").await;
+
+    t.send(&id, "work").await.unwrap();
+    let pid = read_pid(&t.file("cursor-agent.pid")).await;
+    let child = read_pid(&t.file("cursor-agent.child")).await;
+    assert_eq!(code(t.send(&id, "more").await), "SESSION_BUSY");
+
+    t.sessions.cancel(thread_req(&id)).await.unwrap();
+    let seen = operation(&mut events).await;
+    assert_eq!(
+        kinds(&seen),
+        [
+            "operation_started",
+            "status:running",
+            "error:CANCELLED",
+            "operation_finished:cancelled",
+            "status:idle"
+        ]
+    );
+    assert_seqs_increase(&seen, 0);
+    assert_gone(pid, "the stub").await;
+    assert_gone(child, "the stub's child").await;
+    let snapshot = t.sessions.get(thread_req(&id)).await.unwrap().into_inner();
+    assert_eq!(snapshot.status, pb::SessionStatus::Idle as i32);
+}
+
+#[tokio::test]
+async fn end_kills_a_running_turn() {
+    let env = TestEnv::new();
+    let body = format!(
+        "{}\n{}",
+        cursor_init_line(),
+        hang(&env.stubs(), "cursor-agent")
+    );
+    let mut t = Turns::start(env, &[("cursor-agent", body)], pb::Settings::default()).await;
+    let (id, mut events) = t.thread("cursor").await;
+
+    t.send(&id, "work").await.unwrap();
+    let pid = read_pid(&t.file("cursor-agent.pid")).await;
+    let child = read_pid(&t.file("cursor-agent.child")).await;
+    t.sessions.end(thread_req(&id)).await.unwrap();
+    let seen = events
+        .until(|e| matches!(e.event, Some(Event::Ended(_))))
+        .await;
+    assert_eq!(
+        kinds(&seen),
+        [
+            "operation_started",
+            "status:running",
+            "error:SESSION_ENDED",
+            "operation_finished:cancelled",
+            "status:ended",
+            "ended"
+        ]
+    );
+    assert_gone(pid, "the stub").await;
+    assert_gone(child, "the stub's child").await;
+}
+
+#[tokio::test]
+async fn a_failing_stub_reports_its_own_error_and_the_next_send_runs() {
+    let env = TestEnv::new();
+    let calls = env.stubs().join("cursor-agent.calls");
+    // Fails on the first call only.
+    let body = format!(
+        r#"if [ "$(/usr/bin/wc -l < {calls})" -eq 1 ]; then
+echo '{{"type":"result","subtype":"error","is_error":true,"result":"mock model error 400","session_id":"{CURSOR_SESSION}"}}'
+echo 'stub: giving up' >&2
+exit 1
+fi
+{ok}"#,
+        calls = calls.display(),
+        ok = cursor_ok()
+    );
+    let mut t = Turns::start(env, &[("cursor-agent", body)], pb::Settings::default()).await;
+    let (id, mut events) = t.thread("cursor").await;
+
+    t.send(&id, "try").await.unwrap();
+    let failed = operation(&mut events).await;
+    assert_eq!(
+        kinds(&failed),
+        [
+            "operation_started",
+            "status:running",
+            "error:PROVIDER_FAILED",
+            "operation_finished:failed",
+            "status:error"
+        ]
+    );
+    assert_eq!(error_message(&failed).1, "mock model error 400");
+    let details = failed
+        .iter()
+        .find_map(|e| match &e.event {
+            Some(Event::Error(e)) => e.details.clone(),
+            _ => None,
+        })
+        .map(|d| pedelec_common::json::from_value(&d))
+        .unwrap_or_default();
+    assert_eq!(details["exitCode"], 1, "{details}");
+    assert_eq!(details["stderrTail"], "stub: giving up\n", "{details}");
+
+    t.send(&id, "again").await.unwrap();
+    let ok = operation(&mut events).await;
+    assert_eq!(
+        kinds(&ok),
+        [
+            "operation_started",
+            "status:running",
+            "chat",
+            "operation_finished:completed",
+            "status:idle"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_stub_failing_without_an_error_line_shows_its_stderr() {
+    let env = TestEnv::new();
+    let body = "echo 'cursor-agent: not logged in' >&2; exit 2".to_string();
+    let mut t = Turns::start(env, &[("cursor-agent", body)], pb::Settings::default()).await;
+    let (id, mut events) = t.thread("cursor").await;
+    t.send(&id, "try").await.unwrap();
+    let failed = operation(&mut events).await;
+    assert_eq!(
+        error_message(&failed),
+        (
+            "PROVIDER_FAILED".to_string(),
+            "cursor-agent exited with code 2: cursor-agent: not logged in".to_string()
+        )
+    );
+    assert_eq!(kind(failed.last().unwrap()), "status:error");
+}
+
+#[tokio::test]
+async fn prepare_obtains_a_session_and_the_next_send_resumes_it() {
+    let env = TestEnv::new();
+    let mut t = Turns::start(
+        env,
+        &[("cursor-agent", cursor_ok())],
+        pb::Settings::default(),
+    )
+    .await;
+    let (id, mut events) = t.thread("cursor").await;
+
+    t.sessions
+        .prepare(pb::PrepareRequest {
+            session_id: id.clone(),
+            origin: ORIGIN.into(),
+        })
+        .await
+        .unwrap();
+    let prepared = operation(&mut events).await;
+    assert_eq!(
+        kinds(&prepared),
+        [
+            "operation_started",
+            "status:running",
+            "operation_finished:completed",
+            "status:idle"
+        ]
+    );
+
+    t.send(&id, "now the task").await.unwrap();
+    let sent = operation(&mut events).await;
+    assert_eq!(texts(&sent), "CURSOR_DONE");
+    let calls = t.calls("cursor-agent");
+    assert_eq!(calls.len(), 2);
+    assert!(!calls[0].contains("--resume"));
+    assert!(
+        calls[1].ends_with(&format!("--resume {CURSOR_SESSION}")),
+        "{}",
+        calls[1]
+    );
+}
+
+#[tokio::test]
+async fn a_missing_program_fails_with_provider_not_found() {
+    let env = TestEnv::new();
+    let mut t = Turns::start(env, &[], pb::Settings::default()).await;
+    let (id, mut events) = t.thread("codex").await;
+    t.send(&id, "hello").await.unwrap();
+    let failed = operation(&mut events).await;
+    assert_eq!(
+        kinds(&failed),
+        [
+            "operation_started",
+            "status:running",
+            "error:PROVIDER_NOT_FOUND",
+            "operation_finished:failed",
+            "status:error"
+        ]
+    );
+    assert_eq!(error_message(&failed).1, "codex not found on PATH");
+}
