@@ -443,27 +443,21 @@ impl Sessions {
         Some(t.id().to_string())
     }
 
-    /// Stops the thread's provider process and fails its pending tool calls.
+    /// Fails the thread's pending tool calls. Its provider process needs no call:
+    /// ending finished the operation, whose task then drops the RunTurn stream,
+    /// and ProviderService kills the process group when its stream goes away.
     fn release_thread_resources(&self, session_id: String) {
-        let inner = self.inner.clone();
+        let mut tools = self.inner.tools.clone();
         tokio::spawn(async move {
-            let (mut provider, mut tools) = (inner.provider.clone(), inner.tools.clone());
-            let cancel = provider.cancel_turn(pb::CancelTurnRequest {
-                session_id: session_id.clone(),
-            });
-            let drop_tools = tools.drop(pb::DropToolsRequest {
-                session_id: session_id.clone(),
-            });
-            let (cancel, drop_tools) = tokio::join!(cancel, drop_tools);
-            for (what, result) in [
-                ("cancel turn", cancel.err()),
-                ("drop tools", drop_tools.err()),
-            ] {
-                if let Some(status) = result
-                    && status.code() != tonic::Code::Unimplemented
-                {
-                    tracing::warn!(session = %session_id, %what, error = %status.message(), "release failed");
-                }
+            let dropped = tools
+                .drop(pb::DropToolsRequest {
+                    session_id: session_id.clone(),
+                })
+                .await;
+            if let Err(status) = dropped
+                && status.code() != tonic::Code::Unimplemented
+            {
+                tracing::warn!(session = %session_id, error = %status.message(), "could not drop tool calls");
             }
         });
     }
@@ -565,15 +559,9 @@ impl Sessions {
             t.save(&self.inner.journal);
             op.operation_id
         };
-        let inner = self.inner.clone();
-        let session_id = id.to_string();
-        tokio::spawn(async move {
-            let _ = inner
-                .provider
-                .clone()
-                .cancel_turn(pb::CancelTurnRequest { session_id })
-                .await;
-        });
+        // The operation's task sees the stop signal and drops its RunTurn stream,
+        // which makes ProviderService kill the process group. A separate
+        // CancelTurn here could arrive after the next turn started and kill that.
         Ok(cancelled)
     }
 
