@@ -1,0 +1,790 @@
+//! The real `codex`, `claude` and `opencode` CLIs run by Pedelec's services
+//! against a local mock model server (`tests/agents/mock-model-server.mjs`),
+//! seen through SessionService as a client sees them: a first turn, a resumed
+//! second turn, an effort profile, a model error and a cancelled hanging turn.
+//!
+//! The CLIs are the versions pinned in `tests/agents/package.json`;
+//! `tests/run.sh` installs them (`npm ci`) and exports `PEDELEC_AGENTS_BIN`.
+//! Each CLI gets its own test fn, so cargo runs the three in parallel.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use pb::session_event::Event;
+use pedelec_proto::v1 as pb;
+use pedelec_tests::*;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tonic::transport::Channel;
+
+type Sessions = pb::session_service_client::SessionServiceClient<Channel>;
+
+const ORIGIN: &str = "https://app.example";
+
+/// A ceiling for anything a real CLI does: they take seconds to start, and
+/// three of them share two cores. Never a performance assertion.
+const CLI_CEILING: Duration = Duration::from_secs(180);
+
+const FIRST_TEXT: &str = "first question about ALPHA-7731";
+const FIRST_REPLY: &str = "First reply from the mock about BRAVO-4410.";
+const SECOND_TEXT: &str = "second question";
+const SECOND_REPLY: &str = "Second reply from the mock.";
+const EFFORT_REPLY: &str = "Thinking hard, the mock answers.";
+const MOCK_ERROR: &str = "mock: model overloaded for test";
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Cli {
+    Codex,
+    Claude,
+    OpenCode,
+}
+
+impl Cli {
+    fn program(self) -> &'static str {
+        match self {
+            Cli::Codex => "codex",
+            Cli::Claude => "claude",
+            Cli::OpenCode => "opencode",
+        }
+    }
+
+    /// The provider code in Pedelec.
+    fn provider(self) -> &'static str {
+        self.program()
+    }
+
+    /// The model of the default profile (a name each CLI knows, so no
+    /// warnings or catalogue look-ups).
+    fn model(self) -> &'static str {
+        match self {
+            Cli::Codex => "gpt-5.5",
+            Cli::Claude => "claude-sonnet-4-5",
+            Cli::OpenCode => "mock/mock-model",
+        }
+    }
+
+    /// The model of the "high" profile. Claude Code 2.1 sends `--effort`
+    /// only for models that support it (`output_config.effort`); for
+    /// claude-sonnet-4-5 the request is the same with or without the flag.
+    fn high_model(self) -> &'static str {
+        match self {
+            Cli::Claude => "claude-opus-4-5",
+            other => other.model(),
+        }
+    }
+
+    /// The mock paths of this CLI's model requests.
+    fn is_model_path(self, path: &str) -> bool {
+        match self {
+            Cli::Codex => path.starts_with("/v1/responses"),
+            Cli::Claude => path.starts_with("/v1/messages") && !path.contains("count_tokens"),
+            Cli::OpenCode => path.starts_with("/v1/chat/completions"),
+        }
+    }
+
+    /// The effort the request carries, where this CLI puts it.
+    fn effort_of(self, body: &Value) -> Value {
+        match self {
+            Cli::Codex => body["reasoning"]["effort"].clone(),
+            Cli::Claude => body["output_config"]["effort"].clone(),
+            Cli::OpenCode => body["reasoning_effort"].clone(),
+        }
+    }
+}
+
+/// The folder with the real CLIs.
+fn agents_bin() -> PathBuf {
+    let dir = std::env::var_os("PEDELEC_AGENTS_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("agents/node_modules/.bin"));
+    for cli in ["codex", "claude", "opencode"] {
+        assert!(
+            dir.join(cli).exists(),
+            "the real agent CLIs are not installed ({} is missing): `tests/run.sh` installs them \
+             (npm ci in tests/agents) and exports PEDELEC_AGENTS_BIN",
+            dir.join(cli).display()
+        );
+    }
+    dir
+}
+
+fn mock_script_path() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("agents/mock-model-server.mjs")
+}
+
+/// The mock model server, in its own process group; dropping it kills the group.
+struct Mock {
+    child: Child,
+    port: u16,
+}
+
+impl Mock {
+    fn start() -> Mock {
+        let script = mock_script_path();
+        assert!(
+            script.exists(),
+            "{} is missing: tests/agents is incomplete",
+            script.display()
+        );
+        let mut cmd = Command::new("/usr/bin/node");
+        cmd.arg(&script)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .env_remove("PEDELEC_RUNTIME_DIR");
+        set_own_process_group(&mut cmd);
+        let mut child = cmd.spawn().expect("start node mock-model-server.mjs");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let mut mock = Mock { child, port: 0 };
+        let line = rx
+            .recv_timeout(PATIENCE)
+            .expect("the mock printed no port line");
+        let v: Value = serde_json::from_str(line.trim())
+            .unwrap_or_else(|e| panic!("mock port line {line:?}: {e}"));
+        mock.port = v["port"].as_u64().expect("port") as u16;
+        mock
+    }
+
+    async fn http(&self, method: &str, path: &str, body: Option<&Value>) -> Value {
+        let body = body.map(|b| b.to_string()).unwrap_or_default();
+        let request = format!(
+            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        let port = self.port;
+        let response = tokio::time::timeout(PATIENCE, async move {
+            let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .expect("connect to the mock");
+            stream.write_all(request.as_bytes()).await.unwrap();
+            let mut out = Vec::new();
+            stream.read_to_end(&mut out).await.unwrap();
+            out
+        })
+        .await
+        .expect("the mock did not answer a control request");
+        let text = String::from_utf8_lossy(&response);
+        let (head, payload) = text.split_once("\r\n\r\n").expect("an HTTP response");
+        assert!(
+            head.starts_with("HTTP/1.1 200"),
+            "{method} {path}: {head}\n{payload}"
+        );
+        let payload = if head
+            .to_ascii_lowercase()
+            .contains("transfer-encoding: chunked")
+        {
+            dechunk(payload)
+        } else {
+            payload.to_string()
+        };
+        serde_json::from_str(&payload).unwrap_or(Value::Null)
+    }
+
+    async fn script(&self, script: Value) {
+        self.http("POST", "/_script", Some(&script)).await;
+    }
+
+    async fn requests(&self) -> Vec<Value> {
+        match self.http("GET", "/_requests", None).await {
+            Value::Array(all) => all,
+            other => panic!("/_requests answered {other}"),
+        }
+    }
+
+    async fn clear(&self) {
+        self.http("DELETE", "/_requests", None).await;
+    }
+}
+
+impl Drop for Mock {
+    fn drop(&mut self) {
+        signal(-(self.child.id() as i32), libc::SIGKILL);
+        let _ = self.child.wait();
+    }
+}
+
+fn dechunk(mut s: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = s.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        s = rest[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+/// The agent's main model requests: this CLI's path and a body that offers
+/// tools (auxiliary requests such as opencode's title request offer none).
+fn model_requests(cli: Cli, all: &[Value]) -> Vec<Value> {
+    all.iter()
+        .filter(|r| cli.is_model_path(r["path"].as_str().unwrap_or_default()))
+        .filter(|r| {
+            r["body"]["tools"]
+                .as_array()
+                .is_some_and(|tools| !tools.is_empty())
+        })
+        .map(|r| r["body"].clone())
+        .collect()
+}
+
+/// Writes each CLI's config into the services' HOME and sets the env the
+/// services pass on, as `tests/agents/run-cli.sh` does; links the real CLI
+/// into the stubs folder (first on PATH).
+fn configure(env: &mut TestEnv, cli: Cli, port: u16) {
+    let bin = agents_bin();
+    std::os::unix::fs::symlink(bin.join(cli.program()), env.stubs().join(cli.program()))
+        .expect("link the real CLI into the stubs folder");
+
+    let home = env.home();
+    let xdg = [
+        ("XDG_CONFIG_HOME", home.join(".config")),
+        ("XDG_DATA_HOME", home.join(".local/share")),
+        ("XDG_STATE_HOME", home.join(".local/state")),
+        ("XDG_CACHE_HOME", home.join(".cache")),
+    ];
+    for (key, dir) in &xdg {
+        std::fs::create_dir_all(dir).unwrap();
+        env.extra_env
+            .insert(key.to_string(), dir.display().to_string());
+    }
+    let mut set = |k: &str, v: &str| {
+        env.extra_env.insert(k.into(), v.into());
+    };
+    match cli {
+        Cli::Codex => {
+            let codex_home = home.join(".codex");
+            std::fs::create_dir_all(&codex_home).unwrap();
+            std::fs::write(
+                codex_home.join("config.toml"),
+                format!(
+                    r#"model = "gpt-5.5"
+model_provider = "mock"
+
+[model_providers.mock]
+name = "mock"
+base_url = "http://127.0.0.1:{port}/v1"
+wire_api = "responses"
+request_max_retries = 0
+stream_max_retries = 0
+
+[analytics]
+enabled = false
+
+[features]
+plugins = false
+apps = false
+"#
+                ),
+            )
+            .unwrap();
+            set("CODEX_HOME", &codex_home.display().to_string());
+        }
+        Cli::Claude => {
+            set("ANTHROPIC_BASE_URL", &format!("http://127.0.0.1:{port}"));
+            set("ANTHROPIC_API_KEY", "x");
+            set("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1");
+            set("DISABLE_AUTOUPDATER", "1");
+            set("DISABLE_TELEMETRY", "1");
+            // ProviderService adds IS_SANDBOX=1 itself when running as root.
+        }
+        Cli::OpenCode => {
+            let dir = home.join(".config/opencode");
+            std::fs::create_dir_all(&dir).unwrap();
+            let config = json!({
+                "$schema": "https://opencode.ai/config.json",
+                "autoupdate": false,
+                "share": "disabled",
+                "model": "mock/mock-model",
+                "provider": {
+                    "mock": {
+                        "npm": "@ai-sdk/openai-compatible",
+                        "name": "Mock",
+                        "options": { "baseURL": format!("http://127.0.0.1:{port}/v1"), "apiKey": "x" },
+                        "models": {
+                            "mock-model": { "name": "Mock model", "tool_call": true, "reasoning": true }
+                        }
+                    }
+                }
+            });
+            std::fs::write(dir.join("opencode.json"), config.to_string()).unwrap();
+            set("OPENCODE_DISABLE_MODELS_FETCH", "1");
+            set("OPENCODE_DISABLE_AUTOUPDATE", "1");
+        }
+    }
+}
+
+fn settings(cli: Cli) -> pb::Settings {
+    let profile = |model: &str, effort: &str| pb::EffortProfile {
+        model: model.into(),
+        effort: effort.into(),
+    };
+    let mut settings = pb::Settings::default();
+    settings.profiles.insert(
+        cli.provider().into(),
+        pb::ProviderProfiles {
+            levels: [
+                ("default".to_string(), profile(cli.model(), "")),
+                ("high".to_string(), profile(cli.high_model(), "high")),
+            ]
+            .into(),
+        },
+    );
+    settings
+}
+
+/// Reads events with a ceiling fit for a real CLI.
+async fn next_event(events: &mut Events, cli: Cli, seen: &[pb::SessionEvent]) -> pb::SessionEvent {
+    match tokio::time::timeout(CLI_CEILING, events.0.message()).await {
+        Ok(Ok(Some(e))) => e,
+        Ok(other) => panic!("{cli:?}: attach stream ended: {other:?}"),
+        Err(_) => panic!(
+            "{cli:?}: no event within {CLI_CEILING:?}; seen so far: {:?}",
+            kinds(seen)
+        ),
+    }
+}
+
+/// Reads one operation's events up to the status that follows its end.
+async fn operation(events: &mut Events, cli: Cli) -> Vec<pb::SessionEvent> {
+    let mut seen = Vec::new();
+    loop {
+        let e = next_event(events, cli, &seen).await;
+        let done = is_finished(&e);
+        seen.push(e);
+        if done {
+            break;
+        }
+    }
+    let e = next_event(events, cli, &seen).await;
+    seen.push(e);
+    seen
+}
+
+fn kinds(events: &[pb::SessionEvent]) -> Vec<String> {
+    events.iter().map(kind).collect()
+}
+
+fn chat_text(events: &[pb::SessionEvent]) -> String {
+    events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Some(Event::Chat(c)) => Some(c.text.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn delta_text(events: &[pb::SessionEvent]) -> String {
+    events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Some(Event::ChatDelta(d)) => Some(d.text.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A completed turn: started, running, chat (with or without deltas) whose
+/// text is the reply, usage, completed, idle.
+fn assert_completed(cli: Cli, seen: &[pb::SessionEvent], reply: &str) {
+    let k = kinds(seen);
+    eprintln!("{cli:?}: turn events: {k:?}");
+    let n = k.len();
+    assert!(n >= 5, "{cli:?}: {k:?}");
+    assert_eq!(
+        k[..2],
+        ["operation_started", "status:running"],
+        "{cli:?}: {k:?}"
+    );
+    assert_eq!(
+        k[n - 2..],
+        ["operation_finished:completed", "status:idle"],
+        "{cli:?}: {k:?}"
+    );
+    let middle = &k[2..n - 2];
+    assert!(
+        middle
+            .iter()
+            .all(|k| k == "chat" || k == "chat_delta" || k == "usage"),
+        "{cli:?}: unexpected events in a plain turn: {k:?}"
+    );
+    assert!(
+        middle.iter().any(|k| k == "chat"),
+        "{cli:?}: no chat: {k:?}"
+    );
+    assert!(
+        middle.iter().any(|k| k == "usage"),
+        "{cli:?}: no usage: {k:?}"
+    );
+    assert_eq!(chat_text(seen).trim(), reply, "{cli:?}: {k:?}");
+    let deltas = delta_text(seen);
+    if !deltas.is_empty() {
+        assert_eq!(deltas.trim(), reply, "{cli:?}: deltas: {k:?}");
+    }
+    let usage = seen
+        .iter()
+        .find_map(|e| match &e.event {
+            Some(Event::Usage(u)) => Some(*u),
+            _ => None,
+        })
+        .unwrap();
+    assert!(usage.total_tokens > 0, "{cli:?}: {usage:?}");
+}
+
+struct Run {
+    cli: Cli,
+    env: TestEnv,
+    mock: Mock,
+    launcher: Launcher,
+    sessions: Sessions,
+}
+
+impl Run {
+    async fn start(cli: Cli) -> Run {
+        let mut env = TestEnv::new();
+        let mock = Mock::start();
+        configure(&mut env, cli, mock.port);
+        let launcher = env.up().await;
+        env.provider()
+            .await
+            .update_settings(pb::UpdateSettingsRequest {
+                settings: Some(settings(cli)),
+            })
+            .await
+            .unwrap();
+        let sessions = env.session().await;
+        Run {
+            cli,
+            env,
+            mock,
+            launcher,
+            sessions,
+        }
+    }
+
+    async fn thread(&mut self, effort_level: Option<&str>) -> (String, Events) {
+        let created = self
+            .sessions
+            .create_session(pb::CreateSessionRequest {
+                origin: ORIGIN.into(),
+                provider: Some(self.cli.provider().into()),
+                effort_level: effort_level.map(Into::into),
+                model: None,
+                skills: None,
+                auto_end_on_disconnect: false,
+                workspace_path: None,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(created.provider, self.cli.provider());
+        assert_eq!(created.effort_level, effort_level.unwrap_or("default"));
+        let id = created.session_id;
+        let mut events = Events(
+            self.sessions
+                .attach(pb::AttachRequest {
+                    session_id: id.clone(),
+                    origin: ORIGIN.into(),
+                    route_id: "route-1".into(),
+                    after_seq: None,
+                })
+                .await
+                .unwrap()
+                .into_inner(),
+        );
+        assert!(matches!(
+            events.next().await.event,
+            Some(Event::Snapshot(_))
+        ));
+        (id, events)
+    }
+
+    async fn send(&mut self, id: &str, text: &str) {
+        self.sessions
+            .send_text(pb::SendTextRequest {
+                session_id: id.into(),
+                origin: ORIGIN.into(),
+                text: text.into(),
+            })
+            .await
+            .unwrap();
+    }
+
+    /// The provider session id in the thread's journal record.
+    fn journal_provider_session(&self, id: &str) -> Option<String> {
+        let path = find_file(&self.env.data_dir(), &format!("{id}.json"))
+            .unwrap_or_else(|| panic!("no journal record {id}.json under the data dir"));
+        let record: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        record["provider_session_id"].as_str().map(str::to_owned)
+    }
+
+    /// Pids of processes of this test other than the launcher and the services.
+    async fn leftovers(&self) -> Vec<u32> {
+        let status = self.env.supervisor_status().await.expect("launcher status");
+        let mut ours: Vec<u32> = status.services.iter().map(|s| s.pid).collect();
+        ours.push(status.launcher_pid);
+        ours.push(self.launcher.pid());
+        processes_using(&self.env.runtime_dir())
+            .into_iter()
+            .filter(|p| !ours.contains(p))
+            .collect()
+    }
+}
+
+fn find_file(dir: &Path, name: &str) -> Option<PathBuf> {
+    for entry in std::fs::read_dir(dir).ok()?.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            if let Some(found) = find_file(&path, name) {
+                return Some(found);
+            }
+        } else if entry.file_name() == name {
+            return Some(path);
+        }
+    }
+    None
+}
+
+fn describe(pid: u32) -> String {
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+        .unwrap_or_default();
+    format!("{pid}: {cmdline}")
+}
+
+/// (a) a first turn and (b) a resumed second turn.
+async fn first_turn_then_resume(run: &mut Run) {
+    let cli = run.cli;
+    run.mock
+        .script(json!({"mode": "reply", "text": FIRST_REPLY}))
+        .await;
+    let (id, mut events) = run.thread(None).await;
+
+    run.send(&id, FIRST_TEXT).await;
+    let first = operation(&mut events, cli).await;
+    assert_completed(cli, &first, FIRST_REPLY);
+    let provider_session = run.journal_provider_session(&id);
+    assert!(
+        provider_session.as_deref().is_some_and(|s| !s.is_empty()),
+        "{cli:?}: no provider session id in the journal after the first turn"
+    );
+    let first_requests = model_requests(cli, &run.mock.requests().await);
+    assert!(
+        !first_requests.is_empty(),
+        "{cli:?}: the mock saw no model request"
+    );
+    assert!(
+        first_requests[0].to_string().contains(FIRST_TEXT),
+        "{cli:?}: the first request lacks the user's text"
+    );
+    eprintln!(
+        "{cli:?}: default-profile effort in the request: {}",
+        cli.effort_of(&first_requests[0])
+    );
+
+    run.mock
+        .script(json!({"mode": "reply", "text": SECOND_REPLY}))
+        .await;
+    run.mock.clear().await;
+    run.send(&id, SECOND_TEXT).await;
+    let second = operation(&mut events, cli).await;
+    assert_completed(cli, &second, SECOND_REPLY);
+    assert_eq!(
+        run.journal_provider_session(&id),
+        provider_session,
+        "{cli:?}: the provider session changed on resume"
+    );
+    let resumed = model_requests(cli, &run.mock.requests().await);
+    let last = resumed
+        .last()
+        .unwrap_or_else(|| panic!("{cli:?}: the mock saw no second model request"))
+        .to_string();
+    assert!(
+        last.contains(SECOND_TEXT),
+        "{cli:?}: the second request lacks the new text"
+    );
+    assert!(
+        last.contains(FIRST_TEXT) && last.contains(FIRST_REPLY),
+        "{cli:?}: the second request does not carry the first turn's conversation: {}",
+        &last[..last.len().min(4000)]
+    );
+}
+
+/// (c) the "high" effort profile reaches the model request.
+async fn effort_high(run: &mut Run) {
+    let cli = run.cli;
+    run.mock
+        .script(json!({"mode": "reply", "text": EFFORT_REPLY}))
+        .await;
+    run.mock.clear().await;
+    let (id, mut events) = run.thread(Some("high")).await;
+    run.send(&id, "think hard").await;
+    let seen = operation(&mut events, cli).await;
+    assert_completed(cli, &seen, EFFORT_REPLY);
+    let requests = model_requests(cli, &run.mock.requests().await);
+    assert!(!requests.is_empty(), "{cli:?}: no model request");
+    for body in &requests {
+        eprintln!(
+            "{cli:?}: high-profile request: model {} effort {}",
+            body["model"],
+            cli.effort_of(body)
+        );
+        assert_eq!(
+            cli.effort_of(body),
+            json!("high"),
+            "{cli:?}: effort missing from the request (model {})",
+            body["model"]
+        );
+    }
+}
+
+/// (d) a model error keeps the provider's own message.
+async fn model_error(run: &mut Run) {
+    let cli = run.cli;
+    run.mock
+        .script(json!({"mode": "error", "message": MOCK_ERROR, "status": 400}))
+        .await;
+    let (id, mut events) = run.thread(None).await;
+    run.send(&id, "this will fail").await;
+    let seen = operation(&mut events, cli).await;
+    let k = kinds(&seen);
+    eprintln!("{cli:?}: error turn events: {k:?}");
+    let n = k.len();
+    assert_eq!(
+        k[..2],
+        ["operation_started", "status:running"],
+        "{cli:?}: {k:?}"
+    );
+    assert_eq!(
+        k[n - 2..],
+        ["operation_finished:failed", "status:error"],
+        "{cli:?}: {k:?}"
+    );
+    let errors: Vec<&pb::PedelecError> = seen
+        .iter()
+        .filter_map(|e| match &e.event {
+            Some(Event::Error(e)) => Some(e),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(errors.len(), 1, "{cli:?}: {k:?}");
+    eprintln!(
+        "{cli:?}: error event: code {} source {} message {:?}",
+        errors[0].code, errors[0].source, errors[0].message
+    );
+    assert!(
+        errors[0].message.contains(MOCK_ERROR),
+        "{cli:?}: the error does not carry the provider's message: {:?}",
+        errors[0]
+    );
+    let snapshot = run
+        .sessions
+        .get(pb::ThreadRequest {
+            session_id: id.clone(),
+            origin: ORIGIN.into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(snapshot.status, pb::SessionStatus::Error as i32);
+}
+
+/// (e) cancel a turn whose model request hangs; nothing of the CLI is left.
+async fn cancel_hanging_turn(run: &mut Run) {
+    let cli = run.cli;
+    run.mock.script(json!({"mode": "hang"})).await;
+    run.mock.clear().await;
+    let (id, mut events) = run.thread(None).await;
+    run.send(&id, "this will hang").await;
+
+    let mut seen = Vec::new();
+    while seen
+        .last()
+        .is_none_or(|e: &pb::SessionEvent| kind(e) != "status:running")
+    {
+        let e = next_event(&mut events, cli, &seen).await;
+        seen.push(e);
+    }
+    let deadline = Instant::now() + CLI_CEILING;
+    while model_requests(cli, &run.mock.requests().await).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "{cli:?}: the mock never received the model request"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let during: Vec<String> = run.leftovers().await.into_iter().map(describe).collect();
+    assert!(!during.is_empty(), "{cli:?}: no CLI process while running");
+
+    run.sessions
+        .cancel(pb::ThreadRequest {
+            session_id: id.clone(),
+            origin: ORIGIN.into(),
+        })
+        .await
+        .unwrap();
+    let rest = operation(&mut events, cli).await;
+    let k = kinds(&rest);
+    eprintln!("{cli:?}: cancel: {:?} then {k:?}", kinds(&seen));
+    assert!(
+        k.ends_with(&["operation_finished:cancelled".into(), "status:idle".into()]),
+        "{cli:?}: {:?} then {k:?}",
+        kinds(&seen)
+    );
+    assert!(
+        k.iter().all(|k| k == "error:CANCELLED"
+            || k.starts_with("operation_finished")
+            || k == "status:idle"),
+        "{cli:?}: {k:?}"
+    );
+
+    let deadline = Instant::now() + CLI_CEILING;
+    loop {
+        let left = run.leftovers().await;
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{cli:?}: processes left after cancel: {:?} (while running: {during:?})",
+            left.into_iter().map(describe).collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn all_cases(cli: Cli) {
+    let mut run = Run::start(cli).await;
+    first_turn_then_resume(&mut run).await;
+    effort_high(&mut run).await;
+    model_error(&mut run).await;
+    cancel_hanging_turn(&mut run).await;
+    run.launcher.stop();
+}
+
+#[tokio::test]
+async fn codex_real_cli_turns_resume_effort_error_cancel() {
+    all_cases(Cli::Codex).await;
+}
+
+#[tokio::test]
+async fn claude_real_cli_turns_resume_effort_error_cancel() {
+    all_cases(Cli::Claude).await;
+}
+
+#[tokio::test]
+async fn opencode_real_cli_turns_resume_effort_error_cancel() {
+    all_cases(Cli::OpenCode).await;
+}
