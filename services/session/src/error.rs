@@ -18,6 +18,8 @@ pub enum SessionError {
     Workspace { path: String, reason: String },
     #[error("no tool request {0} is pending on this thread")]
     UnknownToolRequest(String),
+    #[error("the tool result is {0} bytes; the limit is {1}")]
+    TooLarge(usize, usize),
     /// An error another service reported, passed through with its own code.
     #[error("{0}")]
     Upstream(CodedError),
@@ -32,6 +34,7 @@ impl SessionError {
                 Code::INVALID_INPUT
             }
             SessionError::ThreadNotFound(_) => Code::THREAD_NOT_FOUND,
+            SessionError::TooLarge(..) => Code::MESSAGE_TOO_LARGE,
             SessionError::AccessDenied(_) => Code::THREAD_ACCESS_DENIED,
             SessionError::Busy(..) => Code::SESSION_BUSY,
             SessionError::Ended(_) => Code::SESSION_ENDED,

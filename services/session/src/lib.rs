@@ -6,6 +6,7 @@ mod grpc;
 mod record;
 mod sessions;
 mod thread;
+mod tools;
 mod turn;
 
 use std::time::Duration;

@@ -74,6 +74,7 @@ impl Sessions {
             }),
         };
         sessions.recover();
+        tokio::spawn(crate::tools::follow(sessions.clone()));
         sessions
     }
 
@@ -114,7 +115,6 @@ impl Sessions {
                 // Routes were lost with the old process; they have the grace period to come back.
                 self.schedule_auto_end(&shared);
             }
-            self.reregister_tools(&shared);
         }
         if count > 0 {
             tracing::info!(threads = count, "reloaded threads from the journal");
@@ -123,6 +123,18 @@ impl Sessions {
 
     fn threads(&self) -> MutexGuard<'_, HashMap<String, SharedThread>> {
         self.inner.threads.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The thread `id` for internal callers (no origin to check).
+    pub(crate) fn thread_unchecked(&self, id: &str) -> Option<SharedThread> {
+        self.threads().get(id).cloned()
+    }
+
+    pub(crate) fn reregister_all_tools(&self) {
+        let threads: Vec<SharedThread> = self.threads().values().cloned().collect();
+        for thread in &threads {
+            self.reregister_tools(thread);
+        }
     }
 
     /// The thread `id`, if `origin` owns it.
@@ -447,11 +459,16 @@ impl Sessions {
     /// ending finished the operation, whose task then drops the RunTurn stream,
     /// and ProviderService kills the process group when its stream goes away.
     fn release_thread_resources(&self, session_id: String) {
+        self.drop_tool_calls(session_id, false);
+    }
+
+    fn drop_tool_calls(&self, session_id: String, keep_manifest: bool) {
         let mut tools = self.inner.tools.clone();
         tokio::spawn(async move {
             let dropped = tools
                 .drop(pb::DropToolsRequest {
                     session_id: session_id.clone(),
+                    keep_manifest,
                 })
                 .await;
             if let Err(status) = dropped
@@ -562,6 +579,8 @@ impl Sessions {
         // The operation's task sees the stop signal and drops its RunTurn stream,
         // which makes ProviderService kill the process group. A separate
         // CancelTurn here could arrive after the next turn started and kill that.
+        // Pending tool calls fail now; the manifest stays for the next turn.
+        self.drop_tool_calls(id.to_string(), true);
         Ok(cancelled)
     }
 
@@ -576,6 +595,25 @@ impl Sessions {
             if pending.is_none_or(|p| p.tool_request_id != req.tool_request_id) {
                 return Err(SessionError::UnknownToolRequest(req.tool_request_id));
             }
+        }
+        let size = match &req.outcome {
+            Some(pb::submit_tool_result_request::Outcome::Result(v)) => {
+                prost::Message::encoded_len(v)
+            }
+            Some(pb::submit_tool_result_request::Outcome::Error(e)) => {
+                prost::Message::encoded_len(e)
+            }
+            None => {
+                return Err(SessionError::InvalidInput(
+                    "a tool result needs a result or an error".into(),
+                ));
+            }
+        };
+        if size > crate::tools::MAX_TOOL_RESULT_BYTES {
+            return Err(SessionError::TooLarge(
+                size,
+                crate::tools::MAX_TOOL_RESULT_BYTES,
+            ));
         }
         let outcome = req.outcome.map(|o| match o {
             pb::submit_tool_result_request::Outcome::Result(v) => {

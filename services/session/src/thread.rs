@@ -193,7 +193,12 @@ impl Thread {
             self.emit(Event::Error(e.to_proto(*source as i32)));
         }
         // A pending tool request dies with its operation; the bridge is told separately.
-        self.record.pending_tool_request = None;
+        if let Some(pending) = self.record.pending_tool_request.take() {
+            self.emit(Event::ToolRequestCleared(pb::ToolRequestCleared {
+                tool_request_id: pending.tool_request_id,
+                reason: "dropped".to_string(),
+            }));
+        }
         self.emit(Event::OperationFinished(pb::OperationFinished {
             operation_id: op.operation_id.clone(),
             kind: kind_to_pb(op.kind) as i32,

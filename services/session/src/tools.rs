@@ -1,0 +1,111 @@
+//! Follows ToolBridgeService's Watch stream: a tool call of the agent puts its
+//! thread in `waiting_tool_result` with a `tool_request` event; its settlement
+//! clears it and the thread runs on.
+
+use std::time::Duration;
+
+use pb::session_event::Event;
+use pb::tool_event::Event as ToolEvent;
+use pedelec_common::json;
+use pedelec_proto::v1 as pb;
+
+use crate::record::{Status, ToolRequestRecord};
+use crate::sessions::{Sessions, lock};
+
+/// Tool results above this size are refused (`MESSAGE_TOO_LARGE`): they travel
+/// through gRPC (4 MiB message limit) and into the agent's stdout.
+pub const MAX_TOOL_RESULT_BYTES: usize = 2 << 20;
+
+/// Watches ToolBridgeService for as long as the process lives, reconnecting
+/// after the bridge restarts. Each (re)connection registers every live manifest
+/// again with its token: a restarted bridge (or this service after a restart)
+/// may not have them, and registering twice is harmless.
+pub async fn follow(sessions: Sessions) {
+    let mut delay = Duration::from_millis(20);
+    loop {
+        let watch = sessions
+            .inner
+            .tools
+            .clone()
+            .watch(pb::WatchToolsRequest {})
+            .await;
+        match watch {
+            Ok(stream) => {
+                sessions.reregister_all_tools();
+                delay = Duration::from_millis(20);
+                let mut stream = stream.into_inner();
+                loop {
+                    match stream.message().await {
+                        Ok(Some(event)) => apply(&sessions, event),
+                        Ok(None) => break,
+                        Err(status) => {
+                            tracing::warn!(error = %status.message(), "tool watch interrupted");
+                            break;
+                        }
+                    }
+                }
+            }
+            Err(status) => {
+                tracing::debug!(error = %status.message(), "tool watch not available yet");
+            }
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(2));
+    }
+}
+
+fn apply(sessions: &Sessions, event: pb::ToolEvent) {
+    match event.event {
+        Some(ToolEvent::Requested(requested)) => {
+            let Some(thread) = sessions.thread_unchecked(&requested.session_id) else {
+                return;
+            };
+            let mut t = lock(&thread);
+            let Some(operation_id) = t
+                .record
+                .active_operation
+                .as_ref()
+                .map(|op| op.operation_id.clone())
+            else {
+                tracing::warn!(session = t.id(), "tool call outside an operation");
+                return;
+            };
+            let record = ToolRequestRecord {
+                tool_request_id: requested.tool_request_id,
+                tool: requested.tool,
+                args: requested
+                    .args
+                    .as_ref()
+                    .map(json::from_value)
+                    .unwrap_or(serde_json::Value::Null),
+                operation_id,
+            };
+            t.emit(Event::ToolRequest(crate::thread::tool_request_to_pb(
+                &record,
+            )));
+            t.record.pending_tool_request = Some(record);
+            t.set_status(Status::WaitingToolResult);
+            t.save(&sessions.inner.journal);
+        }
+        Some(ToolEvent::Settled(settled)) => {
+            let Some(thread) = sessions.thread_unchecked(&settled.session_id) else {
+                return;
+            };
+            let mut t = lock(&thread);
+            let pending = t.record.pending_tool_request.as_ref();
+            if pending.is_none_or(|p| p.tool_request_id != settled.tool_request_id) {
+                return; // already cleared (operation finished or thread ended)
+            }
+            t.record.pending_tool_request = None;
+            t.emit(Event::ToolRequestCleared(pb::ToolRequestCleared {
+                tool_request_id: settled.tool_request_id,
+                reason: settled.reason,
+            }));
+            if t.record.status == Status::WaitingToolResult {
+                t.set_status(Status::Running);
+            }
+            t.save(&sessions.inner.journal);
+        }
+        None => {}
+    }
+}
