@@ -1,0 +1,252 @@
+//! Human commands for local scripting: sessions, providers, settings.
+//! Results go to stdout; errors go to stderr as `CODE: message`.
+
+use std::io::Read;
+
+use pedelec_common::{RuntimeDir, ServiceName, uds};
+use pedelec_proto::v1::provider_service_client::ProviderServiceClient;
+use pedelec_proto::v1::session_service_client::SessionServiceClient;
+use pedelec_proto::v1::{
+    EffortProfile, GetSettingsRequest, ListProvidersRequest, ListRequest, Settings, ThreadRequest,
+    UpdateSettingsRequest,
+};
+use serde_json::Value as Json;
+use tonic::transport::Channel;
+
+use crate::error::{CliError, EXIT_OK};
+use crate::output;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AdminCommand {
+    SessionsList { origin: Option<String>, json: bool },
+    SessionsShow { session_id: String, origin: String },
+    Providers { json: bool },
+    SettingsGet,
+    SettingsSet(SettingChange),
+}
+
+/// One edit applied to the full settings between GetFullSettings and UpdateSettings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SettingChange {
+    /// An empty value clears the default provider.
+    DefaultProvider(String),
+    OllamaEndpoint(String),
+    /// `-` reads the key from stdin, keeping it out of the process list.
+    OllamaApiKey(String),
+    TavilyApiKey(String),
+    Profile {
+        provider: String,
+        level: String,
+        model: String,
+        effort: Option<String>,
+    },
+}
+
+/// Runs an admin command, prints its output and returns the exit code.
+pub fn run(command: AdminCommand) -> i32 {
+    match execute(command) {
+        Ok(text) => {
+            print!("{text}");
+            if !text.ends_with('\n') {
+                println!();
+            }
+            EXIT_OK
+        }
+        Err(e) => {
+            eprintln!("{}", output::human_error(&e));
+            e.exit_code()
+        }
+    }
+}
+
+fn execute(command: AdminCommand) -> Result<String, CliError> {
+    let runtime_dir = RuntimeDir::from_env();
+    // Secrets from stdin are read before connecting, like every other local check.
+    let command = match command {
+        AdminCommand::SettingsSet(change) => AdminCommand::SettingsSet(read_secret(change)?),
+        other => other,
+    };
+    let rt = crate::runtime()?;
+    rt.block_on(async {
+        match command {
+            AdminCommand::SessionsList { origin, json } => {
+                let mut client = session_client(&runtime_dir).await?;
+                let resp = client
+                    .list(ListRequest { origin })
+                    .await
+                    .map_err(|s| CliError::from_status(&s))?
+                    .into_inner();
+                Ok(if json {
+                    output::pretty(&Json::Array(
+                        resp.sessions.iter().map(output::summary_json).collect(),
+                    ))
+                } else {
+                    output::sessions_table(&resp.sessions)
+                })
+            }
+            AdminCommand::SessionsShow { session_id, origin } => {
+                let mut client = session_client(&runtime_dir).await?;
+                let snapshot = client
+                    .get(ThreadRequest { session_id, origin })
+                    .await
+                    .map_err(|s| CliError::from_status(&s))?
+                    .into_inner();
+                Ok(output::pretty(&output::snapshot_json(&snapshot)))
+            }
+            AdminCommand::Providers { json } => {
+                let mut client = provider_client(&runtime_dir).await?;
+                let resp = client
+                    .list_providers(ListProvidersRequest {})
+                    .await
+                    .map_err(|s| CliError::from_status(&s))?
+                    .into_inner();
+                Ok(if json {
+                    output::pretty(&Json::Array(
+                        resp.providers.iter().map(output::provider_json).collect(),
+                    ))
+                } else {
+                    output::providers_table(&resp.providers)
+                })
+            }
+            AdminCommand::SettingsGet => {
+                let mut client = provider_client(&runtime_dir).await?;
+                let settings = full_settings(&mut client).await?;
+                Ok(output::pretty(&output::settings_json(&settings)))
+            }
+            AdminCommand::SettingsSet(change) => {
+                let mut client = provider_client(&runtime_dir).await?;
+                let mut settings = full_settings(&mut client).await?;
+                apply(&mut settings, change);
+                let updated = client
+                    .update_settings(UpdateSettingsRequest {
+                        settings: Some(settings),
+                    })
+                    .await
+                    .map_err(|s| CliError::from_status(&s))?
+                    .into_inner();
+                Ok(output::pretty(&output::settings_json(&updated)))
+            }
+        }
+    })
+}
+
+async fn session_client(dir: &RuntimeDir) -> Result<SessionServiceClient<Channel>, CliError> {
+    Ok(SessionServiceClient::new(
+        uds::connect(&dir.socket(ServiceName::Session)).await?,
+    ))
+}
+
+async fn provider_client(dir: &RuntimeDir) -> Result<ProviderServiceClient<Channel>, CliError> {
+    Ok(ProviderServiceClient::new(
+        uds::connect(&dir.socket(ServiceName::Provider)).await?,
+    ))
+}
+
+async fn full_settings(client: &mut ProviderServiceClient<Channel>) -> Result<Settings, CliError> {
+    Ok(client
+        .get_full_settings(GetSettingsRequest {})
+        .await
+        .map_err(|s| CliError::from_status(&s))?
+        .into_inner())
+}
+
+fn read_secret(change: SettingChange) -> Result<SettingChange, CliError> {
+    let read = |v: String| -> Result<String, CliError> {
+        if v != "-" {
+            return Ok(v);
+        }
+        let mut buf = String::new();
+        std::io::stdin()
+            .read_to_string(&mut buf)
+            .map_err(CliError::Stdin)?;
+        Ok(buf.trim_end_matches(['\r', '\n']).to_string())
+    };
+    Ok(match change {
+        SettingChange::OllamaApiKey(v) => SettingChange::OllamaApiKey(read(v)?),
+        SettingChange::TavilyApiKey(v) => SettingChange::TavilyApiKey(read(v)?),
+        other => other,
+    })
+}
+
+/// Applies one change; ProviderService validates the result on update.
+pub fn apply(settings: &mut Settings, change: SettingChange) {
+    match change {
+        SettingChange::DefaultProvider(p) => {
+            settings.default_provider = (!p.is_empty()).then_some(p);
+        }
+        SettingChange::OllamaEndpoint(v) => settings.ollama_endpoint = v,
+        SettingChange::OllamaApiKey(v) => settings.ollama_api_key = v,
+        SettingChange::TavilyApiKey(v) => settings.tavily_api_key = v,
+        SettingChange::Profile {
+            provider,
+            level,
+            model,
+            effort,
+        } => {
+            settings
+                .profiles
+                .entry(provider)
+                .or_default()
+                .levels
+                .insert(
+                    level,
+                    EffortProfile {
+                        model,
+                        effort: effort.unwrap_or_default(),
+                    },
+                );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn set_default_provider_and_clear_it() {
+        let mut s = Settings::default();
+        apply(&mut s, SettingChange::DefaultProvider("claude".into()));
+        assert_eq!(s.default_provider.as_deref(), Some("claude"));
+        apply(&mut s, SettingChange::DefaultProvider(String::new()));
+        assert_eq!(s.default_provider, None);
+    }
+
+    #[test]
+    fn set_profile_keeps_other_levels() {
+        let mut s = Settings::default();
+        apply(
+            &mut s,
+            SettingChange::Profile {
+                provider: "codex".into(),
+                level: "low".into(),
+                model: "m1".into(),
+                effort: Some("low".into()),
+            },
+        );
+        apply(
+            &mut s,
+            SettingChange::Profile {
+                provider: "codex".into(),
+                level: "high".into(),
+                model: "m2".into(),
+                effort: None,
+            },
+        );
+        let levels = &s.profiles["codex"].levels;
+        assert_eq!(levels["low"].model, "m1");
+        assert_eq!(levels["low"].effort, "low");
+        assert_eq!(levels["high"].model, "m2");
+        assert_eq!(levels["high"].effort, "");
+    }
+
+    #[test]
+    fn set_endpoint() {
+        let mut s = Settings::default();
+        apply(
+            &mut s,
+            SettingChange::OllamaEndpoint("http://127.0.0.1:11434".into()),
+        );
+        assert_eq!(s.ollama_endpoint, "http://127.0.0.1:11434");
+    }
+}

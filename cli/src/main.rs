@@ -1,0 +1,304 @@
+//! pedelec-cli: parses the command line and hands over to the library.
+
+use clap::{Args, Parser, Subcommand};
+use pedelec_cli::admin::{AdminCommand, SettingChange};
+use pedelec_cli::tools::{ToolCommand, ToolContext};
+
+const AFTER_HELP: &str = "\
+AGENT COMMANDS (tool-spec, tool-call)
+  Used by an AI agent inside a Pedelec turn to call the web page's tools.
+  Fetch a tool's argument schema with tool-spec before the first call.
+
+  Environment (set by Pedelec for the agent process):
+    PEDELEC_THREAD_ID    the thread (default for --thread-id)
+    PEDELEC_TOOL_TOKEN   the thread's secret tool token (sent as gRPC metadata)
+    PEDELEC_RUNTIME_DIR  folder holding toolbridge.sock
+
+  Output: exactly one JSON document on stdout, one line:
+    {\"ok\":true,\"result\":<json>}
+    {\"ok\":false,\"error\":{\"code\":\"TOOL_ARGS_INVALID\",\"message\":\"...\",\"details\":<json|null>}}
+  tool-spec's result is {\"name\",\"description\",\"argsSchema\",\"timeoutMs\"}.
+
+  Exit codes:
+    0  ok
+    1  the tool failed or was refused (e.g. TOOL_NOT_FOUND, TOOL_ARGS_INVALID,
+       TOOL_ACCESS_DENIED, TOOL_TIMEOUT, TOOL_HANDLER_ERROR); read error.code
+    2  usage error (bad flags, invalid JSON, no thread id: INVALID_INPUT) or
+       Pedelec not answering (CORE_UNAVAILABLE); JSON is still printed
+
+  Examples:
+    pedelec-cli --thread-id thr_123 tool-spec search_rows
+    pedelec-cli --thread-id thr_123 tool-call search_rows '{\"query\":\"overdue\",\"limit\":5}'
+    echo '{\"query\":\"overdue\"}' | pedelec-cli tool-call search_rows -
+
+HUMAN COMMANDS (sessions, providers, settings)
+  Local scripting against the running services. Errors print CODE: message
+  on stderr; exit 1 for service errors, 2 for usage or connection errors.";
+
+/// Pedelec's command-line client: page tools for agents, and local admin.
+#[derive(Debug, Parser)]
+#[command(name = "pedelec-cli", version, after_help = AFTER_HELP)]
+struct Cli {
+    /// The thread whose tools are used.
+    #[arg(long, global = true, value_name = "ID", env = "PEDELEC_THREAD_ID")]
+    thread_id: Option<String>,
+    /// tool-call only: the call's timeout in milliseconds, overriding the tool's own.
+    #[arg(long, global = true, value_name = "N")]
+    timeout_ms: Option<u32>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Print a tool's spec (name, description, argsSchema, timeoutMs) as JSON.
+    ToolSpec {
+        /// The tool name, as listed in the prompt's tool index.
+        tool: String,
+    },
+    /// Call a tool with JSON arguments and print its result as JSON.
+    ToolCall {
+        /// The tool name, as listed in the prompt's tool index.
+        tool: String,
+        /// The arguments: a JSON object matching argsSchema, or - to read it from stdin.
+        json: String,
+    },
+    /// List threads or show one (human command).
+    #[command(subcommand)]
+    Sessions(SessionsCommand),
+    /// List the providers with availability and the default (human command).
+    Providers {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Read or change the settings (human command).
+    #[command(subcommand)]
+    Settings(SettingsCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum SessionsCommand {
+    /// Table of threads: id, origin, status, provider, routes, last seq.
+    List {
+        /// Only threads owned by this origin.
+        #[arg(long)]
+        origin: Option<String>,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// A thread's snapshot as JSON.
+    Show {
+        /// The thread id.
+        id: String,
+        /// The origin that owns the thread, e.g. https://app.example.
+        #[arg(long)]
+        origin: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum SettingsCommand {
+    /// Print the full settings as JSON (camelCase, credentials included).
+    Get,
+    /// Change one setting and print the new settings.
+    #[command(subcommand)]
+    Set(SetCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum SetCommand {
+    /// The provider used when a thread names none ("" clears it).
+    DefaultProvider { provider: String },
+    /// Base URL of the Ollama server, e.g. http://127.0.0.1:11434.
+    OllamaEndpoint { url: String },
+    /// API key for the Ollama endpoint (- reads it from stdin).
+    OllamaApiKey { key: String },
+    /// Tavily key for pedelec-agent's web search (- reads it from stdin).
+    TavilyApiKey { key: String },
+    /// A provider's profile for one effort level.
+    Profile(ProfileArgs),
+}
+
+#[derive(Debug, Args)]
+struct ProfileArgs {
+    /// Provider code: codex, claude, opencode, cursor, antigravity, ollama.
+    provider: String,
+    /// Effort level: default, low, medium, high.
+    level: String,
+    /// The model passed to the CLI ("" for the CLI's own default).
+    #[arg(long)]
+    model: String,
+    /// The CLI's effort flag value (none when omitted).
+    #[arg(long)]
+    effort: Option<String>,
+}
+
+enum Plan {
+    Tool(ToolContext, ToolCommand),
+    Admin(AdminCommand),
+}
+
+fn plan(cli: Cli) -> Plan {
+    let tool = |command| {
+        Plan::Tool(
+            ToolContext::from_env(cli.thread_id, cli.timeout_ms),
+            command,
+        )
+    };
+    match cli.command {
+        Command::ToolSpec { tool: name } => tool(ToolCommand::Spec { tool: name }),
+        Command::ToolCall { tool: name, json } => tool(ToolCommand::Call {
+            tool: name,
+            args: json,
+        }),
+        Command::Sessions(SessionsCommand::List { origin, json }) => {
+            Plan::Admin(AdminCommand::SessionsList { origin, json })
+        }
+        Command::Sessions(SessionsCommand::Show { id, origin }) => {
+            Plan::Admin(AdminCommand::SessionsShow {
+                session_id: id,
+                origin,
+            })
+        }
+        Command::Providers { json } => Plan::Admin(AdminCommand::Providers { json }),
+        Command::Settings(SettingsCommand::Get) => Plan::Admin(AdminCommand::SettingsGet),
+        Command::Settings(SettingsCommand::Set(set)) => {
+            let change = match set {
+                SetCommand::DefaultProvider { provider } => {
+                    SettingChange::DefaultProvider(provider)
+                }
+                SetCommand::OllamaEndpoint { url } => SettingChange::OllamaEndpoint(url),
+                SetCommand::OllamaApiKey { key } => SettingChange::OllamaApiKey(key),
+                SetCommand::TavilyApiKey { key } => SettingChange::TavilyApiKey(key),
+                SetCommand::Profile(p) => SettingChange::Profile {
+                    provider: p.provider,
+                    level: p.level,
+                    model: p.model,
+                    effort: p.effort,
+                },
+            };
+            Plan::Admin(AdminCommand::SettingsSet(change))
+        }
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let code = match Cli::try_parse_from(&args) {
+        Ok(cli) => match plan(cli) {
+            Plan::Tool(ctx, command) => pedelec_cli::tools::run(&ctx, command),
+            Plan::Admin(command) => pedelec_cli::admin::run(command),
+        },
+        // --help and --version are not errors.
+        Err(e) if !e.use_stderr() => {
+            let _ = e.print();
+            0
+        }
+        Err(e) => pedelec_cli::usage_error(&e.render().to_string(), pedelec_cli::agent_mode(&args)),
+    };
+    std::process::exit(code);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("pedelec-cli").chain(s.split_whitespace()))
+    }
+
+    #[test]
+    fn cli_definition_is_valid() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn tool_call_with_global_flags_before_and_after() {
+        let cli = parse("--thread-id thr_1 --timeout-ms 500 tool-call echo {}").unwrap();
+        assert_eq!(cli.thread_id.as_deref(), Some("thr_1"));
+        assert_eq!(cli.timeout_ms, Some(500));
+        assert!(
+            matches!(cli.command, Command::ToolCall { ref tool, ref json } if tool == "echo" && json == "{}")
+        );
+        let cli = parse("tool-spec echo --thread-id thr_2").unwrap();
+        assert_eq!(cli.thread_id.as_deref(), Some("thr_2"));
+        assert!(matches!(cli.command, Command::ToolSpec { ref tool } if tool == "echo"));
+    }
+
+    #[test]
+    fn dash_is_a_json_argument() {
+        let cli = parse("tool-call echo -").unwrap();
+        assert!(matches!(cli.command, Command::ToolCall { ref json, .. } if json == "-"));
+    }
+
+    #[test]
+    fn usage_errors() {
+        assert!(parse("tool-call echo").is_err());
+        assert!(parse("tool-spec").is_err());
+        assert!(parse("--timeout-ms soon tool-spec x").is_err());
+        assert!(parse("frobnicate").is_err());
+        assert!(
+            parse("sessions show thr_1").is_err(),
+            "--origin is required"
+        );
+        assert!(
+            parse("settings set profile codex high").is_err(),
+            "--model is required"
+        );
+    }
+
+    #[test]
+    fn help_is_not_an_error() {
+        let e = parse("--help").unwrap_err();
+        assert!(!e.use_stderr());
+        let text = e.render().to_string();
+        for needle in [
+            "PEDELEC_TOOL_TOKEN",
+            "\"ok\":true",
+            "Exit codes",
+            "tool-call",
+        ] {
+            assert!(text.contains(needle), "help lacks {needle}");
+        }
+    }
+
+    #[test]
+    fn human_commands_map_to_admin_commands() {
+        let admin = |s: &str| match plan(parse(s).unwrap()) {
+            Plan::Admin(c) => c,
+            Plan::Tool(..) => panic!("{s} is not a tool command"),
+        };
+        assert_eq!(
+            admin("sessions list --origin https://a.example --json"),
+            AdminCommand::SessionsList {
+                origin: Some("https://a.example".into()),
+                json: true
+            }
+        );
+        assert_eq!(
+            admin("sessions show thr_1 --origin https://a.example"),
+            AdminCommand::SessionsShow {
+                session_id: "thr_1".into(),
+                origin: "https://a.example".into()
+            }
+        );
+        assert_eq!(admin("providers"), AdminCommand::Providers { json: false });
+        assert_eq!(admin("settings get"), AdminCommand::SettingsGet);
+        assert_eq!(
+            admin("settings set default-provider claude"),
+            AdminCommand::SettingsSet(SettingChange::DefaultProvider("claude".into()))
+        );
+        assert_eq!(
+            admin("settings set profile codex high --model gpt-5 --effort high"),
+            AdminCommand::SettingsSet(SettingChange::Profile {
+                provider: "codex".into(),
+                level: "high".into(),
+                model: "gpt-5".into(),
+                effort: Some("high".into()),
+            })
+        );
+    }
+}
