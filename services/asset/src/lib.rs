@@ -1,64 +1,34 @@
 //! AssetService: files shared between the page and the agent through the
-//! thread's workspace, moved over a loopback HTTP server. For now the service only stands up
-//! on its socket; every RPC answers UNIMPLEMENTED until the assets issue lands.
+//! thread's workspace (`<workspace>/.pedelec-runtime/assets/`). Small control
+//! calls go over gRPC; page bodies go over a loopback HTTP server this service
+//! runs, authorised by single-use tickets.
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
-use pedelec_common::{CommonError, DataDir, RuntimeDir, ServiceName, uds};
+use pedelec_common::{DataDir, RuntimeDir, ServiceName, uds};
 use pedelec_proto::v1::asset_service_server::AssetServiceServer;
 use tonic::service::Routes;
 
+pub mod assets;
+pub mod error;
 mod grpc;
+pub mod http;
+pub mod paths;
+pub mod tickets;
 
+pub use assets::{Assets, Limits};
+pub use error::AssetError;
 pub use grpc::AssetGrpc;
 
-/// Where the service lives on disk.
+/// Where the service lives on disk, and its limits.
 #[derive(Clone, Debug)]
 pub struct Config {
     pub runtime_dir: RuntimeDir,
     pub data_dir: DataDir,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum AssetError {
-    #[error(transparent)]
-    Common(#[from] CommonError),
-    #[error("{0} lands with the assets issue")]
-    NotYet(&'static str),
-}
-
-impl AssetError {
-    /// The one place an asset error becomes a gRPC status.
-    pub fn to_status(&self) -> tonic::Status {
-        match self {
-            AssetError::NotYet(_) => tonic::Status::unimplemented(self.to_string()),
-            AssetError::Common(e) => {
-                pedelec_common::CodedError::new(e.code(), e.to_string()).to_status()
-            }
-        }
-    }
-}
-
-impl From<AssetError> for tonic::Status {
-    fn from(e: AssetError) -> Self {
-        e.to_status()
-    }
-}
-
-/// The asset service's logic, independent of gRPC.
-#[derive(Debug, Default)]
-pub struct Assets {}
-
-impl Assets {
-    pub fn new() -> Self {
-        Assets {}
-    }
-
-    /// The answer of every operation until the assets issue fills them in.
-    pub fn not_yet(&self, what: &'static str) -> AssetError {
-        AssetError::NotYet(what)
-    }
+    pub max_asset_bytes: u64,
+    pub ticket_ttl: Duration,
 }
 
 /// Serves AssetService on `asset.sock` until SIGTERM/SIGINT.
@@ -73,9 +43,24 @@ pub async fn run_until(
 ) -> Result<(), AssetError> {
     config.runtime_dir.ensure()?;
     config.data_dir.ensure()?;
-    let assets = Arc::new(Assets::new());
+    let listener = http::bind()
+        .await
+        .map_err(|e| AssetError::io("bind the transfer server on 127.0.0.1", e))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| AssetError::io("transfer server address", e))?;
+    let sessions = uds::connect_lazy(&config.runtime_dir.socket(ServiceName::Session));
+    let limits = Limits {
+        max_asset_bytes: config.max_asset_bytes,
+        ticket_ttl: config.ticket_ttl,
+    };
+    let assets = Arc::new(Assets::new(sessions, limits, format!("http://{addr}")));
+    tracing::info!(%addr, max_asset_bytes = limits.max_asset_bytes, ticket_ttl_ms = limits.ticket_ttl.as_millis() as u64, "transfer server listening");
+    let transfer = tokio::spawn(http::serve(listener, assets.clone()));
     let routes = Routes::new(AssetServiceServer::new(AssetGrpc::new(assets)));
     let socket = config.runtime_dir.socket(ServiceName::Asset);
-    uds::serve(&socket, ServiceName::Asset, routes, shutdown).await?;
+    let result = uds::serve(&socket, ServiceName::Asset, routes, shutdown).await;
+    transfer.abort();
+    result?;
     Ok(())
 }

@@ -1,5 +1,6 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::Parser;
 use pedelec_common::{DataDir, RuntimeDir};
@@ -14,6 +15,12 @@ struct Args {
     /// State folder (default: $PEDELEC_HOME, else the platform data dir).
     #[arg(long)]
     data_dir: Option<PathBuf>,
+    /// Largest accepted asset, in bytes.
+    #[arg(long, env = "PEDELEC_ASSET_MAX_BYTES", default_value_t = 100 * 1024 * 1024)]
+    max_asset_bytes: u64,
+    /// How long a transfer ticket stays valid, in milliseconds.
+    #[arg(long, env = "PEDELEC_ASSET_TICKET_TTL_MS", default_value_t = 5 * 60 * 1000)]
+    ticket_ttl_ms: u64,
 }
 
 #[tokio::main]
@@ -25,6 +32,8 @@ async fn main() -> ExitCode {
             .runtime_dir
             .map_or_else(RuntimeDir::from_env, RuntimeDir::at),
         data_dir: args.data_dir.map_or_else(DataDir::from_env, DataDir::at),
+        max_asset_bytes: args.max_asset_bytes,
+        ticket_ttl: Duration::from_millis(args.ticket_ttl_ms),
     };
     match pedelec_asset::run(config).await {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,523 @@
+//! The asset logic, free of gRPC and HTTP: thread checks through SessionService,
+//! tickets, listing, and the streaming upload/read primitives both front ends use.
+
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use pb::session_service_client::SessionServiceClient;
+use pedelec_common::{Code, CodedError};
+use pedelec_proto::v1 as pb;
+use tokio::io::{AsyncWriteExt, BufWriter};
+use tonic::transport::Channel;
+
+use crate::error::AssetError;
+use crate::paths::{self, AssetPath, Leaf, RESERVED_PREFIX};
+use crate::tickets::{Grant, Kind, Tickets};
+
+/// Prefix and suffix of upload temp files (the prefix is reserved, see `paths`).
+pub const TEMP_PREFIX: &str = ".pedelec-upload-";
+pub const TEMP_SUFFIX: &str = ".part";
+/// The chunk size of reads, over gRPC and HTTP.
+pub const CHUNK: usize = 64 * 1024;
+/// Uploads are written through a buffer this big: fewer, larger blocking writes.
+const WRITE_BUFFER: usize = 1024 * 1024;
+/// Longest accepted content type; it is only ever echoed back as a header.
+const MAX_CONTENT_TYPE: usize = 255;
+
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub max_asset_bytes: u64,
+    pub ticket_ttl: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_asset_bytes: 100 * 1024 * 1024,
+            ticket_ttl: Duration::from_secs(5 * 60),
+        }
+    }
+}
+
+/// The asset service's logic, independent of gRPC.
+pub struct Assets {
+    sessions: SessionServiceClient<Channel>,
+    tickets: Tickets,
+    limits: Limits,
+    /// `http://127.0.0.1:<port>` of the transfer server.
+    base_url: String,
+}
+
+impl Assets {
+    pub fn new(sessions: Channel, limits: Limits, base_url: String) -> Assets {
+        Assets {
+            sessions: SessionServiceClient::new(sessions),
+            tickets: Tickets::new(limits.ticket_ttl),
+            limits,
+            base_url,
+        }
+    }
+
+    pub fn tickets(&self) -> &Tickets {
+        &self.tickets
+    }
+
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// The thread's workspace, after SessionService confirmed that `origin` owns
+    /// the thread and that it has not ended.
+    pub async fn workspace(&self, session_id: &str, origin: &str) -> Result<PathBuf, AssetError> {
+        let snapshot = self
+            .sessions
+            .clone()
+            .get(pb::ThreadRequest {
+                session_id: session_id.to_string(),
+                origin: origin.to_string(),
+            })
+            .await
+            .map_err(|s| AssetError::Thread(CodedError::from_status(&s, Code::CORE_UNAVAILABLE)))?
+            .into_inner();
+        if snapshot.status == pb::SessionStatus::Ended as i32 {
+            return Err(AssetError::SessionEnded(session_id.to_string()));
+        }
+        if snapshot.workspace_path.is_empty() {
+            return Err(AssetError::io(
+                format!("thread {session_id}"),
+                std::io::Error::other("SessionService reported no workspace"),
+            ));
+        }
+        Ok(PathBuf::from(snapshot.workspace_path))
+    }
+
+    fn check_size(&self, size: u64) -> Result<(), AssetError> {
+        if size > self.limits.max_asset_bytes {
+            return Err(AssetError::TooLarge {
+                size,
+                limit: self.limits.max_asset_bytes,
+            });
+        }
+        Ok(())
+    }
+
+    fn ticket(&self, grant: Grant) -> pb::Ticket {
+        let kind = grant.kind;
+        let path = grant.path.to_string();
+        let issued = self.tickets.issue(grant);
+        pb::Ticket {
+            url: format!("{}/assets/{}/{}", self.base_url, kind.as_str(), issued.id),
+            token: issued.token,
+            expires_at: Some(pedelec_common::to_timestamp(issued.expires_at)),
+            path,
+        }
+    }
+
+    pub async fn create_upload_ticket(
+        &self,
+        req: pb::CreateUploadTicketRequest,
+    ) -> Result<pb::Ticket, AssetError> {
+        let workspace = self.workspace(&req.session_id, &req.origin).await?;
+        check_origin(&req.origin)?;
+        if !req.name.is_empty() || req.target_path.is_none() {
+            AssetPath::from_name(&req.name)?;
+        }
+        let path = match &req.target_path {
+            Some(p) => AssetPath::parse(p)?,
+            None => AssetPath::from_name(&req.name)?,
+        };
+        self.check_size(req.size_bytes)?;
+        if req.content_type.len() > MAX_CONTENT_TYPE
+            || hyper::header::HeaderValue::from_str(&req.content_type).is_err()
+        {
+            return Err(AssetError::InvalidInput(
+                "content_type is not a valid header value".into(),
+            ));
+        }
+        // Refuse a bad target now rather than after the page sent the body.
+        let root = root(&workspace, true)?;
+        if let Leaf::Dir = paths::inspect(&root, &path)? {
+            return Err(AssetError::PathInvalid(format!("{path} is a folder")));
+        }
+        Ok(self.ticket(Grant {
+            kind: Kind::Upload,
+            session_id: req.session_id,
+            origin: req.origin,
+            path,
+            size: req.size_bytes,
+            content_type: req.content_type,
+        }))
+    }
+
+    pub async fn create_download_ticket(
+        &self,
+        req: pb::CreateDownloadTicketRequest,
+    ) -> Result<pb::Ticket, AssetError> {
+        let workspace = self.workspace(&req.session_id, &req.origin).await?;
+        check_origin(&req.origin)?;
+        let path = AssetPath::parse(&req.path)?;
+        existing_file(&workspace, &path)?;
+        Ok(self.ticket(Grant {
+            kind: Kind::Download,
+            session_id: req.session_id,
+            origin: req.origin,
+            path,
+            size: 0,
+            content_type: String::new(),
+        }))
+    }
+
+    pub async fn list(&self, session_id: &str, origin: &str) -> Result<Vec<pb::Asset>, AssetError> {
+        let workspace = self.workspace(session_id, origin).await?;
+        let Some(root) = paths::assets_root(&workspace, false)? else {
+            return Ok(Vec::new());
+        };
+        tokio::task::spawn_blocking(move || list_files(&root))
+            .await
+            .map_err(|e| AssetError::io("list assets", std::io::Error::other(e)))?
+    }
+
+    /// Starts writing `path` of `size` bytes into a temp file beside its target.
+    pub fn begin_upload(
+        &self,
+        workspace: &Path,
+        path: &AssetPath,
+        size: u64,
+    ) -> Result<UploadSink, AssetError> {
+        self.check_size(size)?;
+        let root = root(workspace, true)?;
+        if let Leaf::Dir = paths::inspect(&root, path)? {
+            return Err(AssetError::PathInvalid(format!("{path} is a folder")));
+        }
+        let folder = paths::create_parents(&root, path)?;
+        let temp = folder.join(format!(
+            "{TEMP_PREFIX}{}{TEMP_SUFFIX}",
+            uuid::Uuid::new_v4().simple()
+        ));
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&temp)
+            .map_err(|e| AssetError::io(format!("create a temp file for {path}"), e))?;
+        Ok(UploadSink {
+            file: Some(BufWriter::with_capacity(
+                WRITE_BUFFER,
+                tokio::fs::File::from_std(file),
+            )),
+            temp,
+            root,
+            path: path.clone(),
+            expected: size,
+            written: 0,
+            limit: self.limits.max_asset_bytes,
+            committed: false,
+        })
+    }
+
+    /// Opens an existing asset for reading; returns the file and its length.
+    pub fn open_read(
+        &self,
+        workspace: &Path,
+        path: &AssetPath,
+    ) -> Result<(tokio::fs::File, u64), AssetError> {
+        let (root, _) = existing_file(workspace, path)?;
+        // O_NOFOLLOW: the last component cannot be swapped for a symlink between
+        // the check above and the open.
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(path.under(&root))
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => AssetError::NotFound(path.to_string()),
+                _ if e.raw_os_error() == Some(libc::ELOOP) => {
+                    AssetError::PathInvalid(format!("{path} goes through a symlink"))
+                }
+                _ => AssetError::io(format!("open {path}"), e),
+            })?;
+        let len = file
+            .metadata()
+            .map_err(|e| AssetError::io(format!("stat {path}"), e))?
+            .len();
+        Ok((tokio::fs::File::from_std(file), len))
+    }
+}
+
+fn root(workspace: &Path, create: bool) -> Result<PathBuf, AssetError> {
+    paths::assets_root(workspace, create)?
+        .ok_or_else(|| AssetError::io("assets root", std::io::ErrorKind::NotFound.into()))
+}
+
+/// The assets root and the metadata of the regular file at `path`, or ASSET_NOT_FOUND.
+fn existing_file(
+    workspace: &Path,
+    path: &AssetPath,
+) -> Result<(PathBuf, std::fs::Metadata), AssetError> {
+    let Some(root) = paths::assets_root(workspace, false)? else {
+        return Err(AssetError::NotFound(path.to_string()));
+    };
+    match paths::inspect(&root, path)? {
+        Leaf::File(md) => Ok((root, md)),
+        Leaf::Missing | Leaf::Dir => Err(AssetError::NotFound(path.to_string())),
+    }
+}
+
+/// The origin ends up in an `Access-Control-Allow-Origin` header.
+fn check_origin(origin: &str) -> Result<(), AssetError> {
+    if origin.is_empty() || hyper::header::HeaderValue::from_str(origin).is_err() {
+        return Err(AssetError::InvalidInput(format!(
+            "origin {origin:?} is not a valid origin"
+        )));
+    }
+    Ok(())
+}
+
+pub fn asset_of(path: &AssetPath, md: &std::fs::Metadata) -> pb::Asset {
+    pb::Asset {
+        name: path.name().to_string(),
+        path: path.to_string(),
+        size_bytes: md.len(),
+        modified_at: md.modified().ok().map(pedelec_common::to_timestamp),
+    }
+}
+
+/// Every regular file under `root`, sorted by path; symlinks, Pedelec's temp
+/// files and names no asset path could address are skipped.
+fn list_files(root: &Path) -> Result<Vec<pb::Asset>, AssetError> {
+    let mut out = Vec::new();
+    let mut stack = vec![(root.to_path_buf(), Vec::<String>::new())];
+    while let Some((dir, prefix)) = stack.pop() {
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            // A folder removed while we walk is simply not listed.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(AssetError::io(format!("list {}", dir.display()), e)),
+        };
+        for entry in entries.flatten() {
+            let Ok(name) = entry.file_name().into_string() else {
+                continue;
+            };
+            if name.starts_with(RESERVED_PREFIX) || paths::check_segment(&name).is_err() {
+                continue;
+            }
+            let Ok(ft) = entry.file_type() else { continue };
+            let mut segments = prefix.clone();
+            segments.push(name);
+            if ft.is_dir() {
+                stack.push((entry.path(), segments));
+            } else if ft.is_file()
+                && let Ok(md) = entry.metadata()
+                && let Ok(path) = AssetPath::parse(&format!("/{}", segments.join("/")))
+            {
+                out.push(asset_of(&path, &md));
+            }
+        }
+    }
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(out)
+}
+
+/// An upload in progress: bytes go to a temp file in the target's folder, which
+/// is renamed into place only by [`UploadSink::finish`] with exactly the
+/// announced size. Dropped unfinished (error, broken connection, cancelled
+/// future), it removes the temp file.
+pub struct UploadSink {
+    file: Option<BufWriter<tokio::fs::File>>,
+    temp: PathBuf,
+    root: PathBuf,
+    path: AssetPath,
+    expected: u64,
+    written: u64,
+    limit: u64,
+    committed: bool,
+}
+
+impl UploadSink {
+    pub async fn write(&mut self, data: &[u8]) -> Result<(), AssetError> {
+        let total = self.written + data.len() as u64;
+        if total > self.expected {
+            return Err(if total > self.limit {
+                AssetError::TooLarge {
+                    size: total,
+                    limit: self.limit,
+                }
+            } else {
+                AssetError::SizeMismatch {
+                    expected: self.expected,
+                    got: total,
+                }
+            });
+        }
+        let file = self.file.as_mut().expect("open until finish");
+        file.write_all(data)
+            .await
+            .map_err(|e| AssetError::io(format!("write {}", self.path), e))?;
+        self.written = total;
+        Ok(())
+    }
+
+    pub fn written(&self) -> u64 {
+        self.written
+    }
+
+    pub async fn finish(mut self) -> Result<pb::Asset, AssetError> {
+        if self.written != self.expected {
+            return Err(AssetError::SizeMismatch {
+                expected: self.expected,
+                got: self.written,
+            });
+        }
+        let mut file = self.file.take().expect("open until finish");
+        file.flush()
+            .await
+            .map_err(|e| AssetError::io(format!("write {}", self.path), e))?;
+        drop(file);
+        // The folders may have changed while the body streamed: check again
+        // right before the rename.
+        if let Leaf::Dir = paths::inspect(&self.root, &self.path)? {
+            return Err(AssetError::PathInvalid(format!(
+                "{} is a folder",
+                self.path
+            )));
+        }
+        let target = self.path.under(&self.root);
+        std::fs::rename(&self.temp, &target)
+            .map_err(|e| AssetError::io(format!("move {} into place", self.path), e))?;
+        self.committed = true;
+        let md = std::fs::symlink_metadata(&target)
+            .map_err(|e| AssetError::io(format!("stat {}", self.path), e))?;
+        Ok(asset_of(&self.path, &md))
+    }
+}
+
+impl Drop for UploadSink {
+    fn drop(&mut self) {
+        if !self.committed {
+            let _ = std::fs::remove_file(&self.temp);
+        }
+    }
+}
+
+/// The content type for a download, from the file extension.
+pub fn content_type_of(path: &AssetPath) -> &'static str {
+    let ext = path
+        .name()
+        .rsplit_once('.')
+        .map(|(_, e)| e.to_ascii_lowercase())
+        .unwrap_or_default();
+    match ext.as_str() {
+        "txt" | "log" => "text/plain; charset=utf-8",
+        "md" => "text/markdown; charset=utf-8",
+        "csv" => "text/csv; charset=utf-8",
+        "html" | "htm" => "text/html; charset=utf-8",
+        "css" => "text/css; charset=utf-8",
+        "js" | "mjs" => "text/javascript; charset=utf-8",
+        "json" => "application/json",
+        "xml" => "application/xml",
+        "pdf" => "application/pdf",
+        "zip" => "application/zip",
+        "gz" => "application/gzip",
+        "png" => "image/png",
+        "jpg" | "jpeg" => "image/jpeg",
+        "gif" => "image/gif",
+        "webp" => "image/webp",
+        "svg" => "image/svg+xml",
+        "mp3" => "audio/mpeg",
+        "wav" => "audio/wav",
+        "mp4" => "video/mp4",
+        "webm" => "video/webm",
+        _ => "application/octet-stream",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assets(max: u64) -> Assets {
+        let channel = tonic::transport::Endpoint::from_static("http://127.0.0.1:9").connect_lazy();
+        Assets::new(
+            channel,
+            Limits {
+                max_asset_bytes: max,
+                ticket_ttl: Duration::from_secs(60),
+            },
+            "http://127.0.0.1:1".into(),
+        )
+    }
+
+    fn temp_files(dir: &Path) -> Vec<String> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().into_string().unwrap())
+            .filter(|n| n.starts_with(TEMP_PREFIX))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn an_upload_lands_whole_or_not_at_all() {
+        let ws = tempfile::tempdir().unwrap();
+        let a = assets(10);
+        let path = AssetPath::parse("/d/f.bin").unwrap();
+        let folder = ws.path().join(".pedelec-runtime/assets/d");
+
+        let mut sink = a.begin_upload(ws.path(), &path, 4).unwrap();
+        sink.write(b"ab").await.unwrap();
+        assert_eq!(temp_files(&folder).len(), 1);
+        // Short: refused, nothing left.
+        assert!(matches!(
+            sink.finish().await,
+            Err(AssetError::SizeMismatch { .. })
+        ));
+        assert!(temp_files(&folder).is_empty());
+        assert!(!folder.join("f.bin").exists());
+
+        // Long: refused at the first extra byte; past the limit it is TOO_LARGE.
+        let mut sink = a.begin_upload(ws.path(), &path, 4).unwrap();
+        assert!(matches!(
+            sink.write(b"abcde").await,
+            Err(AssetError::SizeMismatch { .. })
+        ));
+        assert!(matches!(
+            sink.write(b"abcdefghijk").await,
+            Err(AssetError::TooLarge { .. })
+        ));
+        drop(sink);
+        assert!(temp_files(&folder).is_empty());
+        assert!(matches!(
+            a.begin_upload(ws.path(), &path, 11),
+            Err(AssetError::TooLarge { .. })
+        ));
+
+        let mut sink = a.begin_upload(ws.path(), &path, 4).unwrap();
+        sink.write(b"ab").await.unwrap();
+        sink.write(b"cd").await.unwrap();
+        let asset = sink.finish().await.unwrap();
+        assert_eq!(
+            (asset.name.as_str(), asset.path.as_str()),
+            ("f.bin", "/d/f.bin")
+        );
+        assert_eq!(asset.size_bytes, 4);
+        assert_eq!(std::fs::read(folder.join("f.bin")).unwrap(), b"abcd");
+        assert!(temp_files(&folder).is_empty());
+
+        let (_, len) = a.open_read(ws.path(), &path).unwrap();
+        assert_eq!(len, 4);
+        let root = ws.path().join(".pedelec-runtime/assets");
+        std::fs::write(folder.join(".pedelec-upload-x.part"), b"junk").unwrap();
+        let listed = list_files(&root).unwrap();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].path, "/d/f.bin");
+    }
+
+    #[test]
+    fn content_types_come_from_the_extension() {
+        let p = |s: &str| AssetPath::parse(s).unwrap();
+        assert_eq!(content_type_of(&p("/a.PNG")), "image/png");
+        assert_eq!(content_type_of(&p("/a")), "application/octet-stream");
+        assert_eq!(content_type_of(&p("/x.json")), "application/json");
+    }
+}
