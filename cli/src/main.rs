@@ -4,6 +4,13 @@ use clap::{Args, Parser, Subcommand};
 use pedelec_cli::admin::{AdminCommand, SettingChange};
 use pedelec_cli::tools::{ToolCommand, ToolContext};
 
+/// Shown under `tool-spec --help` and `tool-call --help`.
+const TOOL_AFTER_HELP: &str = "\
+Prints one JSON line: {\"ok\":true,\"result\":...} or
+{\"ok\":false,\"error\":{\"code\",\"message\",\"details\"}}. Exit 0 ok, 1 tool error,
+2 usage or connection error. Needs PEDELEC_THREAD_ID (or --thread-id),
+PEDELEC_TOOL_TOKEN and PEDELEC_RUNTIME_DIR. See pedelec-cli --help.";
+
 const AFTER_HELP: &str = "\
 AGENT COMMANDS (tool-spec, tool-call)
   Used by an AI agent inside a Pedelec turn to call the web page's tools.
@@ -52,11 +59,13 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Print a tool's spec (name, description, argsSchema, timeoutMs) as JSON.
+    #[command(after_help = TOOL_AFTER_HELP)]
     ToolSpec {
         /// The tool name, as listed in the prompt's tool index.
         tool: String,
     },
     /// Call a tool with JSON arguments and print its result as JSON.
+    #[command(after_help = TOOL_AFTER_HELP)]
     ToolCall {
         /// The tool name, as listed in the prompt's tool index.
         tool: String,

@@ -12,27 +12,26 @@ use serde_json::{Map, Value as Json, json};
 
 use crate::error::CliError;
 
-/// `{"ok":true,"result":…}`
-pub fn ok_document(result: Json) -> Json {
-    json!({"ok": true, "result": result})
+/// `{"ok":true,"result":…}`, written by hand so `ok` comes first whatever
+/// serde_json's map order is: an agent reading the start sees the verdict.
+pub fn ok_document(result: &Json) -> String {
+    format!(r#"{{"ok":true,"result":{result}}}"#)
 }
 
 /// `{"ok":false,"error":{"code","message","details"}}`; `details` is always
 /// present (null when there are none) so agents can rely on the shape.
-pub fn error_document(err: &CliError) -> Json {
-    json!({
-        "ok": false,
-        "error": {
-            "code": err.code(),
-            "message": err.to_string(),
-            "details": err.details().cloned().unwrap_or(Json::Null),
-        }
-    })
+pub fn error_document(err: &CliError) -> String {
+    let details = err.details().cloned().unwrap_or(Json::Null);
+    format!(
+        r#"{{"ok":false,"error":{{"code":{},"message":{},"details":{details}}}}}"#,
+        Json::from(err.code()),
+        Json::from(err.to_string()),
+    )
 }
 
 /// Writes one JSON document as one line. A closed stdout is not worth a panic:
 /// the exit code still tells the caller what happened.
-pub fn print_document(doc: &Json) {
+pub fn print_document(doc: &str) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{doc}");
     let _ = out.flush();
@@ -285,19 +284,20 @@ mod tests {
     #[test]
     fn ok_and_error_documents_have_the_documented_shape() {
         assert_eq!(
-            ok_document(json!({"x": 1})).to_string(),
+            ok_document(&json!({"x": 1})),
             r#"{"ok":true,"result":{"x":1}}"#
         );
         let err = CliError::Tool {
             code: "TOOL_HANDLER_ERROR".into(),
-            message: "no such row".into(),
+            message: "no \"such\" row".into(),
             details: Some(json!({"row": 3})),
         };
         assert_eq!(
             error_document(&err),
-            json!({"ok": false, "error": {"code": "TOOL_HANDLER_ERROR", "message": "no such row", "details": {"row": 3}}})
+            r#"{"ok":false,"error":{"code":"TOOL_HANDLER_ERROR","message":"no \"such\" row","details":{"row":3}}}"#
         );
-        let doc = error_document(&CliError::NoThreadId);
+        let doc: Json = serde_json::from_str(&error_document(&CliError::NoThreadId)).unwrap();
+        assert_eq!(doc["ok"], false);
         assert_eq!(doc["error"]["code"], "INVALID_INPUT");
         assert!(doc["error"]["details"].is_null());
         assert!(doc["error"].as_object().unwrap().contains_key("details"));

@@ -85,7 +85,7 @@ pub fn run(ctx: &ToolContext, command: ToolCommand) -> i32 {
 pub fn finish(result: Result<Json, CliError>) -> i32 {
     match result {
         Ok(value) => {
-            output::print_document(&output::ok_document(value));
+            output::print_document(&output::ok_document(&value));
             crate::error::EXIT_OK
         }
         Err(e) => {

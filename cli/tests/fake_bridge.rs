@@ -139,6 +139,7 @@ fn cli(runtime_dir: &Path, token: Option<&str>, args: &[&str], stdin: Option<&st
 fn doc(out: &Output) -> (Json, i32) {
     let text = String::from_utf8(out.stdout.clone()).unwrap();
     assert_eq!(text.lines().count(), 1, "one line on stdout: {text:?}");
+    assert!(text.starts_with(r#"{"ok":"#), "ok comes first: {text}");
     (
         serde_json::from_str(&text).unwrap(),
         out.status.code().unwrap(),
