@@ -1,17 +1,21 @@
-//! The thin tonic adapter over [`ToolBridge`].
+//! The thin tonic adapter over [`ToolBridge`]: proto <-> plain types, and the
+//! tool token read from the request metadata.
 
 use std::pin::Pin;
 use std::sync::Arc;
 
+use pedelec_common::CodedError;
+use pedelec_common::json::{from_struct, from_value, to_struct, to_value};
+use pedelec_proto::v1 as pb;
 use pedelec_proto::v1::tool_bridge_service_server::ToolBridgeService;
-use pedelec_proto::v1::{
-    CallToolRequest, CallToolResponse, DropToolsRequest, DropToolsResponse, GetToolSpecRequest,
-    RegisterToolsRequest, RegisterToolsResponse, RenderPromptRequest, RenderPromptResponse,
-    ResolveToolRequest, ResolveToolResponse, ToolEvent, ToolSpec, WatchToolsRequest,
-};
+use serde_json::Value as Json;
+use tokio_stream::StreamExt;
+use tokio_stream::wrappers::BroadcastStream;
+use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 use tonic::{Request, Response, Status};
 
-use crate::ToolBridge;
+use crate::bridge::{BridgeEvent, CallRequest, TOKEN_HEADER, ToolBridge};
+use crate::error::ToolBridgeError;
 
 type Result<T> = std::result::Result<Response<T>, Status>;
 
@@ -23,42 +27,163 @@ impl ToolBridgeGrpc {
     pub fn new(bridge: Arc<ToolBridge>) -> Self {
         ToolBridgeGrpc { bridge }
     }
+}
 
-    fn not_yet<T>(&self, what: &'static str) -> Result<T> {
-        Err(self.bridge.not_yet(what).into())
+fn token<T>(req: &Request<T>) -> Option<String> {
+    req.metadata()
+        .get(TOKEN_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+}
+
+fn to_tool_error(e: CodedError) -> pb::ToolError {
+    pb::ToolError {
+        code: e.code,
+        message: e.message,
+        details: e.details.as_ref().map(to_value),
     }
+}
+
+fn to_event(event: BridgeEvent) -> pb::ToolEvent {
+    use pb::tool_event::Event;
+    let event = match event {
+        BridgeEvent::Requested {
+            session_id,
+            tool_request_id,
+            tool,
+            args,
+        } => Event::Requested(pb::ToolRequested {
+            session_id,
+            tool_request_id,
+            tool,
+            args: Some(to_value(&args)),
+        }),
+        BridgeEvent::Settled {
+            session_id,
+            tool_request_id,
+            reason,
+        } => Event::Settled(pb::ToolSettled {
+            session_id,
+            tool_request_id,
+            reason: reason.as_str().to_string(),
+        }),
+    };
+    pb::ToolEvent { event: Some(event) }
 }
 
 #[tonic::async_trait]
 impl ToolBridgeService for ToolBridgeGrpc {
-    async fn register(&self, _: Request<RegisterToolsRequest>) -> Result<RegisterToolsResponse> {
-        self.not_yet("Register")
+    async fn register(
+        &self,
+        req: Request<pb::RegisterToolsRequest>,
+    ) -> Result<pb::RegisterToolsResponse> {
+        let req = req.into_inner();
+        // No manifest is an app without skills: an empty registry.
+        let manifest = req.manifest.as_ref().map(from_struct).unwrap_or_default();
+        let reg = self
+            .bridge
+            .register(&req.session_id, &manifest, &req.tool_token)?;
+        Ok(Response::new(pb::RegisterToolsResponse {
+            tool_token: reg.tool_token,
+            tool_count: reg.tool_count,
+        }))
     }
 
-    async fn render_prompt(&self, _: Request<RenderPromptRequest>) -> Result<RenderPromptResponse> {
-        self.not_yet("RenderPrompt")
+    async fn render_prompt(
+        &self,
+        req: Request<pb::RenderPromptRequest>,
+    ) -> Result<pb::RenderPromptResponse> {
+        let req = req.into_inner();
+        let prompt_block = self
+            .bridge
+            .render_prompt(&req.session_id, &req.assets_dir)?;
+        Ok(Response::new(pb::RenderPromptResponse { prompt_block }))
     }
 
-    async fn get_tool_spec(&self, _: Request<GetToolSpecRequest>) -> Result<ToolSpec> {
-        self.not_yet("GetToolSpec")
+    async fn get_tool_spec(&self, req: Request<pb::GetToolSpecRequest>) -> Result<pb::ToolSpec> {
+        let token = token(&req);
+        let req = req.into_inner();
+        let spec = self
+            .bridge
+            .tool_spec(token.as_deref(), &req.session_id, &req.tool)?;
+        Ok(Response::new(pb::ToolSpec {
+            name: spec.name,
+            description: spec.description,
+            args_schema: Some(to_struct(&spec.args_schema)),
+            timeout_ms: spec.timeout_ms,
+        }))
     }
 
-    async fn call_tool(&self, _: Request<CallToolRequest>) -> Result<CallToolResponse> {
-        self.not_yet("CallTool")
+    async fn call_tool(&self, req: Request<pb::CallToolRequest>) -> Result<pb::CallToolResponse> {
+        use pb::call_tool_response::Outcome;
+        let token = token(&req);
+        let req = req.into_inner();
+        let call = CallRequest {
+            session_id: req.session_id,
+            tool: req.tool,
+            args: req.args.as_ref().map_or(Json::Null, from_value),
+            timeout_ms: req.timeout_ms,
+        };
+        // If the client goes away tonic drops this future, which settles the
+        // request as caller_gone.
+        let outcome = self.bridge.call_tool(token.as_deref(), call).await?;
+        let outcome = match outcome {
+            Ok(result) => Outcome::Result(to_value(&result)),
+            Err(e) => Outcome::Error(to_tool_error(e)),
+        };
+        Ok(Response::new(pb::CallToolResponse {
+            outcome: Some(outcome),
+        }))
     }
 
-    type WatchStream =
-        Pin<Box<dyn tokio_stream::Stream<Item = std::result::Result<ToolEvent, Status>> + Send>>;
+    type WatchStream = Pin<
+        Box<dyn tokio_stream::Stream<Item = std::result::Result<pb::ToolEvent, Status>> + Send>,
+    >;
 
-    async fn watch(&self, _: Request<WatchToolsRequest>) -> Result<Self::WatchStream> {
-        self.not_yet("Watch")
+    async fn watch(&self, _: Request<pb::WatchToolsRequest>) -> Result<Self::WatchStream> {
+        let (current, rx) = self.bridge.subscribe();
+        let live = BroadcastStream::new(rx).filter_map(|item| match item {
+            Ok(event) => Some(Ok(to_event(event))),
+            Err(BroadcastStreamRecvError::Lagged(n)) => {
+                tracing::warn!(
+                    missed = n,
+                    "a Watch subscriber fell behind and lost tool events"
+                );
+                None
+            }
+        });
+        let stream = tokio_stream::iter(current.into_iter().map(|e| Ok(to_event(e)))).chain(live);
+        Ok(Response::new(Box::pin(stream)))
     }
 
-    async fn resolve(&self, _: Request<ResolveToolRequest>) -> Result<ResolveToolResponse> {
-        self.not_yet("Resolve")
+    async fn resolve(
+        &self,
+        req: Request<pb::ResolveToolRequest>,
+    ) -> Result<pb::ResolveToolResponse> {
+        use pb::resolve_tool_request::Outcome;
+        let req = req.into_inner();
+        let outcome = match req.outcome {
+            Some(Outcome::Result(v)) => Ok(from_value(&v)),
+            Some(Outcome::Error(e)) => Err(CodedError {
+                code: e.code,
+                message: e.message,
+                details: e.details.as_ref().map(from_value),
+            }),
+            None => {
+                return Err(ToolBridgeError::InvalidInput(
+                    "Resolve needs a result or an error".into(),
+                )
+                .into());
+            }
+        };
+        self.bridge
+            .resolve(&req.session_id, &req.tool_request_id, outcome)?;
+        Ok(Response::new(pb::ResolveToolResponse {}))
     }
 
-    async fn drop(&self, _: Request<DropToolsRequest>) -> Result<DropToolsResponse> {
-        self.not_yet("Drop")
+    async fn drop(&self, req: Request<pb::DropToolsRequest>) -> Result<pb::DropToolsResponse> {
+        let req = req.into_inner();
+        let dropped = self.bridge.drop_thread(&req.session_id, req.keep_manifest);
+        Ok(Response::new(pb::DropToolsResponse { dropped }))
     }
 }

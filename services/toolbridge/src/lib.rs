@@ -1,16 +1,29 @@
 //! ToolBridgeService: the registry of each thread's page tools, the first-turn
-//! prompt block and the pending tool calls. For now the service only stands up
-//! on its socket; every RPC answers UNIMPLEMENTED until the tools issue lands.
+//! prompt block and the pending tool calls (DESIGN.md §3, §5).
+//!
+//! The logic lives in plain types — [`manifest`] (validation), [`validate`]
+//! (arguments), [`prompt`] (the first-turn block) and [`bridge`] (registry and
+//! pending calls) — and [`ToolBridgeGrpc`] is a thin tonic adapter over them.
 
 use std::future::Future;
 use std::sync::Arc;
 
-use pedelec_common::{CommonError, DataDir, RuntimeDir, ServiceName, uds};
+use pedelec_common::{DataDir, RuntimeDir, ServiceName, uds};
 use pedelec_proto::v1::tool_bridge_service_server::ToolBridgeServiceServer;
 use tonic::service::Routes;
 
+pub mod bridge;
+mod error;
 mod grpc;
+pub mod manifest;
+pub mod prompt;
+pub mod validate;
 
+pub use bridge::{
+    BridgeEvent, CallRequest, Outcome, Registered, SettleReason, TOKEN_HEADER, ToolBridge,
+    ToolSpecInfo,
+};
+pub use error::ToolBridgeError;
 pub use grpc::ToolBridgeGrpc;
 
 /// Where the service lives on disk.
@@ -18,47 +31,6 @@ pub use grpc::ToolBridgeGrpc;
 pub struct Config {
     pub runtime_dir: RuntimeDir,
     pub data_dir: DataDir,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum ToolBridgeError {
-    #[error(transparent)]
-    Common(#[from] CommonError),
-    #[error("{0} lands with the tools issue")]
-    NotYet(&'static str),
-}
-
-impl ToolBridgeError {
-    /// The one place a ToolBridge error becomes a gRPC status.
-    pub fn to_status(&self) -> tonic::Status {
-        match self {
-            ToolBridgeError::NotYet(_) => tonic::Status::unimplemented(self.to_string()),
-            ToolBridgeError::Common(e) => {
-                pedelec_common::CodedError::new(e.code(), e.to_string()).to_status()
-            }
-        }
-    }
-}
-
-impl From<ToolBridgeError> for tonic::Status {
-    fn from(e: ToolBridgeError) -> Self {
-        e.to_status()
-    }
-}
-
-/// The tool bridge's logic, independent of gRPC.
-#[derive(Debug, Default)]
-pub struct ToolBridge {}
-
-impl ToolBridge {
-    pub fn new() -> Self {
-        ToolBridge {}
-    }
-
-    /// The answer of every operation until the tools issue fills them in.
-    pub fn not_yet(&self, what: &'static str) -> ToolBridgeError {
-        ToolBridgeError::NotYet(what)
-    }
 }
 
 /// Serves ToolBridgeService on `toolbridge.sock` until SIGTERM/SIGINT.
@@ -74,6 +46,7 @@ pub async fn run_until(
     config.runtime_dir.ensure()?;
     config.data_dir.ensure()?;
     let bridge = Arc::new(ToolBridge::new());
+    tracing::info!(cli = %bridge.cli_path().display(), "pedelec-cli path for prompts");
     let routes = Routes::new(ToolBridgeServiceServer::new(ToolBridgeGrpc::new(bridge)));
     let socket = config.runtime_dir.socket(ServiceName::ToolBridge);
     uds::serve(&socket, ServiceName::ToolBridge, routes, shutdown).await?;

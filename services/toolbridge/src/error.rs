@@ -1,0 +1,88 @@
+//! The error enum of pedelec-toolbridge, mapped in one place to a Pedelec code.
+
+use pedelec_common::{Code, CodedError, CommonError};
+use serde_json::json;
+
+use crate::manifest::ManifestError;
+use crate::validate::ArgsError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ToolBridgeError {
+    #[error(transparent)]
+    Common(#[from] CommonError),
+    #[error("{0}")]
+    InvalidInput(String),
+    #[error("the tools manifest is invalid at {}: {}", .0.pointer, .0.message)]
+    ManifestInvalid(ManifestError),
+    #[error("no thread {0} is registered with the tool bridge")]
+    ThreadNotFound(String),
+    /// Deliberately vague: a wrong token must not reveal whether the thread exists.
+    #[error("missing or wrong tool token for this thread")]
+    AccessDenied,
+    #[error("thread has no tool named \"{0}\"")]
+    ToolNotFound(String),
+    #[error("invalid arguments at {}: {}", path_label(&.0.path), .0.message)]
+    ArgsInvalid(ArgsError),
+    #[error("no pending tool request {0} on this thread")]
+    NoPendingRequest(String),
+    #[error("the tool outcome is {size} bytes of JSON; the limit is {limit}")]
+    TooLarge { size: usize, limit: usize },
+}
+
+fn path_label(path: &str) -> &str {
+    if path.is_empty() { "the root" } else { path }
+}
+
+impl From<ManifestError> for ToolBridgeError {
+    fn from(e: ManifestError) -> Self {
+        ToolBridgeError::ManifestInvalid(e)
+    }
+}
+
+impl From<ArgsError> for ToolBridgeError {
+    fn from(e: ArgsError) -> Self {
+        ToolBridgeError::ArgsInvalid(e)
+    }
+}
+
+impl ToolBridgeError {
+    pub fn code(&self) -> Code {
+        match self {
+            ToolBridgeError::Common(e) => e.code(),
+            ToolBridgeError::InvalidInput(_) | ToolBridgeError::NoPendingRequest(_) => {
+                Code::INVALID_INPUT
+            }
+            ToolBridgeError::ManifestInvalid(_) => Code::TOOLS_MANIFEST_INVALID,
+            ToolBridgeError::ThreadNotFound(_) => Code::THREAD_NOT_FOUND,
+            ToolBridgeError::AccessDenied => Code::TOOL_ACCESS_DENIED,
+            ToolBridgeError::ToolNotFound(_) => Code::TOOL_NOT_FOUND,
+            ToolBridgeError::ArgsInvalid(_) => Code::TOOL_ARGS_INVALID,
+            ToolBridgeError::TooLarge { .. } => Code::MESSAGE_TOO_LARGE,
+        }
+    }
+
+    /// The one place a ToolBridge error becomes a coded error (and so a status).
+    pub fn to_coded(&self) -> CodedError {
+        let err = CodedError::new(self.code(), self.to_string());
+        match self {
+            ToolBridgeError::ManifestInvalid(e) => err.with_details(json!({"path": e.pointer})),
+            ToolBridgeError::ArgsInvalid(e) => err.with_details(json!({"path": e.path})),
+            ToolBridgeError::ToolNotFound(tool) => err.with_details(json!({"tool": tool})),
+            ToolBridgeError::NoPendingRequest(id) => err.with_details(json!({"toolRequestId": id})),
+            ToolBridgeError::TooLarge { size, limit } => {
+                err.with_details(json!({"size": size, "limit": limit}))
+            }
+            _ => err,
+        }
+    }
+
+    pub fn to_status(&self) -> tonic::Status {
+        self.to_coded().to_status()
+    }
+}
+
+impl From<ToolBridgeError> for tonic::Status {
+    fn from(e: ToolBridgeError) -> Self {
+        e.to_status()
+    }
+}
