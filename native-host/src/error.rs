@@ -1,0 +1,110 @@
+//! The host's one error type and the one place it becomes a Pedelec error code.
+
+use pedelec_common::{Code, CodedError};
+use serde_json::{Value, json};
+
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    /// A frame or request the host cannot act on (bad UTF-8, bad JSON, unknown
+    /// type, missing or mistyped fields).
+    #[error("{message}")]
+    InvalidInput {
+        message: String,
+        details: Option<Value>,
+    },
+    /// A browser -> host frame above 64 MiB, or of length 0.
+    #[error("frame of {len} bytes is outside 1..={limit}")]
+    MessageTooLarge { len: u64, limit: u64 },
+    /// The services do not answer and could not be started.
+    #[error("{0}")]
+    CoreUnavailable(String),
+    /// The calling extension is not one this host was installed for.
+    #[error("extension origin {origin:?} is not allowed to use this host")]
+    NotAllowed { origin: String },
+    /// A service answered with a Pedelec error; passed on unchanged.
+    #[error("{0}")]
+    Service(CodedError),
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl HostError {
+    pub fn invalid(message: impl Into<String>) -> Self {
+        HostError::InvalidInput {
+            message: message.into(),
+            details: None,
+        }
+    }
+
+    /// The Pedelec code of this error: the only mapping in the crate.
+    pub fn code(&self) -> String {
+        match self {
+            HostError::InvalidInput { .. } => Code::INVALID_INPUT.to_string(),
+            HostError::MessageTooLarge { .. } => Code::MESSAGE_TOO_LARGE.to_string(),
+            HostError::CoreUnavailable(_) => Code::CORE_UNAVAILABLE.to_string(),
+            HostError::NotAllowed { .. } => Code::NATIVE_HOST_UNAVAILABLE.to_string(),
+            HostError::Service(e) => e.code.clone(),
+            HostError::Internal(_) => Code::INTERNAL.to_string(),
+        }
+    }
+
+    fn details(&self) -> Value {
+        match self {
+            HostError::InvalidInput { details, .. } => details.clone().unwrap_or(Value::Null),
+            HostError::MessageTooLarge { len, limit } => json!({"length": len, "limit": limit}),
+            HostError::NotAllowed { origin } => json!({"extensionOrigin": origin}),
+            HostError::Service(e) => e.details.clone().unwrap_or(Value::Null),
+            HostError::CoreUnavailable(_) | HostError::Internal(_) => Value::Null,
+        }
+    }
+
+    fn message(&self) -> String {
+        match self {
+            HostError::Service(e) => e.message.clone(),
+            other => other.to_string(),
+        }
+    }
+
+    /// The `error` member of a failed reply: `{code, message, details}`.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "code": self.code(),
+            "message": self.message(),
+            "details": self.details(),
+        })
+    }
+
+    /// A failed gRPC call. Transport failures carry no Pedelec code and become
+    /// CORE_UNAVAILABLE, as the services are then not reachable.
+    pub fn from_status(status: &tonic::Status) -> Self {
+        let coded = CodedError::from_status(status, Code::CORE_UNAVAILABLE);
+        if coded.code == Code::CORE_UNAVAILABLE.as_str() {
+            return HostError::CoreUnavailable(coded.message);
+        }
+        HostError::Service(coded)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn service_errors_keep_their_code_and_details() {
+        let status = CodedError::new(Code::THREAD_NOT_FOUND, "no thread t1")
+            .with_details(json!({"sessionId": "t1"}))
+            .to_status();
+        let e = HostError::from_status(&status);
+        assert_eq!(
+            e.to_json(),
+            json!({"code": "THREAD_NOT_FOUND", "message": "no thread t1", "details": {"sessionId": "t1"}})
+        );
+    }
+
+    #[test]
+    fn transport_failures_are_core_unavailable() {
+        let e = HostError::from_status(&tonic::Status::unavailable("connection refused"));
+        assert_eq!(e.code(), "CORE_UNAVAILABLE");
+        assert_eq!(e.to_json()["message"], "connection refused");
+    }
+}

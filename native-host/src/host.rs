@@ -1,0 +1,507 @@
+//! The dispatch loop: frames from stdin become concurrent requests, their
+//! replies and attached sessions' events go to the one writer of stdout.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use pedelec_common::json as pjson;
+use pedelec_proto::v1 as pb;
+use serde_json::{Value, json};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::{Mutex, mpsc};
+use tokio::task::{JoinHandle, JoinSet};
+
+use crate::core::Core;
+use crate::error::HostError;
+use crate::frame::{self, FrameReader, Inbound, MAX_INBOUND};
+use crate::protocol::{self as p, Envelope, Request, ToolOutcome};
+
+/// One gRPC call through `Core::call`, retried after an auto-start; the
+/// request is rebuilt per attempt because clients take it by value.
+macro_rules! rpc {
+    ($core:expr, $client:ident . $method:ident ($req:expr)) => {
+        $core
+            .call(|| {
+                let mut client = $core.$client();
+                let req = $req.clone();
+                async move { client.$method(req).await }
+            })
+            .await
+    };
+}
+
+/// The Pedelec extension's id (from the public key in the extension manifest,
+/// see docs/native-messaging.md); more come from `$PEDELEC_ALLOWED_EXTENSIONS`.
+pub const DEFAULT_ALLOWED_EXTENSIONS: &[&str] = &["ekeclpceddngodnkncegoclkkeknaacb"];
+
+/// Queued outgoing messages; a full queue holds back event forwarding (and so
+/// the gRPC streams) instead of dropping anything.
+const OUT_QUEUE: usize = 4096;
+/// At stdin's end, how long in-flight requests may still finish and be answered.
+const EOF_GRACE: Duration = Duration::from_millis(400);
+/// After a refusal, how long to keep refusing further frames before exiting.
+const REFUSAL_LINGER: Duration = Duration::from_millis(300);
+
+/// The extension ids this host serves: the built-in list plus the
+/// comma-separated `$PEDELEC_ALLOWED_EXTENSIONS`.
+pub fn allowed_extensions() -> Vec<String> {
+    let mut ids: Vec<String> = DEFAULT_ALLOWED_EXTENSIONS
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    if let Ok(extra) = std::env::var("PEDELEC_ALLOWED_EXTENSIONS") {
+        ids.extend(
+            extra
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_string),
+        );
+    }
+    ids
+}
+
+/// The id in `chrome-extension://<id>/`, if argv[1] has that shape.
+pub fn extension_id(origin: &str) -> Option<&str> {
+    let id = origin
+        .strip_prefix("chrome-extension://")?
+        .strip_suffix('/')?;
+    let ok = id.len() == 32 && id.bytes().all(|b| (b'a'..=b'p').contains(&b));
+    ok.then_some(id)
+}
+
+pub fn is_allowed(origin: Option<&str>, allowed: &[String]) -> bool {
+    origin
+        .and_then(extension_id)
+        .is_some_and(|id| allowed.iter().any(|a| a == id))
+}
+
+/// Serves stdin/stdout until stdin ends. `allowed == false` answers every
+/// request with NATIVE_HOST_UNAVAILABLE and exits.
+pub async fn run<R, W>(stdin: R, stdout: W, core: Core, extension_origin: String, allowed: bool)
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let (out, queue) = mpsc::channel::<String>(OUT_QUEUE);
+    let writer = tokio::spawn(async move {
+        if let Err(e) = frame::write_loop(queue, stdout).await {
+            tracing::warn!(error = %e, "stdout closed");
+        }
+    });
+    let mut reader = FrameReader::new(stdin);
+    if allowed {
+        serve(&mut reader, core, out).await;
+    } else {
+        refuse(&mut reader, &out, &extension_origin).await;
+        drop(out);
+    }
+    // Every sender is gone now, so the writer drains its queue and stops.
+    if tokio::time::timeout(Duration::from_millis(500), writer)
+        .await
+        .is_err()
+    {
+        tracing::warn!("stdout did not drain in time");
+    }
+}
+
+async fn refuse<R: AsyncRead + Unpin>(
+    reader: &mut FrameReader<R>,
+    out: &mpsc::Sender<String>,
+    origin: &str,
+) {
+    let error = HostError::NotAllowed {
+        origin: origin.to_string(),
+    };
+    // Wait a while for the extension's first request so it learns why; then
+    // answer whatever else is already on its way and leave.
+    let mut wait = Duration::from_secs(5);
+    loop {
+        let next = match tokio::time::timeout(wait, reader.next()).await {
+            Ok(Ok(Some(next))) => next,
+            _ => return,
+        };
+        let id = match next {
+            Inbound::Frame(body) => match p::parse(&body) {
+                Ok(env) => env.id,
+                Err(rejected) => rejected.id,
+            },
+            Inbound::BadLength(_) => Value::Null,
+        };
+        let _ = out.send(p::error_reply(&id, &error)).await;
+        wait = REFUSAL_LINGER;
+    }
+}
+
+struct Host {
+    core: Core,
+    out: mpsc::Sender<String>,
+    attached: Mutex<HashMap<String, Attachment>>,
+    generation: AtomicU64,
+}
+
+struct Attachment {
+    generation: u64,
+    task: JoinHandle<()>,
+}
+
+async fn serve<R: AsyncRead + Unpin>(
+    reader: &mut FrameReader<R>,
+    core: Core,
+    out: mpsc::Sender<String>,
+) {
+    let host = Arc::new(Host {
+        core,
+        out,
+        attached: Mutex::new(HashMap::new()),
+        generation: AtomicU64::new(0),
+    });
+    let mut requests = JoinSet::new();
+    loop {
+        let inbound = match reader.next().await {
+            Ok(Some(inbound)) => inbound,
+            Ok(None) => {
+                tracing::info!("stdin closed; detaching everything");
+                break;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "stdin ended inside a frame; detaching everything");
+                break;
+            }
+        };
+        while requests.try_join_next().is_some() {}
+        let body = match inbound {
+            Inbound::Frame(body) => body,
+            Inbound::BadLength(len) => {
+                let error = if len == 0 {
+                    HostError::invalid("empty frame (length 0)")
+                } else {
+                    HostError::MessageTooLarge {
+                        len,
+                        limit: MAX_INBOUND,
+                    }
+                };
+                tracing::warn!(len, "bad frame length");
+                host.send(p::error_reply(&Value::Null, &error)).await;
+                continue;
+            }
+        };
+        match p::parse(&body) {
+            Ok(env) => {
+                let host = host.clone();
+                requests.spawn(async move { host.handle(env).await });
+            }
+            Err(rejected) => {
+                tracing::warn!(id = %rejected.id, error = %rejected.error, bytes = body.len(), "bad request");
+                host.send(p::error_reply(&rejected.id, &rejected.error))
+                    .await;
+            }
+        }
+    }
+    host.detach_all().await;
+    // Let requests already running answer, within a bound.
+    let _ = tokio::time::timeout(EOF_GRACE, async {
+        while requests.join_next().await.is_some() {}
+    })
+    .await;
+    requests.shutdown().await;
+    host.detach_all().await;
+}
+
+impl Host {
+    async fn send(&self, message: String) {
+        // Fails only when the writer is gone (stdout closed): nothing to tell.
+        let _ = self.out.send(message).await;
+    }
+
+    async fn handle(self: Arc<Self>, env: Envelope) {
+        let kind = env.request.type_name();
+        let id = env.id.clone();
+        tracing::debug!(%id, kind, origin = %env.origin, "request");
+        let result = match env.request {
+            Request::Attach(attach) => {
+                // Answers itself: the reply must precede the stream's events.
+                if let Err(e) = self.clone().attach(&id, &env.origin, attach).await {
+                    tracing::info!(%id, kind, code = %e.code(), error = %e, "request failed");
+                    self.send(p::error_reply(&id, &e)).await;
+                }
+                return;
+            }
+            request => self.dispatch(&env.origin, request).await,
+        };
+        let reply = match result {
+            Ok(result) => p::ok_reply(&id, result),
+            Err(e) => {
+                tracing::info!(%id, kind, code = %e.code(), error = %e, "request failed");
+                p::error_reply(&id, &e)
+            }
+        };
+        self.send(reply).await;
+    }
+
+    async fn dispatch(&self, origin: &str, request: Request) -> Result<Value, HostError> {
+        let core = &self.core;
+        let thread = |session_id: &str| pb::ThreadRequest {
+            session_id: session_id.to_string(),
+            origin: origin.to_string(),
+        };
+        let snapshot =
+            |s: tonic::Response<pb::Snapshot>| json!({"snapshot": p::snapshot(s.get_ref())});
+        Ok(match request {
+            Request::Ping => json!({
+                "pong": true,
+                "version": env!("CARGO_PKG_VERSION"),
+                "protocolVersion": p::PROTOCOL_VERSION,
+                "coreRunning": core.is_running().await,
+            }),
+            Request::ListProviders => {
+                let r = rpc!(core, provider.list_providers(pb::ListProvidersRequest {}))?;
+                let providers: Vec<Value> =
+                    r.get_ref().providers.iter().map(p::provider_info).collect();
+                json!({"providers": providers})
+            }
+            Request::GetSettings => {
+                // Only the public part: full settings hold credentials.
+                let r = rpc!(core, provider.get_settings(pb::GetSettingsRequest {}))?;
+                json!({"defaultProvider": r.get_ref().default_provider})
+            }
+            Request::CreateSession(c) => {
+                let req = pb::CreateSessionRequest {
+                    origin: origin.to_string(),
+                    provider: c.provider,
+                    effort_level: c.effort_level,
+                    model: c.model,
+                    skills: c.skills.as_ref().map(pjson::to_struct),
+                    auto_end_on_disconnect: c.auto_end_on_disconnect,
+                    workspace_path: c.workspace.map(|w| w.path),
+                };
+                let r = rpc!(core, session.create_session(req.clone()))?;
+                let r = r.get_ref();
+                json!({
+                    "sessionId": r.session_id,
+                    "provider": r.provider,
+                    "effortLevel": r.effort_level,
+                    "snapshot": r.snapshot.as_ref().map(p::snapshot).unwrap_or(Value::Null),
+                })
+            }
+            Request::Attach(_) => unreachable!("attach answers itself"),
+            Request::Detach { session_id } => {
+                let detached = self.detach(&session_id).await;
+                json!({"sessionId": session_id, "detached": detached})
+            }
+            Request::SendText { session_id, text } => {
+                let req = pb::SendTextRequest {
+                    session_id,
+                    origin: origin.to_string(),
+                    text,
+                };
+                let r = rpc!(core, session.send_text(req.clone()))?;
+                json!({"operationId": r.get_ref().operation_id})
+            }
+            Request::Prepare { session_id } => {
+                let req = pb::PrepareRequest {
+                    session_id,
+                    origin: origin.to_string(),
+                };
+                let r = rpc!(core, session.prepare(req.clone()))?;
+                json!({"operationId": r.get_ref().operation_id})
+            }
+            Request::Cancel { session_id } => {
+                let r = rpc!(core, session.cancel(thread(&session_id)))?;
+                let op = &r.get_ref().operation_id;
+                json!({"operationId": if op.is_empty() { Value::Null } else { json!(op) }})
+            }
+            Request::End { session_id } => snapshot(rpc!(core, session.end(thread(&session_id)))?),
+            Request::Reactivate { session_id } => {
+                snapshot(rpc!(core, session.reactivate(thread(&session_id)))?)
+            }
+            Request::GetSession { session_id } => {
+                snapshot(rpc!(core, session.get(thread(&session_id)))?)
+            }
+            Request::SubmitToolResult(s) => {
+                let outcome = match s.outcome {
+                    ToolOutcome::Result(v) => {
+                        pb::submit_tool_result_request::Outcome::Result(pjson::to_value(&v))
+                    }
+                    ToolOutcome::Error {
+                        code,
+                        message,
+                        details,
+                    } => pb::submit_tool_result_request::Outcome::Error(pb::ToolError {
+                        code,
+                        message,
+                        details: details.as_ref().map(pjson::to_value),
+                    }),
+                };
+                let req = pb::SubmitToolResultRequest {
+                    session_id: s.session_id,
+                    origin: origin.to_string(),
+                    tool_request_id: s.tool_request_id,
+                    outcome: Some(outcome),
+                };
+                rpc!(core, session.submit_tool_result(req.clone()))?;
+                json!({})
+            }
+            Request::CreateUploadTicket(t) => {
+                let req = pb::CreateUploadTicketRequest {
+                    session_id: t.session_id,
+                    origin: origin.to_string(),
+                    target_path: t.target_path,
+                    name: t.name,
+                    size_bytes: t.size_bytes,
+                    content_type: t.content_type,
+                };
+                let r = rpc!(core, asset.create_upload_ticket(req.clone()))?;
+                p::ticket(r.get_ref())
+            }
+            Request::CreateDownloadTicket(t) => {
+                let req = pb::CreateDownloadTicketRequest {
+                    session_id: t.session_id,
+                    origin: origin.to_string(),
+                    path: t.path,
+                };
+                let r = rpc!(core, asset.create_download_ticket(req.clone()))?;
+                p::ticket(r.get_ref())
+            }
+            Request::ListAssets { session_id } => {
+                let req = pb::ListAssetsRequest {
+                    session_id,
+                    origin: origin.to_string(),
+                };
+                let r = rpc!(core, asset.list(req.clone()))?;
+                let assets: Vec<Value> = r.get_ref().assets.iter().map(p::asset).collect();
+                json!({"assets": assets})
+            }
+        })
+    }
+
+    /// Opens the Attach stream, answers with its snapshot, then forwards its
+    /// events until detach, the stream's end or stdin's end. A second attach
+    /// of the same session replaces the first (the extension multiplexes its
+    /// routes over one native port).
+    async fn attach(
+        self: Arc<Self>,
+        id: &Value,
+        origin: &str,
+        attach: p::Attach,
+    ) -> Result<(), HostError> {
+        let session_id = attach.session_id;
+        let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
+        let route_id = attach
+            .route_id
+            .filter(|r| !r.is_empty())
+            .unwrap_or_else(|| format!("native-host-{}-{generation}", std::process::id()));
+        let req = pb::AttachRequest {
+            session_id: session_id.clone(),
+            origin: origin.to_string(),
+            route_id,
+            after_seq: attach.after_seq,
+        };
+        let core = &self.core;
+        let mut stream = rpc!(core, session.attach(req.clone()))?.into_inner();
+        let first = stream
+            .message()
+            .await
+            .map_err(|s| HostError::from_status(&s))?
+            .ok_or_else(|| HostError::Internal("Attach stream ended before its snapshot".into()))?;
+        let Some(pb::session_event::Event::Snapshot(snap)) = &first.event else {
+            return Err(HostError::Internal(
+                "Attach stream did not start with a snapshot".into(),
+            ));
+        };
+        let mut attached = self.attached.lock().await;
+        if let Some(old) = attached.remove(&session_id) {
+            old.task.abort();
+            let _ = old.task.await;
+        }
+        // Queued under the lock, so no event of this stream can precede it.
+        self.send(p::ok_reply(
+            id,
+            json!({"sessionId": session_id, "snapshot": p::snapshot(snap)}),
+        ))
+        .await;
+        let host = self.clone();
+        let sid = session_id.clone();
+        let task = tokio::spawn(async move { host.forward(sid, generation, stream).await });
+        attached.insert(session_id, Attachment { generation, task });
+        Ok(())
+    }
+
+    async fn forward(
+        self: Arc<Self>,
+        session_id: String,
+        generation: u64,
+        mut stream: tonic::Streaming<pb::SessionEvent>,
+    ) {
+        let (reason, error) = loop {
+            match stream.message().await {
+                Ok(Some(event)) => {
+                    if let Some(frame) = p::event_frame(&event)
+                        && self.out.send(frame).await.is_err()
+                    {
+                        return; // stdout is gone
+                    }
+                }
+                Ok(None) => break ("stream_ended", None),
+                Err(status) => break ("stream_failed", Some(HostError::from_status(&status))),
+            }
+        };
+        tracing::info!(session = %session_id, reason, "attached stream stopped");
+        let mut attached = self.attached.lock().await;
+        if attached
+            .get(&session_id)
+            .is_some_and(|a| a.generation == generation)
+        {
+            attached.remove(&session_id);
+            self.send(p::detached_frame(&session_id, reason, error.as_ref()))
+                .await;
+        }
+    }
+
+    async fn detach(&self, session_id: &str) -> bool {
+        let attachment = self.attached.lock().await.remove(session_id);
+        match attachment {
+            Some(a) => {
+                // Awaited so no event of this stream follows the detach reply.
+                a.task.abort();
+                let _ = a.task.await;
+                true
+            }
+            None => false,
+        }
+    }
+
+    async fn detach_all(&self) {
+        let all: Vec<Attachment> = self.attached.lock().await.drain().map(|(_, a)| a).collect();
+        for a in &all {
+            a.task.abort();
+        }
+        for a in all {
+            let _ = a.task.await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn extension_origins_are_checked_exactly() {
+        let allowed = vec!["ekeclpceddngodnkncegoclkkeknaacb".to_string()];
+        let ok = "chrome-extension://ekeclpceddngodnkncegoclkkeknaacb/";
+        assert!(is_allowed(Some(ok), &allowed));
+        for bad in [
+            "chrome-extension://ekeclpceddngodnkncegoclkkeknaacb",
+            "chrome-extension://aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa/",
+            "https://ekeclpceddngodnkncegoclkkeknaacb/",
+            "chrome-extension://EKECLPCEDDNGODNKNCEGOCLKKEKNAACB/",
+            "",
+        ] {
+            assert!(!is_allowed(Some(bad), &allowed), "{bad}");
+        }
+        assert!(!is_allowed(None, &allowed));
+    }
+}

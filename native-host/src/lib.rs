@@ -1,0 +1,39 @@
+//! `pedelec-native-host`: the program Chrome starts for the Pedelec extension.
+//! It speaks Chrome's native-messaging framing on stdin/stdout and translates
+//! each request into a call on the Pedelec services (DESIGN.md section 6;
+//! the wire format is in docs/native-messaging.md).
+
+pub mod core;
+pub mod error;
+pub mod frame;
+pub mod host;
+pub mod log;
+pub mod protocol;
+
+pub use error::HostError;
+
+use pedelec_common::RuntimeDir;
+
+/// The whole program after argv: logs, origin check, serve stdin until EOF.
+pub async fn main(extension_origin: Option<String>) {
+    let runtime = RuntimeDir::from_env();
+    let log_file = log::init(&runtime);
+    let allowed_ids = host::allowed_extensions();
+    let allowed = host::is_allowed(extension_origin.as_deref(), &allowed_ids);
+    let origin = extension_origin.unwrap_or_default();
+    if allowed {
+        tracing::info!(extension = %origin, pid = std::process::id(), runtime = %runtime.path().display(), "native host started");
+    } else {
+        tracing::warn!(extension = %origin, allowed = ?allowed_ids, "refusing an extension this host was not installed for");
+    }
+    let core = core::Core::new(runtime, log_file);
+    host::run(
+        tokio::io::stdin(),
+        tokio::io::stdout(),
+        core,
+        origin,
+        allowed,
+    )
+    .await;
+    tracing::info!("native host exiting");
+}

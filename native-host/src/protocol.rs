@@ -1,0 +1,746 @@
+//! The JSON protocol between the extension and the host: requests parsed into
+//! typed values, and the hand-written camelCase shapes of results and events
+//! (independent of prost's field names, so the contract cannot drift with the
+//! generated code). docs/native-messaging.md shows every message.
+
+use pedelec_common::json as pjson;
+use pedelec_proto::prost_types::Timestamp;
+use pedelec_proto::v1 as pb;
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value, json};
+
+use crate::error::HostError;
+
+/// Bumped when a shape changes incompatibly; `ping` reports it.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// A parsed request: the id to answer with, the page origin and what to do.
+#[derive(Debug, PartialEq)]
+pub struct Envelope {
+    pub id: Value,
+    /// The page origin, as the extension set it; empty for the types that do
+    /// not need one.
+    pub origin: String,
+    pub request: Request,
+}
+
+/// A frame that could not be parsed: answered with `id` (null when none could
+/// be read) and `error`.
+#[derive(Debug)]
+pub struct Rejected {
+    pub id: Value,
+    pub error: HostError,
+}
+
+#[derive(Debug, PartialEq)]
+pub enum Request {
+    Ping,
+    ListProviders,
+    GetSettings,
+    CreateSession(CreateSession),
+    Attach(Attach),
+    Detach { session_id: String },
+    SendText { session_id: String, text: String },
+    Prepare { session_id: String },
+    Cancel { session_id: String },
+    End { session_id: String },
+    Reactivate { session_id: String },
+    GetSession { session_id: String },
+    SubmitToolResult(SubmitToolResult),
+    CreateUploadTicket(UploadTicket),
+    CreateDownloadTicket(DownloadTicket),
+    ListAssets { session_id: String },
+}
+
+impl Request {
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Request::Ping => "ping",
+            Request::ListProviders => "list_providers",
+            Request::GetSettings => "get_settings",
+            Request::CreateSession(_) => "create_session",
+            Request::Attach(_) => "attach",
+            Request::Detach { .. } => "detach",
+            Request::SendText { .. } => "send_text",
+            Request::Prepare { .. } => "prepare",
+            Request::Cancel { .. } => "cancel",
+            Request::End { .. } => "end",
+            Request::Reactivate { .. } => "reactivate",
+            Request::GetSession { .. } => "get_session",
+            Request::SubmitToolResult(_) => "submit_tool_result",
+            Request::CreateUploadTicket(_) => "create_upload_ticket",
+            Request::CreateDownloadTicket(_) => "create_download_ticket",
+            Request::ListAssets { .. } => "list_assets",
+        }
+    }
+}
+
+#[derive(Debug, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CreateSession {
+    pub provider: Option<String>,
+    pub effort_level: Option<String>,
+    pub model: Option<String>,
+    pub skills: Option<Map<String, Value>>,
+    /// The seeds' default: page-scoped sessions.
+    #[serde(default = "yes")]
+    pub auto_end_on_disconnect: bool,
+    pub workspace: Option<Workspace>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Debug, PartialEq, Deserialize)]
+pub struct Workspace {
+    pub path: String,
+}
+
+#[derive(Debug, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Attach {
+    pub session_id: String,
+    pub after_seq: Option<u64>,
+    pub route_id: Option<String>,
+}
+
+#[derive(Debug, PartialEq)]
+pub struct SubmitToolResult {
+    pub session_id: String,
+    pub tool_request_id: String,
+    pub outcome: ToolOutcome,
+}
+
+#[derive(Debug, PartialEq)]
+pub enum ToolOutcome {
+    Result(Value),
+    Error {
+        code: String,
+        message: String,
+        details: Option<Value>,
+    },
+}
+
+#[derive(Debug, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UploadTicket {
+    pub session_id: String,
+    pub target_path: Option<String>,
+    pub name: String,
+    pub size_bytes: u64,
+    #[serde(default)]
+    pub content_type: String,
+}
+
+#[derive(Debug, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DownloadTicket {
+    pub session_id: String,
+    pub path: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ThreadPayload {
+    session_id: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SendTextPayload {
+    session_id: String,
+    text: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ToolResultPayload {
+    session_id: String,
+    tool_request_id: String,
+    error: Option<ToolErrorPayload>,
+}
+
+#[derive(Deserialize)]
+struct ToolErrorPayload {
+    code: String,
+    message: String,
+    details: Option<Value>,
+}
+
+fn invalid(id: &Value, message: impl Into<String>) -> Rejected {
+    Rejected {
+        id: id.clone(),
+        error: HostError::invalid(message),
+    }
+}
+
+/// Parses one frame's body. Never panics, whatever the bytes.
+pub fn parse(body: &[u8]) -> Result<Envelope, Rejected> {
+    let text = match std::str::from_utf8(body) {
+        Ok(text) => text,
+        Err(e) => {
+            // Still answer with the id when the rest of the frame is readable.
+            let id = serde_json::from_str::<Value>(&String::from_utf8_lossy(body))
+                .ok()
+                .and_then(|v| v.get("id").cloned())
+                .filter(valid_id)
+                .unwrap_or(Value::Null);
+            return Err(invalid(&id, format!("frame is not valid UTF-8: {e}")));
+        }
+    };
+    let value: Value = serde_json::from_str(text)
+        .map_err(|e| invalid(&Value::Null, format!("frame is not valid JSON: {e}")))?;
+    let Value::Object(mut obj) = value else {
+        return Err(invalid(&Value::Null, "a request must be a JSON object"));
+    };
+    let id = obj.remove("id").unwrap_or(Value::Null);
+    if !valid_id(&id) {
+        let shown = if id.is_object() || id.is_array() {
+            Value::Null
+        } else {
+            id
+        };
+        return Err(invalid(&shown, "`id` must be a string or a number"));
+    }
+    let kind = match obj.remove("type") {
+        Some(Value::String(s)) => s,
+        _ => return Err(invalid(&id, "`type` must be a string")),
+    };
+    let origin = match obj.remove("origin") {
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(s)) => s,
+        Some(_) => return Err(invalid(&id, "`origin` must be a string")),
+    };
+    let payload = match obj.remove("payload") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(map)) => map,
+        Some(_) => return Err(invalid(&id, "`payload` must be an object")),
+    };
+    let request = request(&kind, payload).map_err(|m| invalid(&id, m))?;
+    let needs_origin = !matches!(
+        request,
+        Request::Ping | Request::ListProviders | Request::GetSettings
+    );
+    if needs_origin && origin.is_empty() {
+        return Err(invalid(
+            &id,
+            format!("`origin` is required for {kind} (the page origin, set by the extension)"),
+        ));
+    }
+    Ok(Envelope {
+        id,
+        origin,
+        request,
+    })
+}
+
+fn valid_id(id: &Value) -> bool {
+    id.is_string() || id.is_number()
+}
+
+fn payload<T: DeserializeOwned>(kind: &str, map: Map<String, Value>) -> Result<T, String> {
+    serde_json::from_value(Value::Object(map)).map_err(|e| format!("bad payload for {kind}: {e}"))
+}
+
+fn request(kind: &str, map: Map<String, Value>) -> Result<Request, String> {
+    let thread = |map| payload::<ThreadPayload>(kind, map).map(|p| p.session_id);
+    Ok(match kind {
+        "ping" => Request::Ping,
+        "list_providers" => Request::ListProviders,
+        "get_settings" => Request::GetSettings,
+        "create_session" => Request::CreateSession(payload(kind, map)?),
+        "attach" => Request::Attach(payload(kind, map)?),
+        "detach" => Request::Detach {
+            session_id: thread(map)?,
+        },
+        "send_text" => {
+            let p: SendTextPayload = payload(kind, map)?;
+            Request::SendText {
+                session_id: p.session_id,
+                text: p.text,
+            }
+        }
+        "prepare" => Request::Prepare {
+            session_id: thread(map)?,
+        },
+        "cancel" => Request::Cancel {
+            session_id: thread(map)?,
+        },
+        "end" => Request::End {
+            session_id: thread(map)?,
+        },
+        "reactivate" => Request::Reactivate {
+            session_id: thread(map)?,
+        },
+        "get_session" => Request::GetSession {
+            session_id: thread(map)?,
+        },
+        "submit_tool_result" => {
+            // `result: null` is a legitimate handler result, so presence of the
+            // key matters, which serde's Option cannot tell.
+            let result = map.get("result").cloned();
+            let p: ToolResultPayload = payload(kind, map)?;
+            let outcome = match (p.error, result) {
+                (Some(e), _) => ToolOutcome::Error {
+                    code: e.code,
+                    message: e.message,
+                    details: e.details,
+                },
+                (None, Some(result)) => ToolOutcome::Result(result),
+                (None, None) => {
+                    return Err(format!(
+                        "bad payload for {kind}: `result` or `error` is required"
+                    ));
+                }
+            };
+            Request::SubmitToolResult(SubmitToolResult {
+                session_id: p.session_id,
+                tool_request_id: p.tool_request_id,
+                outcome,
+            })
+        }
+        "create_upload_ticket" => Request::CreateUploadTicket(payload(kind, map)?),
+        "create_download_ticket" => Request::CreateDownloadTicket(payload(kind, map)?),
+        "list_assets" => Request::ListAssets {
+            session_id: thread(map)?,
+        },
+        other => return Err(format!("unknown request type {other:?}")),
+    })
+}
+
+// ---- Replies ----
+
+/// `{id, ok:true, result}` serialized.
+pub fn ok_reply(id: &Value, result: Value) -> String {
+    json!({"id": id, "ok": true, "result": result}).to_string()
+}
+
+/// `{id, ok:false, error:{code, message, details}}` serialized.
+pub fn error_reply(id: &Value, error: &HostError) -> String {
+    json!({"id": id, "ok": false, "error": error.to_json()}).to_string()
+}
+
+// ---- Shapes of results and events ----
+
+/// Milliseconds since the Unix epoch, or null.
+pub fn millis(ts: Option<&Timestamp>) -> Value {
+    match ts {
+        Some(t) => json!(t.seconds * 1000 + i64::from(t.nanos / 1_000_000)),
+        None => Value::Null,
+    }
+}
+
+pub fn status_word(status: i32) -> &'static str {
+    match pb::SessionStatus::try_from(status) {
+        Ok(pb::SessionStatus::Idle) => "idle",
+        Ok(pb::SessionStatus::Running) => "running",
+        Ok(pb::SessionStatus::WaitingToolResult) => "waiting_tool_result",
+        Ok(pb::SessionStatus::Ended) => "ended",
+        Ok(pb::SessionStatus::Error) => "error",
+        // Never set on a real thread; said plainly rather than guessed.
+        _ => "unknown",
+    }
+}
+
+fn kind_word(kind: i32) -> &'static str {
+    match pb::OperationKind::try_from(kind) {
+        Ok(pb::OperationKind::SendText) => "send_text",
+        Ok(pb::OperationKind::Prepare) => "prepare",
+        _ => "unknown",
+    }
+}
+
+/// Null while the operation runs.
+fn outcome_word(outcome: i32) -> Value {
+    match pb::OperationOutcome::try_from(outcome) {
+        Ok(pb::OperationOutcome::Completed) => json!("completed"),
+        Ok(pb::OperationOutcome::Failed) => json!("failed"),
+        Ok(pb::OperationOutcome::Cancelled) => json!("cancelled"),
+        _ => Value::Null,
+    }
+}
+
+pub fn error(e: &pb::PedelecError) -> Value {
+    let source = match pb::ErrorSource::try_from(e.source) {
+        Ok(pb::ErrorSource::Provider) => "provider",
+        _ => "core",
+    };
+    json!({
+        "code": e.code,
+        "message": e.message,
+        "details": e.details.as_ref().map(pjson::from_value).unwrap_or(Value::Null),
+        "source": source,
+    })
+}
+
+fn opt_error(e: Option<&pb::PedelecError>) -> Value {
+    e.map(error).unwrap_or(Value::Null)
+}
+
+fn operation(op: Option<&pb::Operation>) -> Value {
+    match op {
+        Some(op) => json!({
+            "operationId": op.operation_id,
+            "kind": kind_word(op.kind),
+            "outcome": outcome_word(op.outcome),
+            "error": opt_error(op.error.as_ref()),
+        }),
+        None => Value::Null,
+    }
+}
+
+fn tool_request(t: &pb::ToolRequest) -> Value {
+    json!({
+        "toolRequestId": t.tool_request_id,
+        "tool": t.tool,
+        "args": t.args.as_ref().map(pjson::from_value).unwrap_or(Value::Null),
+        "operationId": t.operation_id,
+    })
+}
+
+pub fn usage(u: &pb::Usage) -> Value {
+    json!({
+        "totalTokens": u.total_tokens,
+        "inputTokens": u.input_tokens,
+        "outputTokens": u.output_tokens,
+    })
+}
+
+pub fn snapshot(s: &pb::Snapshot) -> Value {
+    json!({
+        "sessionId": s.session_id,
+        "status": status_word(s.status),
+        "activeOperation": operation(s.active_operation.as_ref()),
+        "lastOperation": operation(s.last_operation.as_ref()),
+        "pendingToolRequest": s.pending_tool_request.as_ref().map(tool_request).unwrap_or(Value::Null),
+        "usage": s.usage.as_ref().map(usage).unwrap_or(Value::Null),
+        "provider": s.provider,
+        "effortLevel": s.effort_level,
+        "model": s.model,
+        "autoEndOnDisconnect": s.auto_end_on_disconnect,
+        "workspacePath": s.workspace_path,
+        "createdAt": millis(s.created_at.as_ref()),
+        "lastSeq": s.last_seq,
+        "replayGap": s.replay_gap,
+    })
+}
+
+/// The `event` member of an event frame: `{type, …}`.
+pub fn event_body(e: &pb::session_event::Event) -> Value {
+    use pb::session_event::Event as E;
+    match e {
+        E::Snapshot(s) => json!({"type": "snapshot", "snapshot": snapshot(s)}),
+        E::Status(s) => json!({"type": "status", "status": status_word(s.status)}),
+        E::ChatDelta(d) => {
+            json!({"type": "chat_delta", "operationId": d.operation_id, "text": d.text})
+        }
+        E::Chat(c) => json!({"type": "chat", "operationId": c.operation_id, "text": c.text}),
+        E::ToolRequest(t) => {
+            let mut v = tool_request(t);
+            v["type"] = json!("tool_request");
+            v
+        }
+        E::ToolRequestCleared(c) => json!({
+            "type": "tool_request_cleared",
+            "toolRequestId": c.tool_request_id,
+            "reason": c.reason,
+        }),
+        E::Usage(u) => {
+            let mut v = usage(u);
+            v["type"] = json!("usage");
+            v
+        }
+        E::OperationStarted(o) => json!({
+            "type": "operation_started",
+            "operationId": o.operation_id,
+            "kind": kind_word(o.kind),
+        }),
+        E::OperationFinished(o) => json!({
+            "type": "operation_finished",
+            "operationId": o.operation_id,
+            "kind": kind_word(o.kind),
+            "outcome": outcome_word(o.outcome),
+            "error": opt_error(o.error.as_ref()),
+        }),
+        E::Error(e) => {
+            let mut v = error(e);
+            v["type"] = json!("error");
+            v
+        }
+        E::Ended(e) => json!({"type": "ended", "reason": e.reason}),
+    }
+}
+
+/// A whole event frame, serialized: `{type:"event", sessionId, seq, at, event}`.
+/// `None` for an event without a body (a newer service's kind we do not know).
+pub fn event_frame(e: &pb::SessionEvent) -> Option<String> {
+    let body = event_body(e.event.as_ref()?);
+    Some(
+        json!({
+            "type": "event",
+            "sessionId": e.session_id,
+            "seq": e.seq,
+            "at": millis(e.at.as_ref()),
+            "event": body,
+        })
+        .to_string(),
+    )
+}
+
+/// Sent when an attached stream stops without a `detach` (the service went
+/// away or ended the stream), so the extension knows to re-attach.
+pub fn detached_frame(session_id: &str, reason: &str, error: Option<&HostError>) -> String {
+    json!({
+        "type": "detached",
+        "sessionId": session_id,
+        "reason": reason,
+        "error": error.map(HostError::to_json).unwrap_or(Value::Null),
+    })
+    .to_string()
+}
+
+pub fn provider_info(p: &pb::ProviderInfo) -> Value {
+    json!({
+        "name": p.name,
+        "code": p.code,
+        "available": p.available,
+        "isDefault": p.is_default,
+        "error": p.error,
+    })
+}
+
+pub fn ticket(t: &pb::Ticket) -> Value {
+    json!({
+        "url": t.url,
+        "token": t.token,
+        "expiresAt": millis(t.expires_at.as_ref()),
+        "path": t.path,
+    })
+}
+
+pub fn asset(a: &pb::Asset) -> Value {
+    json!({
+        "name": a.name,
+        "path": a.path,
+        "sizeBytes": a.size_bytes,
+        "modifiedAt": millis(a.modified_at.as_ref()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_str(s: &str) -> Result<Envelope, Rejected> {
+        parse(s.as_bytes())
+    }
+
+    fn rejected(s: &[u8]) -> (Value, String, String) {
+        let r = parse(s).unwrap_err();
+        (r.id, r.error.code(), r.error.to_string())
+    }
+
+    #[test]
+    fn create_session_payload_follows_the_sdk() {
+        let env = parse_str(
+            r#"{"id":"r1","type":"create_session","origin":"https://app.example","payload":{
+                "provider":"codex","effortLevel":"high","model":"m",
+                "skills":{"guidance":"g","tools":[{"name":"t","description":"d","argsSchema":{"type":"object"},"timeoutMs":500}]},
+                "workspace":{"path":"/w"},"somethingNew":1}}"#,
+        )
+        .unwrap();
+        assert_eq!(env.id, json!("r1"));
+        assert_eq!(env.origin, "https://app.example");
+        let Request::CreateSession(c) = env.request else {
+            panic!()
+        };
+        assert_eq!(c.provider.as_deref(), Some("codex"));
+        assert_eq!(c.effort_level.as_deref(), Some("high"));
+        assert!(c.auto_end_on_disconnect, "defaults to true as in the seeds");
+        assert_eq!(c.workspace.unwrap().path, "/w");
+        assert_eq!(c.skills.unwrap()["tools"][0]["timeoutMs"], 500);
+    }
+
+    #[test]
+    fn payload_can_be_omitted_for_types_without_fields() {
+        let env = parse_str(r#"{"id":7,"type":"ping"}"#).unwrap();
+        assert_eq!((env.id, env.request), (json!(7), Request::Ping));
+        let env = parse_str(r#"{"id":8,"type":"create_session","origin":"o"}"#).unwrap();
+        assert!(
+            matches!(env.request, Request::CreateSession(c) if c.auto_end_on_disconnect && c.provider.is_none())
+        );
+    }
+
+    #[test]
+    fn submit_tool_result_tells_null_result_from_missing() {
+        let base = r#"{"id":1,"type":"submit_tool_result","origin":"o","payload":{"sessionId":"s","toolRequestId":"t""#;
+        let env = parse_str(&format!("{base},\"result\":null}}}}")).unwrap();
+        assert!(matches!(
+            env.request,
+            Request::SubmitToolResult(SubmitToolResult {
+                outcome: ToolOutcome::Result(Value::Null),
+                ..
+            })
+        ));
+        let env = parse_str(&format!(
+            "{base},\"error\":{{\"code\":\"TOOL_HANDLER_ERROR\",\"message\":\"boom\"}}}}}}"
+        ))
+        .unwrap();
+        assert!(matches!(env.request,
+            Request::SubmitToolResult(SubmitToolResult { outcome: ToolOutcome::Error { ref code, .. }, .. }) if code == "TOOL_HANDLER_ERROR"));
+        let (id, code, msg) = rejected(format!("{base}}}}}").as_bytes());
+        assert_eq!((id, code.as_str()), (json!(1), "INVALID_INPUT"));
+        assert!(msg.contains("`result` or `error`"), "{msg}");
+    }
+
+    #[test]
+    fn bad_requests_are_invalid_input_with_the_id_when_readable() {
+        let cases: &[(&[u8], Value, &str)] = &[
+            (b"not json", Value::Null, "not valid JSON"),
+            (b"[1,2]", Value::Null, "JSON object"),
+            (br#"{"type":"ping"}"#, Value::Null, "`id`"),
+            (br#"{"id":{"x":1},"type":"ping"}"#, Value::Null, "`id`"),
+            (br#"{"id":"a","type":"fly"}"#, json!("a"), "unknown request type"),
+            (br#"{"id":"b"}"#, json!("b"), "`type`"),
+            (br#"{"id":"c","type":"send_text","origin":"o","payload":{"sessionId":"s"}}"#, json!("c"), "missing field `text`"),
+            (br#"{"id":"d","type":"send_text","payload":{"sessionId":"s","text":"x"}}"#, json!("d"), "`origin` is required"),
+            (br#"{"id":"e","type":"end","origin":"o","payload":[]}"#, json!("e"), "`payload` must be an object"),
+            (br#"{"id":"f","type":"attach","origin":"o","payload":{"sessionId":"s","afterSeq":-1}}"#, json!("f"), "bad payload for attach"),
+            (b"{\"id\":\"g\",\"type\":\"ping\",\"x\":\"\xff\"}", json!("g"), "UTF-8"),
+        ];
+        for (input, want_id, needle) in cases {
+            let (id, code, msg) = rejected(input);
+            assert_eq!(&id, want_id, "{}", String::from_utf8_lossy(input));
+            assert_eq!(code, "INVALID_INPUT");
+            assert!(msg.contains(needle), "{msg:?} lacks {needle:?}");
+        }
+    }
+
+    #[test]
+    fn every_type_parses() {
+        let s = r#""sessionId":"s""#;
+        for (kind, payload) in [
+            ("ping", "{}".to_string()),
+            ("list_providers", "{}".into()),
+            ("get_settings", "{}".into()),
+            ("create_session", "{}".into()),
+            (
+                "attach",
+                format!("{{{s},\"afterSeq\":3,\"routeId\":\"r\"}}"),
+            ),
+            ("detach", format!("{{{s}}}")),
+            ("send_text", format!("{{{s},\"text\":\"hi\"}}")),
+            ("prepare", format!("{{{s}}}")),
+            ("cancel", format!("{{{s}}}")),
+            ("end", format!("{{{s}}}")),
+            ("reactivate", format!("{{{s}}}")),
+            ("get_session", format!("{{{s}}}")),
+            (
+                "submit_tool_result",
+                format!("{{{s},\"toolRequestId\":\"t\",\"result\":{{\"a\":1}}}}"),
+            ),
+            (
+                "create_upload_ticket",
+                format!(
+                    "{{{s},\"name\":\"a.txt\",\"sizeBytes\":3,\"contentType\":\"text/plain\"}}"
+                ),
+            ),
+            (
+                "create_download_ticket",
+                format!("{{{s},\"path\":\"a.txt\"}}"),
+            ),
+            ("list_assets", format!("{{{s}}}")),
+        ] {
+            let frame =
+                format!("{{\"id\":1,\"type\":\"{kind}\",\"origin\":\"o\",\"payload\":{payload}}}");
+            let env = parse_str(&frame).unwrap_or_else(|e| panic!("{kind}: {:?}", e.error));
+            assert_eq!(env.request.type_name(), kind);
+        }
+    }
+
+    #[test]
+    fn events_have_stable_camel_case_shapes() {
+        use pb::session_event::Event as E;
+        let at = Some(Timestamp {
+            seconds: 1_764_524_403,
+            nanos: 123_456_789,
+        });
+        let frame = |event| {
+            let v: Value = serde_json::from_str(
+                &event_frame(&pb::SessionEvent {
+                    session_id: "thr_1".into(),
+                    seq: 5,
+                    at,
+                    event: Some(event),
+                })
+                .unwrap(),
+            )
+            .unwrap();
+            assert_eq!(v["type"], "event");
+            assert_eq!(v["sessionId"], "thr_1");
+            assert_eq!(v["seq"], 5);
+            assert_eq!(v["at"], 1_764_524_403_123i64);
+            v["event"].clone()
+        };
+        assert_eq!(
+            frame(E::ChatDelta(pb::ChatDelta {
+                operation_id: "op_1".into(),
+                text: "Hel".into()
+            })),
+            json!({"type": "chat_delta", "operationId": "op_1", "text": "Hel"})
+        );
+        assert_eq!(
+            frame(E::Status(pb::StatusChanged {
+                status: pb::SessionStatus::WaitingToolResult as i32
+            })),
+            json!({"type": "status", "status": "waiting_tool_result"})
+        );
+        assert_eq!(
+            frame(E::ToolRequest(pb::ToolRequest {
+                tool_request_id: "tr_1".into(),
+                tool: "get_page".into(),
+                args: Some(pjson::to_value(&json!({"q": [1, "x"]}))),
+                operation_id: "op_1".into(),
+            })),
+            json!({"type": "tool_request", "toolRequestId": "tr_1", "tool": "get_page", "args": {"q": [1, "x"]}, "operationId": "op_1"})
+        );
+        assert_eq!(
+            frame(E::OperationFinished(pb::OperationFinished {
+                operation_id: "op_1".into(),
+                kind: pb::OperationKind::SendText as i32,
+                outcome: pb::OperationOutcome::Failed as i32,
+                error: Some(pb::PedelecError {
+                    code: "PROVIDER_FAILED".into(),
+                    message: "m".into(),
+                    details: None,
+                    source: pb::ErrorSource::Provider as i32
+                }),
+            })),
+            json!({"type": "operation_finished", "operationId": "op_1", "kind": "send_text", "outcome": "failed",
+                   "error": {"code": "PROVIDER_FAILED", "message": "m", "details": null, "source": "provider"}})
+        );
+        assert_eq!(
+            frame(E::Usage(pb::Usage {
+                total_tokens: 3,
+                input_tokens: 2,
+                output_tokens: 1,
+                cumulative: false
+            })),
+            json!({"type": "usage", "totalTokens": 3, "inputTokens": 2, "outputTokens": 1})
+        );
+        let snap = frame(E::Snapshot(pb::Snapshot {
+            status: pb::SessionStatus::Idle as i32,
+            session_id: "thr_1".into(),
+            provider: "cursor".into(),
+            created_at: at,
+            ..Default::default()
+        }));
+        assert_eq!(snap["snapshot"]["status"], "idle");
+        assert_eq!(snap["snapshot"]["createdAt"], 1_764_524_403_123i64);
+        assert_eq!(snap["snapshot"]["activeOperation"], Value::Null);
+        assert_eq!(snap["snapshot"]["usage"], Value::Null);
+        assert!(event_frame(&pb::SessionEvent::default()).is_none());
+    }
+}
