@@ -205,14 +205,13 @@ impl ToolBridge {
         })
     }
 
-    /// The first-turn block; an unregistered thread is `THREAD_NOT_FOUND`
-    /// (SessionService registers every thread, even one without skills).
+    /// The first-turn block. A thread the bridge does not know renders the
+    /// empty block: SessionService registers only threads created with
+    /// skills, and a thread without a registry has no tools to describe.
     pub fn render_prompt(&self, session_id: &str, assets_dir: &str) -> Result<String> {
-        let manifest = self
-            .lock()
-            .get(session_id)
-            .map(|t| t.manifest.clone())
-            .ok_or_else(|| ToolBridgeError::ThreadNotFound(session_id.to_string()))?;
+        let Some(manifest) = self.lock().get(session_id).map(|t| t.manifest.clone()) else {
+            return Ok(String::new());
+        };
         Ok(prompt::render(&manifest, session_id, assets_dir, &self.cli))
     }
 
@@ -843,10 +842,7 @@ mod tests {
             .await
             .unwrap_err();
         assert_eq!(err.code(), Code::TOOL_ACCESS_DENIED);
-        assert_eq!(
-            bridge.render_prompt(SID, "").unwrap_err().code(),
-            Code::THREAD_NOT_FOUND
-        );
+        assert_eq!(bridge.render_prompt(SID, "/assets").unwrap(), "");
         // Idempotent.
         assert_eq!(bridge.drop_thread(SID, false), 0);
         assert_eq!(bridge.drop_thread(SID, true), 0);

@@ -14,8 +14,6 @@ pub enum ToolBridgeError {
     InvalidInput(String),
     #[error("the tools manifest is invalid at {}: {}", .0.pointer, .0.message)]
     ManifestInvalid(ManifestError),
-    #[error("no thread {0} is registered with the tool bridge")]
-    ThreadNotFound(String),
     /// Deliberately vague: a wrong token must not reveal whether the thread exists.
     #[error("missing or wrong tool token for this thread")]
     AccessDenied,
@@ -53,7 +51,6 @@ impl ToolBridgeError {
                 Code::INVALID_INPUT
             }
             ToolBridgeError::ManifestInvalid(_) => Code::TOOLS_MANIFEST_INVALID,
-            ToolBridgeError::ThreadNotFound(_) => Code::THREAD_NOT_FOUND,
             ToolBridgeError::AccessDenied => Code::TOOL_ACCESS_DENIED,
             ToolBridgeError::ToolNotFound(_) => Code::TOOL_NOT_FOUND,
             ToolBridgeError::ArgsInvalid(_) => Code::TOOL_ARGS_INVALID,
