@@ -129,10 +129,7 @@ impl Core {
         }
         let started = Instant::now();
         tracing::info!(pedelecd = %self.inner.pedelecd.display(), "services not running; starting pedelecd");
-        let reason = match self.start_pedelecd().await {
-            Ok(()) => None,
-            Err(reason) => Some(reason),
-        };
+        let reason = self.start_pedelecd().await.err();
         // `pedelecd start` returns once everything is healthy, but it may also
         // have found an instance already starting: poll until the deadline.
         let deadline = started + START_WAIT;

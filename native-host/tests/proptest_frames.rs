@@ -103,7 +103,7 @@ fn valid_request(kind: &str, id: Value, origin: &str, s: &str, n: u64) -> Value 
     let payload = match kind {
         "ping" | "list_providers" | "get_settings" => json!({}),
         "create_session" => {
-            json!({"provider": s, "effortLevel": s, "autoEndOnDisconnect": n % 2 == 0,
+            json!({"provider": s, "effortLevel": s, "autoEndOnDisconnect": n.is_multiple_of(2),
                                    "skills": {"guidance": s, "tools": []}, "workspace": {"path": s}})
         }
         "attach" => json!({"sessionId": s, "afterSeq": n, "routeId": s}),
