@@ -435,6 +435,15 @@ impl TurnState {
                 "provider printed a line over {MAX_LINE} bytes; it was discarded"
             );
             self.dropped_logged = dropped;
+            // The client hears of it at once; the turn goes on, since such a
+            // line is usually an echo of a large tool output, not the answer.
+            let warning = pb::PedelecError {
+                code: Code::MESSAGE_TOO_LARGE.to_string(),
+                message: format!("the agent printed a line over {MAX_LINE} bytes; it was dropped"),
+                details: Some(json::to_value(&json!({ "droppedLines": dropped }))),
+                source: pb::ErrorSource::Provider as i32,
+            };
+            self.sink.send(Out::Warning(warning)).await?;
         }
         for event in events {
             let out = match event {

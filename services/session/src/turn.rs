@@ -204,6 +204,7 @@ async fn stream_turn(
                 });
             }
             ProviderEvent::Exited(exited) => exit = Some(exited),
+            ProviderEvent::Warning(warning) => t.emit(Event::Error(warning)),
         }
         if must_save {
             t.save(&sessions.inner.journal);

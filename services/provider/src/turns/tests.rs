@@ -507,7 +507,7 @@ async fn an_over_long_line_without_any_answer_fails_the_turn() {
     assert_eq!(details(error)["droppedLines"], 1);
     assert_eq!(events.last(), Some(&exited_code(0)));
 
-    // With an answer beside it, the long line is only logged.
+    // With an answer beside it, the long line is a warning and the turn goes on.
     f.bin.script(
         "codex",
         &format!(
@@ -516,5 +516,12 @@ async fn an_over_long_line_without_any_answer_fails_the_turn() {
         ),
     );
     let events = f.run(f.request("thr_1", "codex")).await;
-    assert_eq!(events[1..], [Out::Chat("ok".into()), exited_code(0)]);
+    match &events[1] {
+        Out::Warning(w) => {
+            assert_eq!(w.code, "MESSAGE_TOO_LARGE");
+            assert_eq!(details(w)["droppedLines"], 1);
+        }
+        other => panic!("expected a warning, got {other:?}"),
+    }
+    assert_eq!(events[2..], [Out::Chat("ok".into()), exited_code(0)]);
 }
