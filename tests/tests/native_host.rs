@@ -71,7 +71,7 @@ async fn read_frames(
                 return;
             }
         };
-        let (text, frames) = if value["type"] == "chunk" {
+        let received = if value["type"] == "chunk" {
             if value["index"].as_u64() != Some(parts.len() as u64) {
                 let _ = tx.send(Err(format!("chunk out of order: {}", value["index"])));
                 return;
@@ -81,25 +81,26 @@ async fn read_frames(
                 continue;
             }
             let frames = parts.len();
-            (std::mem::take(&mut parts).concat(), frames)
-        } else {
-            (text, 1)
-        };
-        let value = match serde_json::from_str(&text) {
-            Ok(v) => v,
-            Err(e) => {
-                let _ = tx.send(Err(format!("reassembled message is not JSON: {e}")));
-                return;
+            let text = std::mem::take(&mut parts).concat();
+            match serde_json::from_str(&text) {
+                Ok(value) => Received {
+                    value,
+                    text,
+                    frames,
+                },
+                Err(e) => {
+                    let _ = tx.send(Err(format!("reassembled message is not JSON: {e}")));
+                    return;
+                }
             }
-        };
-        if tx
-            .send(Ok(Received {
+        } else {
+            Received {
                 value,
                 text,
-                frames,
-            }))
-            .is_err()
-        {
+                frames: 1,
+            }
+        };
+        if tx.send(Ok(received)).is_err() {
             return;
         }
     }
@@ -306,6 +307,10 @@ case "$prompt" in
     n=$(printf '%s' "$prompt" | /bin/sed -n 's/.*@@stream \([0-9]*\).*/\1/p' | /usr/bin/tail -n 1)
     /usr/bin/awk -v n="$n" 'BEGIN {{ for (i = 0; i < n; i++) printf "{{\"type\":\"chat_delta\",\"text\":\"d%d \"}}\n", i }}'
     echo '{{"type":"usage","input":10,"output":5}}'
+    ;;
+  *"@@paced "*)
+    set -- $(printf '%s' "$prompt" | /bin/sed -n 's/.*@@paced \([0-9]*\) \([0-9]*\).*/\1 \2/p' | /usr/bin/tail -n 1)
+    /usr/bin/awk -v n="$1" -v b="$2" 'BEGIN {{ for (i = 0; i < n; i++) {{ printf "{{\"type\":\"chat_delta\",\"text\":\"d%d \"}}\n", i; if (i % b == b - 1) {{ fflush(); system("sleep 0.01") }} }} }}'
     ;;
   *"@@tool"*)
     report "$({cli} --thread-id "$PEDELEC_THREAD_ID" tool-call get_page '{{"q":"title"}}')"
@@ -830,11 +835,19 @@ async fn throughput_of_chat_deltas_to_stdout() {
         .await;
     host.events_until(&id, finished).await;
 
-    host.ok(
-        "send_text",
-        json!({"sessionId": id, "text": format!("@@stream {n}")}),
-    )
-    .await;
+    // PACE = lines per 10 ms (0: all at once). SessionService keeps a route's
+    // last 4096 events, so a consumer slower than a burst sees a replay gap.
+    let pace: usize = std::env::var("PACE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let text = if pace == 0 {
+        format!("@@stream {n}")
+    } else {
+        format!("@@paced {n} {pace}")
+    };
+    host.ok("send_text", json!({"sessionId": id, "text": text}))
+        .await;
     let mut first: Option<Instant> = None;
     let mut count = 0usize;
     let mut last_seq = 0u64;
@@ -845,7 +858,9 @@ async fn throughput_of_chat_deltas_to_stdout() {
         let seq = e["seq"].as_u64().unwrap();
         assert!(
             last_seq == 0 || seq == last_seq + 1,
-            "gap: {last_seq} -> {seq}"
+            "gap: {last_seq} -> {seq} ({}) after {count} deltas in {:?}",
+            e["event"]["type"],
+            first.map(|f| f.elapsed())
         );
         last_seq = seq;
         let ev = &e["event"];
