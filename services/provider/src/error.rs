@@ -25,9 +25,6 @@ pub enum ProviderError {
         #[source]
         source: std::io::Error,
     },
-    /// An RPC a later issue implements (RunTurn, CancelTurn).
-    #[error("{0} is not implemented yet")]
-    Unimplemented(&'static str),
     #[error(transparent)]
     Common(#[from] CommonError),
     /// A bug or a broken runtime (a panicked task, say).
@@ -48,26 +45,14 @@ impl ProviderError {
             ProviderError::DefaultProviderUnavailable { .. } => Code::DEFAULT_PROVIDER_UNAVAILABLE,
             ProviderError::ModelRequired { .. } => Code::MODEL_REQUIRED,
             ProviderError::Common(e) => e.code(),
-            ProviderError::SettingsWrite { .. }
-            | ProviderError::Unimplemented(_)
-            | ProviderError::Internal(_) => Code::INTERNAL,
+            ProviderError::SettingsWrite { .. } | ProviderError::Internal(_) => Code::INTERNAL,
         }
     }
 }
 
 impl From<ProviderError> for tonic::Status {
     fn from(e: ProviderError) -> tonic::Status {
-        let status = CodedError::new(e.code(), e.to_string()).to_status();
-        match e {
-            // No Pedelec code means "not built yet"; keep INTERNAL as the reason
-            // but let gRPC clients see the standard UNIMPLEMENTED status.
-            ProviderError::Unimplemented(_) => tonic::Status::with_details(
-                tonic::Code::Unimplemented,
-                status.message(),
-                status.details().to_vec().into(),
-            ),
-            _ => status,
-        }
+        CodedError::new(e.code(), e.to_string()).to_status()
     }
 }
 
@@ -113,11 +98,6 @@ mod tests {
                 },
                 "MODEL_REQUIRED",
                 tonic::Code::FailedPrecondition,
-            ),
-            (
-                ProviderError::Unimplemented("RunTurn"),
-                "INTERNAL",
-                tonic::Code::Unimplemented,
             ),
         ];
         for (err, code, grpc) in cases {

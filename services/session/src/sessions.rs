@@ -293,14 +293,6 @@ impl Sessions {
             .await;
         match result {
             Ok(resp) => Ok(Some(resp.into_inner().tool_token)),
-            // A bridge without tool support keeps the manifest in the journal only.
-            Err(status) if status.code() == tonic::Code::Unimplemented => {
-                tracing::warn!(
-                    session = session_id,
-                    "ToolBridgeService cannot register tools yet"
-                );
-                Ok(None)
-            }
             Err(status) => Err(upstream(status)),
         }
     }
@@ -471,9 +463,7 @@ impl Sessions {
                     keep_manifest,
                 })
                 .await;
-            if let Err(status) = dropped
-                && status.code() != tonic::Code::Unimplemented
-            {
+            if let Err(status) = dropped {
                 tracing::warn!(session = %session_id, error = %status.message(), "could not drop tool calls");
             }
         });

@@ -118,7 +118,6 @@ async fn render_tool_block(
         .await
     {
         Ok(resp) => Ok(resp.into_inner().prompt_block),
-        Err(status) if status.code() == tonic::Code::Unimplemented => Ok(String::new()),
         Err(status) => Err(CodedError::from_status(&status, Code::CORE_UNAVAILABLE)),
     }
 }
