@@ -243,6 +243,8 @@ impl Host {
 
     /// Closes stdin and waits for the exit; returns the exit code and how long it took.
     async fn close_and_wait(&mut self) -> (Option<i32>, Duration) {
+        let pid = self.child.id().expect("host still running");
+        assert!(alive(pid), "host exited before stdin closed");
         drop(self.stdin.take());
         let start = Instant::now();
         let status = tokio::time::timeout(PATIENCE, self.child.wait())
