@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Pedelec's benchmark suite (issue 7; docs/benchmarks.md):
+#   ./tests/bench/run.sh [--quick]
+# Builds the workspace's binaries in release, builds the static no-op program
+# for the spawn floor, then runs the harness, which prints the table and
+# writes target/bench/results.json. --quick only checks that every
+# measurement runs (few samples); it exits non-zero if one could not run.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+cargo build --release --workspace --bins
+
+mkdir -p target/bench
+noop=target/bench/noop-static
+# The floor wants a static binary (no dynamic loader work); fall back to the
+# Rust no-op when no static C toolchain is installed.
+if ! cc -static -O2 -o "$noop" tests/bench/noop.c 2>/dev/null; then
+  echo "note: cc -static unavailable; spawn floor uses the Rust no-op (dynamically linked)" >&2
+  noop=target/release/pedelec-bench-noop
+fi
+
+exec target/release/pedelec-bench --noop "$noop" --out target/bench/results.json "$@"

@@ -1,0 +1,237 @@
+//! Temp dirs, the bin dir the processes run from, and process bookkeeping so
+//! that everything started here is killed on exit, however the run ends.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use pb::supervisor_service_client::SupervisorServiceClient;
+use pedelec_common::ServiceName;
+use pedelec_proto::v1 as pb;
+
+pub const ORIGIN: &str = "https://bench.example";
+/// Built into the host (docs/native-messaging.md section 1).
+pub const EXTENSION: &str = "chrome-extension://ekeclpceddngodnkncegoclkkeknaacb/";
+/// Ceiling for anything that should be quick: no loop here waits forever.
+pub const PATIENCE: Duration = Duration::from_secs(20);
+
+/// Process-group leaders and runtime dirs of this run, for the final sweep.
+static GROUPS: Mutex<Vec<i32>> = Mutex::new(Vec::new());
+static RUNTIME_DIRS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+static ROOTS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+pub fn register_group(pid: u32) {
+    GROUPS.lock().unwrap().push(pid as i32);
+}
+
+pub fn signal(pid: i32, sig: i32) {
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe {
+        libc::kill(pid, sig);
+    }
+}
+
+/// SIGKILLs every process this run started: the groups it spawned, and every
+/// process whose environment names one of its runtime dirs (that catches the
+/// detached `pedelecd` the native host auto-starts, stub agents, CLIs).
+pub fn cleanup() {
+    let dirs: Vec<PathBuf> = RUNTIME_DIRS.lock().unwrap().clone();
+    for dir in &dirs {
+        for pid in processes_using(dir) {
+            signal(pid as i32, libc::SIGKILL);
+        }
+    }
+    for pgid in GROUPS.lock().unwrap().drain(..) {
+        signal(-pgid, libc::SIGKILL);
+    }
+    for root in ROOTS.lock().unwrap().drain(..) {
+        let _ = std::fs::remove_dir_all(root);
+    }
+}
+
+pub fn processes_using(runtime_dir: &Path) -> Vec<u32> {
+    let needle = format!("PEDELEC_RUNTIME_DIR={}", runtime_dir.display());
+    let me = std::process::id();
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        if let Ok(env) = std::fs::read(entry.path().join("environ"))
+            && env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes())
+        {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// One isolated installation: HOME, PEDELEC_HOME, PEDELEC_RUNTIME_DIR and a
+/// bin dir of hard links to the release binaries plus the stub agent.
+pub struct BenchEnv {
+    pub root: PathBuf,
+    pub bin: PathBuf,
+}
+
+const BINARIES: [&str; 7] = [
+    "pedelecd",
+    "pedelec-session",
+    "pedelec-toolbridge",
+    "pedelec-provider",
+    "pedelec-asset",
+    "pedelec-cli",
+    "pedelec-native-host",
+];
+
+impl BenchEnv {
+    pub fn new(release: &Path) -> Result<BenchEnv, String> {
+        // Short root: socket paths must stay under 100 bytes.
+        let root = tempfile::Builder::new()
+            .prefix("pdlb")
+            .tempdir_in("/tmp")
+            .map_err(|e| format!("temp dir: {e}"))?
+            .keep();
+        ROOTS.lock().unwrap().push(root.clone());
+        for dir in ["rt", "data", "home", "bin"] {
+            std::fs::create_dir_all(root.join(dir)).map_err(|e| e.to_string())?;
+        }
+        RUNTIME_DIRS.lock().unwrap().push(root.join("rt"));
+        let bin = root.join("bin");
+        // The services find each other and `pedelec-agent` beside their own
+        // executable; links keep the stub agent there without touching target/.
+        for name in BINARIES {
+            link(&release.join(name), &bin.join(name))?;
+        }
+        let me = std::env::current_exe().map_err(|e| e.to_string())?;
+        link(&me, &bin.join("pedelec-agent"))?;
+        Ok(BenchEnv { root, bin })
+    }
+
+    pub fn rt(&self) -> PathBuf {
+        self.root.join("rt")
+    }
+
+    pub fn socket(&self, s: ServiceName) -> PathBuf {
+        self.rt().join(s.socket_file())
+    }
+
+    pub fn command(&self, program: &str) -> Command {
+        let mut cmd = Command::new(self.bin.join(program));
+        cmd.env_clear()
+            .env("HOME", self.root.join("home"))
+            .env("PATH", format!("{}:/usr/bin:/bin", self.bin.display()))
+            .env("PEDELEC_RUNTIME_DIR", self.rt())
+            .env("PEDELEC_HOME", self.root.join("data"))
+            .env("PEDELEC_BIN_DIR", &self.bin)
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    /// Spawns in its own process group, registered for the sweep.
+    pub fn spawn_grouped(&self, mut cmd: Command) -> Result<Child, String> {
+        use std::os::unix::process::CommandExt;
+        cmd.process_group(0);
+        let child = cmd.spawn().map_err(|e| format!("spawn: {e}"))?;
+        register_group(child.id());
+        Ok(child)
+    }
+
+    /// `pedelecd up` with stderr to `name`.
+    pub fn spawn_up(&self, log: &str) -> Result<Child, String> {
+        let mut cmd = self.command("pedelecd");
+        let err = std::fs::File::create(self.root.join(log)).map_err(|e| e.to_string())?;
+        cmd.arg("up").stdout(Stdio::null()).stderr(err);
+        self.spawn_grouped(cmd)
+    }
+
+    pub async fn status(&self) -> Result<pb::SupervisorStatus, String> {
+        let channel = pedelec_common::uds::connect(&self.socket(ServiceName::Launcher))
+            .await
+            .map_err(|e| e.to_string())?;
+        SupervisorServiceClient::new(channel)
+            .status(pb::SupervisorStatusRequest {})
+            .await
+            .map(|r| r.into_inner())
+            .map_err(|e| e.to_string())
+    }
+
+    /// Polls the launcher every `every` until all four services serve.
+    pub async fn wait_serving(&self, every: Duration) -> Result<pb::SupervisorStatus, String> {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if let Ok(s) = self.status().await
+                && s.services.len() == 4
+                && s.services
+                    .iter()
+                    .all(|s| s.state == pb::ServiceState::Serving as i32)
+            {
+                return Ok(s);
+            }
+            if Instant::now() > deadline {
+                return Err("services not all serving within the ceiling".into());
+            }
+            tokio::time::sleep(every).await;
+        }
+    }
+}
+
+fn link(from: &Path, to: &Path) -> Result<(), String> {
+    if std::fs::hard_link(from, to).is_err() {
+        std::fs::copy(from, to)
+            .map_err(|e| format!("{} -> {}: {e}", from.display(), to.display()))?;
+    }
+    Ok(())
+}
+
+/// SIGTERM, wait for exit (bounded), else SIGKILL the group.
+pub fn stop(child: &mut Child) -> Duration {
+    let t = Instant::now();
+    signal(child.id() as i32, libc::SIGTERM);
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        if let Ok(Some(_)) = child.try_wait() {
+            return t.elapsed();
+        }
+        if Instant::now() > deadline {
+            signal(-(child.id() as i32), libc::SIGKILL);
+            let _ = child.wait();
+            return t.elapsed();
+        }
+        std::thread::sleep(Duration::from_micros(500));
+    }
+}
+
+/// (VmRSS, Pss) in KiB; Pss is None when smaps_rollup is unreadable.
+pub fn memory_kib(pid: u32) -> (u64, Option<u64>) {
+    let field = |text: &str, name: &str| -> Option<u64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+    };
+    let rss = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|t| field(&t, "VmRSS:"))
+        .unwrap_or(0);
+    let pss = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))
+        .ok()
+        .and_then(|t| field(&t, "Pss:"));
+    (rss, pss)
+}
+
+/// CLOCK_MONOTONIC in ns: the same clock in every process, so the stub agent
+/// can stamp a delta and the harness can subtract on arrival.
+pub fn mono_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid, writable timespec.
+    unsafe {
+        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
+    }
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}

@@ -1,0 +1,102 @@
+//! Pedelec's benchmark harness (issue 7): measures DESIGN.md section 9 over the
+//! real release binaries on temp dirs, next to the floors they are bounded by,
+//! all in one run. `tests/bench/run.sh [--quick]` builds and runs it.
+//!
+//! The same executable doubles as the helper processes (stub agent, frame echo,
+//! socket echo), chosen by argv, so the harness needs nothing but itself.
+
+mod bench;
+mod env;
+mod helpers;
+mod host;
+mod report;
+
+use std::path::PathBuf;
+
+pub struct Config {
+    pub quick: bool,
+    /// Folder with the release binaries.
+    pub release: PathBuf,
+    /// The trivial static program for the spawn floor.
+    pub noop: PathBuf,
+    pub out: PathBuf,
+}
+
+impl Config {
+    /// Sample count: the full figure, or the quick one.
+    pub fn n(&self, full: usize, quick: usize) -> usize {
+        if self.quick { quick } else { full }
+    }
+}
+
+const USAGE: &str = "usage: pedelec-bench [--quick] [--release DIR] [--noop PROGRAM] [--out FILE]";
+
+fn main() {
+    let argv0 = std::env::args().next().unwrap_or_default();
+    if argv0.rsplit('/').next() == Some("pedelec-agent") {
+        std::process::exit(helpers::agent_main());
+    }
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("frame-echo") => std::process::exit(helpers::frame_echo_main()),
+        Some("uds-echo") => std::process::exit(helpers::uds_echo_main(
+            args.get(1).map(String::as_str).unwrap_or(""),
+        )),
+        _ => {}
+    }
+    let release = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(PathBuf::from))
+        .unwrap_or_default();
+    let mut cfg = Config {
+        quick: false,
+        noop: release.join("pedelec-bench-noop"),
+        out: PathBuf::from("target/bench/results.json"),
+        release,
+    };
+    let mut it = args.into_iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--quick" => cfg.quick = true,
+            "--release" => cfg.release = it.next().map(PathBuf::from).unwrap_or_default(),
+            "--noop" => cfg.noop = it.next().map(PathBuf::from).unwrap_or_default(),
+            "--out" => cfg.out = it.next().map(PathBuf::from).unwrap_or_default(),
+            _ => {
+                eprintln!("{USAGE}");
+                std::process::exit(2);
+            }
+        }
+    }
+    // Whatever ends the run, nothing it started stays behind.
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        env::cleanup();
+        default_hook(info);
+    }));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let code = rt.block_on(async {
+        tokio::select! {
+            code = bench::run(&cfg) => code,
+            _ = terminated() => {
+                eprintln!("interrupted");
+                130
+            }
+        }
+    });
+    env::cleanup();
+    std::process::exit(code);
+}
+
+async fn terminated() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}
