@@ -323,10 +323,9 @@ impl Sessions {
     pub fn attach(&self, req: pb::AttachRequest) -> Result<EventStream, SessionError> {
         let thread = self.thread(&req.session_id, &req.origin)?;
         let (tx, rx) = mpsc::channel(1024);
-        let (initial, mut cursor, mut changes) = {
+        let (key, initial, mut cursor, mut changes) = {
             let mut t = lock(&thread);
-            t.routes += 1;
-            t.route_generation += 1;
+            let key = t.add_route();
             let last = t.record.last_seq;
             let initial = match req.after_seq {
                 None => vec![t.snapshot_event(false)],
@@ -337,12 +336,13 @@ impl Sessions {
                     None => vec![t.snapshot_event(true)],
                 },
             };
-            (initial, last, t.notify.subscribe())
+            (key, initial, last, t.notify.subscribe())
         };
         tracing::debug!(session = %req.session_id, route = %req.route_id, "route attached");
         let route = RouteGuard {
             sessions: self.clone(),
             thread: thread.clone(),
+            key,
         };
         tokio::spawn(async move {
             let _route = route;
@@ -357,12 +357,13 @@ impl Sessions {
                     changed = changes.changed() => if changed.is_err() { return },
                 }
                 let batch = {
-                    let t = lock(&thread);
+                    let mut t = lock(&thread);
                     let batch = t
                         .replay
                         .after(cursor, t.record.last_seq)
                         .unwrap_or_else(|| vec![t.snapshot_event(true)]);
                     cursor = t.record.last_seq;
+                    t.route_took(key, cursor);
                     batch
                 };
                 for event in batch {
@@ -375,11 +376,13 @@ impl Sessions {
         Ok(rx)
     }
 
-    fn route_gone(&self, thread: &SharedThread) {
+    fn route_gone(&self, thread: &SharedThread, key: u64) {
         let schedule = {
             let mut t = lock(thread);
-            t.routes = t.routes.saturating_sub(1);
-            t.routes == 0 && t.record.auto_end_on_disconnect && t.record.status != Status::Ended
+            t.remove_route(key);
+            t.routes.is_empty()
+                && t.record.auto_end_on_disconnect
+                && t.record.status != Status::Ended
         };
         if schedule {
             self.schedule_auto_end(thread);
@@ -396,7 +399,7 @@ impl Sessions {
             tokio::time::sleep(grace).await;
             let ended = {
                 let mut t = lock(&thread);
-                if t.routes == 0 && t.route_generation == generation {
+                if t.routes.is_empty() && t.route_generation == generation {
                     tracing::info!(session = t.id(), "last route gone: auto-ending");
                     sessions.end_locked(&mut t, "auto_end")
                 } else {
@@ -631,11 +634,12 @@ impl Sessions {
 struct RouteGuard {
     sessions: Sessions,
     thread: SharedThread,
+    key: u64,
 }
 
 impl Drop for RouteGuard {
     fn drop(&mut self) {
-        self.sessions.route_gone(&self.thread);
+        self.sessions.route_gone(&self.thread, self.key);
     }
 }
 

@@ -2,7 +2,7 @@
 //! wakes attached routes. All mutation happens under the thread's mutex, so
 //! seq order is the order of state changes.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use pb::session_event::Event;
@@ -25,8 +25,11 @@ pub struct ReplayLimits {
 
 impl Default for ReplayLimits {
     fn default() -> Self {
+        // Bytes are the real bound; the count is generous so a burst of small
+        // chat deltas (~60 bytes each) from a fast agent fits while a route
+        // catches up, instead of turning into a replay gap.
         ReplayLimits {
-            max_events: 4096,
+            max_events: 1 << 17,
             max_bytes: 8 << 20,
         }
     }
@@ -34,8 +37,11 @@ impl Default for ReplayLimits {
 
 /// The most recent events of a thread, bounded by count and bytes.
 pub struct ReplayBuffer {
-    events: VecDeque<(pb::SessionEvent, usize)>,
+    /// Each event with its encoded size and the running byte total up to and
+    /// including it (since the buffer was created).
+    events: VecDeque<(pb::SessionEvent, usize, u64)>,
     bytes: usize,
+    total: u64,
     limits: ReplayLimits,
 }
 
@@ -44,6 +50,7 @@ impl ReplayBuffer {
         ReplayBuffer {
             events: VecDeque::new(),
             bytes: 0,
+            total: 0,
             limits,
         }
     }
@@ -51,14 +58,33 @@ impl ReplayBuffer {
     pub fn push(&mut self, event: pb::SessionEvent) {
         let size = event.encoded_len();
         self.bytes += size;
-        self.events.push_back((event, size));
+        self.total += size as u64;
+        self.events.push_back((event, size, self.total));
         while self.events.len() > self.limits.max_events
             || (self.bytes > self.limits.max_bytes && self.events.len() > 1)
         {
-            if let Some((_, size)) = self.events.pop_front() {
+            if let Some((_, size, _)) = self.events.pop_front() {
                 self.bytes -= size;
             }
         }
+    }
+
+    /// Whether the events after `seq` fill more than half of the buffer (by
+    /// count or bytes): a route at `seq` is then at risk of a replay gap.
+    pub fn half_full_after(&self, seq: u64) -> bool {
+        let Some(oldest) = self.events.front().map(|(e, _, _)| e.seq) else {
+            return false;
+        };
+        if seq + 1 < oldest {
+            return true; // already lost some
+        }
+        let start = (seq + 1 - oldest) as usize;
+        let Some((_, size, end)) = self.events.get(start) else {
+            return false; // nothing after seq
+        };
+        let count = self.events.len() - start;
+        let bytes = self.total - (end - *size as u64);
+        count > self.limits.max_events / 2 || bytes > (self.limits.max_bytes / 2) as u64
     }
 
     /// Events with seq > `after`, or None when some of them are no longer held
@@ -67,13 +93,18 @@ impl ReplayBuffer {
         if after >= last_seq {
             return Some(Vec::new());
         }
-        let oldest = self.events.front().map(|(e, _)| e.seq)?;
+        let oldest = self.events.front().map(|(e, _, _)| e.seq)?;
         if oldest > after + 1 {
             return None;
         }
         // Seqs in the buffer are contiguous, so the start is an index, not a search.
         let start = (after + 1 - oldest) as usize;
-        Some(self.events.range(start..).map(|(e, _)| e.clone()).collect())
+        Some(
+            self.events
+                .range(start..)
+                .map(|(e, _, _)| e.clone())
+                .collect(),
+        )
     }
 }
 
@@ -82,8 +113,11 @@ pub struct Thread {
     pub replay: ReplayBuffer,
     /// Carries the newest seq; attached routes wait on it.
     pub notify: watch::Sender<u64>,
-    /// Routes attached right now.
-    pub routes: u32,
+    /// Routes attached right now: route key -> the newest seq it has taken.
+    pub routes: HashMap<u64, u64>,
+    next_route: u64,
+    /// Woken whenever a route takes events, for a producer waiting on a slow route.
+    pub progress: Arc<Notify>,
     /// Bumped on every attach, so a pending auto-end knows a route came back.
     pub route_generation: u64,
     /// Signalled to stop the running operation's task (cancel or end).
@@ -97,7 +131,9 @@ impl Thread {
             record,
             replay: ReplayBuffer::new(limits),
             notify,
-            routes: 0,
+            routes: HashMap::new(),
+            next_route: 0,
+            progress: Arc::new(Notify::new()),
             route_generation: 0,
             stop_operation: Arc::new(Notify::new()),
         }
@@ -105,6 +141,35 @@ impl Thread {
 
     pub fn id(&self) -> &str {
         &self.record.session_id
+    }
+
+    /// Registers a route that has seen everything up to now; returns its key.
+    pub fn add_route(&mut self) -> u64 {
+        let key = self.next_route;
+        self.next_route += 1;
+        self.routes.insert(key, self.record.last_seq);
+        self.route_generation += 1;
+        key
+    }
+
+    /// Records that a route has taken every event up to `seq`.
+    pub fn route_took(&mut self, key: u64, seq: u64) {
+        self.routes.insert(key, seq);
+        self.progress.notify_waiters();
+    }
+
+    pub fn remove_route(&mut self, key: u64) {
+        self.routes.remove(&key);
+        self.progress.notify_waiters();
+    }
+
+    /// Whether the slowest attached route has fallen so far behind that more
+    /// events could push what it has not taken out of the replay buffer.
+    pub fn a_route_lags(&self) -> bool {
+        self.routes
+            .values()
+            .min()
+            .is_some_and(|taken| self.replay.half_full_after(*taken))
     }
 
     /// Appends an event with the next seq and wakes the routes. The caller
@@ -255,7 +320,7 @@ impl Thread {
             created_at: Some(ms_to_timestamp(r.created_at_ms)),
             workspace_path: r.workspace_path.display().to_string(),
             last_seq: r.last_seq,
-            attached_routes: self.routes,
+            attached_routes: self.routes.len() as u32,
         }
     }
 }
@@ -356,6 +421,30 @@ mod tests {
         assert_eq!(seqs(buf.after(4, 5).unwrap()), vec![5]);
         assert_eq!(seqs(buf.after(5, 5).unwrap()), Vec::<u64>::new());
         assert!(buf.after(1, 5).is_none());
+    }
+
+    #[test]
+    fn half_full_tells_when_a_reader_is_at_risk() {
+        let mut buf = ReplayBuffer::new(ReplayLimits {
+            max_events: 8,
+            max_bytes: 1 << 20,
+        });
+        for seq in 1..=6 {
+            buf.push(event(seq));
+        }
+        assert!(!buf.half_full_after(6)); // nothing pending
+        assert!(!buf.half_full_after(3)); // 3 of 8 pending
+        assert!(buf.half_full_after(1)); // 5 of 8 pending
+        let size = event(1).encoded_len();
+        let mut by_bytes = ReplayBuffer::new(ReplayLimits {
+            max_events: 100,
+            max_bytes: size * 4,
+        });
+        for seq in 1..=4 {
+            by_bytes.push(event(seq));
+        }
+        assert!(!by_bytes.half_full_after(2));
+        assert!(by_bytes.half_full_after(1));
     }
 
     #[test]

@@ -147,8 +147,12 @@ async fn stream_turn(
         .into_inner();
     let mut provider_error: Option<CodedError> = None;
     let mut exit: Option<pb::TurnExited> = None;
+    let mut flow_control = true;
     while let Some(event) = stream.message().await.map_err(core)? {
         let Some(event) = event.event else { continue };
+        if flow_control && matches!(event, ProviderEvent::ChatDelta(_) | ProviderEvent::Chat(_)) {
+            flow_control = wait_for_slow_routes(thread).await;
+        }
         let mut t = lock(thread);
         if t.record
             .active_operation
@@ -232,6 +236,41 @@ async fn stream_turn(
             ),
             pb::ErrorSource::Core,
         )),
+    }
+}
+
+/// While the slowest attached route has more than half the replay buffer
+/// still to take, the agent's text is held back, for this long at most. A fast
+/// agent's burst then reaches every route whole instead of overflowing the
+/// buffer; a route that takes nothing for that long is stuck, and the turn
+/// stops waiting for it (it will see a replay gap and reconcile from a snapshot).
+const MAX_STALL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Waits while the slowest route lags too far; false when it gave up on it.
+async fn wait_for_slow_routes(thread: &SharedThread) -> bool {
+    let deadline = tokio::time::Instant::now() + MAX_STALL;
+    loop {
+        let progress = {
+            let t = lock(thread);
+            if !t.a_route_lags() {
+                return true;
+            }
+            t.progress.clone()
+        };
+        let took = progress.notified();
+        tokio::pin!(took);
+        // Registered before the re-check, so progress in between is not missed.
+        took.as_mut().enable();
+        if !lock(thread).a_route_lags() {
+            return true;
+        }
+        if tokio::time::timeout_at(deadline, took).await.is_err() {
+            tracing::warn!(
+                session = lock(thread).id(),
+                "a route took no events for {MAX_STALL:?}; no longer waiting for it"
+            );
+            return false;
+        }
     }
 }
 
