@@ -816,16 +816,17 @@ async fn an_extension_it_was_not_installed_for_is_refused() {
     assert_eq!(host.ok("ping", json!({})).await["pong"], true);
 }
 
-/// By hand: `cargo test -p pedelec-tests --test native_host -- --ignored --nocapture`.
-/// Chat deltas from the stub agent through ProviderService and SessionService
-/// to the host's stdout, counted and checked in order; plus the host's RSS.
+/// A burst of chat deltas from the stub agent through ProviderService and
+/// SessionService reaches the host's stdout whole and in order (SessionService
+/// holds the agent back while a route lags). The rate and the host's RSS are
+/// printed, never asserted; `DELTAS` and `PACE` vary the run by hand, and
+/// tests/bench measures the figure properly.
 #[tokio::test]
-#[ignore]
-async fn throughput_of_chat_deltas_to_stdout() {
+async fn a_burst_of_chat_deltas_reaches_stdout_whole_and_in_order() {
     let n: usize = std::env::var("DELTAS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(100_000);
+        .unwrap_or(50_000);
     let mut env = TestEnv::new();
     let _launcher = services(&mut env).await;
     let mut host = Host::spawn(&env, EXTENSION);
@@ -837,8 +838,7 @@ async fn throughput_of_chat_deltas_to_stdout() {
         .await;
     host.events_until(&id, finished).await;
 
-    // PACE = lines per 10 ms (0: all at once). SessionService keeps a route's
-    // last 4096 events, so a consumer slower than a burst sees a replay gap.
+    // PACE = lines per 10 ms (0: all at once).
     let pace: usize = std::env::var("PACE")
         .ok()
         .and_then(|s| s.parse().ok())
