@@ -18,7 +18,7 @@ use tonic::transport::Channel;
 
 use crate::Config;
 use crate::env::{BenchEnv, ORIGIN, PATIENCE, memory_kib, mono_ns, stop};
-use crate::host::{Host, frame};
+use crate::host::{Host, Stamps, frame};
 use crate::report::{Row, Target, print_table, to_json};
 
 type Sessions = pb::session_service_client::SessionServiceClient<Channel>;
@@ -74,6 +74,13 @@ pub async fn run(cfg: &Config) -> i32 {
     .await;
     phase(
         &mut rows,
+        "breakdown.journal_write",
+        "SessionService's record write, alone",
+        journal_write(cfg),
+    )
+    .await;
+    phase(
+        &mut rows,
         "up.all_healthy",
         "`pedelecd up` spawn -> all four serving",
         up_phase(cfg),
@@ -91,8 +98,15 @@ pub async fn run(cfg: &Config) -> i32 {
     let order = [
         "tool_call.host",
         "tool_call.grpc",
+        "tool_call.cli_help",
+        "tool_call.cli_unreachable",
         "in_service.calltool.host",
         "in_service.calltool.grpc",
+        "in_service.request_leg.host",
+        "in_service.answer_leg.host",
+        "in_service.request_leg.grpc",
+        "in_service.answer_leg.grpc",
+        "breakdown.journal_write",
         "deltas.host",
         "deltas.host.latency_paced",
         "deltas.host.latency_burst",
@@ -115,6 +129,8 @@ pub async fn run(cfg: &Config) -> i32 {
         "floor.uds_echo",
         "floor.grpc_unary",
         "floor.frame_echo",
+        "floor.frame_stream",
+        "floor.host_hop",
     ];
     // Derived, not measured on its own: the least any host request costs is
     // one frame round trip through a child's stdio plus one gRPC unary call.
@@ -224,8 +240,13 @@ fn mem_total_kib() -> u64 {
 
 /// Runs a command to completion the way the agent runs `pedelec-cli`:
 /// spawn, collect stdout, wait. Returns (elapsed, success, stdout).
-async fn timed_output(
+async fn timed_output(cmd: tokio::process::Command) -> Result<(Duration, bool, Vec<u8>), String> {
+    timed_run(cmd, true).await
+}
+
+async fn timed_run(
     mut cmd: tokio::process::Command,
+    must_succeed: bool,
 ) -> Result<(Duration, bool, Vec<u8>), String> {
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -236,7 +257,7 @@ async fn timed_output(
         .map_err(|_| "command did not finish within the ceiling".to_string())?
         .map_err(|e| format!("spawn: {e}"))?;
     let d = t.elapsed();
-    if !out.status.success() {
+    if must_succeed && !out.status.success() {
         return Err(format!(
             "exited {:?}: {} {}",
             out.status.code(),
@@ -244,7 +265,40 @@ async fn timed_output(
             String::from_utf8_lossy(&out.stderr)
         ));
     }
-    Ok((d, true, out.stdout))
+    Ok((d, out.status.success(), out.stdout))
+}
+
+/// With `--profile DIR`: a system-wide `perf record` (cpu-clock, call graphs)
+/// for the duration of `fut`, into DIR/<name>.data; without it, just `fut`.
+async fn profiled<T>(cfg: &Config, name: &str, fut: impl std::future::Future<Output = T>) -> T {
+    let Some(dir) = &cfg.profile else {
+        return fut.await;
+    };
+    let _ = std::fs::create_dir_all(dir);
+    let mut cmd = std::process::Command::new("perf");
+    cmd.args([
+        "record",
+        "-q",
+        "-a",
+        "-g",
+        "-e",
+        "cpu-clock",
+        "-F",
+        "4000",
+        "-o",
+    ])
+    .arg(dir.join(format!("{name}.data")))
+    .stdin(Stdio::null())
+    .stdout(Stdio::null());
+    let perf = spawn_helper(cmd);
+    // perf needs a moment before it records anything.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let out = fut.await;
+    if let Ok(mut perf) = perf {
+        crate::env::signal(perf.id() as i32, libc::SIGINT);
+        let _ = perf.wait();
+    }
+    out
 }
 
 // ---------------------------------------------------------------- floors
@@ -424,6 +478,34 @@ async fn grpc_floor(env: &BenchEnv, n: usize) -> Result<Row, String> {
     ))
 }
 
+/// The session journal's write (pedelec_common::paths::replace_file, no
+/// fsync) of a record-sized file over the previous one, on the filesystem of
+/// the temp dirs: SessionService does this on every state change, and a tool
+/// call changes state twice (waiting_tool_result, then running).
+async fn journal_write(cfg: &Config) -> Result<Vec<Row>, String> {
+    let n = cfg.n(2000, 200);
+    let dir = tempfile::Builder::new()
+        .prefix("pdlj")
+        .tempdir_in("/tmp")
+        .map_err(|e| e.to_string())?;
+    let file = dir.path().join("thr_0123456789abcdef.json");
+    let record = vec![b'x'; 1536];
+    let mut samples = Vec::with_capacity(n);
+    for i in 0..n + 20 {
+        let t = Instant::now();
+        pedelec_common::paths::replace_file(&file, &record, 0o600, false)
+            .map_err(|e| format!("replace_file: {e}"))?;
+        if i >= 20 {
+            samples.push(us(t.elapsed()));
+        }
+    }
+    Ok(vec![Row::latency(
+        "breakdown.journal_write",
+        "breakdown: temp file + write 1.5 KB + rename over the old one, no fsync (the session journal's write)",
+        samples,
+    )])
+}
+
 // ---------------------------------------------------------------- pedelecd up
 
 async fn up_phase(cfg: &Config) -> Result<Vec<Row>, String> {
@@ -462,9 +544,21 @@ async fn up_phase(cfg: &Config) -> Result<Vec<Row>, String> {
                 ));
             }
         }
+        // The launcher logs its line once its own wait has settled, which can
+        // be a moment after Status shows all serving; a stop before that
+        // would turn the line into a "not all healthy" one.
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let mut ms = None;
+        while ms.is_none() && Instant::now() < deadline {
+            ms = healthy_in_ms(
+                &std::fs::read_to_string(env.root.join("up.log")).unwrap_or_default(),
+            );
+            if ms.is_none() {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
         stops.push(us(stop(&mut child)));
-        let log = std::fs::read_to_string(env.root.join("up.log")).unwrap_or_default();
-        if let Some(ms) = healthy_in_ms(&log) {
+        if let Some(ms) = ms {
             logged.push(ms * 1000.0);
         }
     }
@@ -868,9 +962,23 @@ async fn cli_calls(env: &BenchEnv, agent: &AgentEnv, n: usize) -> Result<Vec<f64
     Ok(samples)
 }
 
+/// CallTool samples: the whole call, and its two legs split at the moment the
+/// answering client received the tool_request event.
+#[derive(Default)]
+struct CallLegs {
+    total: Vec<f64>,
+    request: Vec<f64>,
+    answer: Vec<f64>,
+}
+
 /// ToolBridgeService.CallTool with the thread's token, as pedelec-cli sends it,
 /// over one connection: the services' share of a tool call.
-async fn calltool_calls(env: &BenchEnv, agent: &AgentEnv, n: usize) -> Result<Vec<f64>, String> {
+async fn calltool_calls(
+    env: &BenchEnv,
+    agent: &AgentEnv,
+    n: usize,
+    stamps: &Stamps,
+) -> Result<CallLegs, String> {
     let channel = pedelec_common::uds::connect(&env.socket(ServiceName::ToolBridge))
         .await
         .map_err(|e| e.to_string())?;
@@ -878,7 +986,7 @@ async fn calltool_calls(env: &BenchEnv, agent: &AgentEnv, n: usize) -> Result<Ve
     let args = to_value(&json!({"q": "x"}));
     let token: tonic::metadata::MetadataValue<tonic::metadata::Ascii> =
         agent.token.parse().map_err(|_| "bad token")?;
-    let mut samples = Vec::with_capacity(n);
+    let mut legs = CallLegs::default();
     for i in 0..n + 50 {
         let mut req = tonic::Request::new(pb::CallToolRequest {
             session_id: agent.thread_id.clone(),
@@ -888,12 +996,13 @@ async fn calltool_calls(env: &BenchEnv, agent: &AgentEnv, n: usize) -> Result<Ve
         });
         req.metadata_mut()
             .insert("x-pedelec-tool-token", token.clone());
-        let t = Instant::now();
+        stamps.lock().unwrap().clear();
+        let t0 = mono_ns();
         let out = tokio::time::timeout(PATIENCE, bridge.call_tool(req))
             .await
             .map_err(|_| "CallTool did not return within the ceiling")?
             .map_err(|e| format!("CallTool: {e}"))?;
-        let d = t.elapsed();
+        let t2 = mono_ns();
         if !matches!(
             out.into_inner().outcome,
             Some(pb::call_tool_response::Outcome::Result(_))
@@ -901,10 +1010,47 @@ async fn calltool_calls(env: &BenchEnv, agent: &AgentEnv, n: usize) -> Result<Ve
             return Err("CallTool returned no result".into());
         }
         if i >= 50 {
-            samples.push(us(d));
+            legs.total.push((t2 - t0) as f64 / 1000.0);
+            if let Some(t1) = stamps.lock().unwrap().first().copied() {
+                legs.request.push(t1.saturating_sub(t0) as f64 / 1000.0);
+                legs.answer.push(t2.saturating_sub(t1) as f64 / 1000.0);
+            }
         }
     }
-    Ok(samples)
+    Ok(legs)
+}
+
+/// `pedelec-cli` started and ended without reaching a service: its start-up
+/// cost. `--help` never builds a runtime; an unreachable runtime dir makes
+/// tool-call build its runtime, fail to connect and print the error JSON.
+async fn cli_startup(
+    env: &BenchEnv,
+    agent: &AgentEnv,
+    n: usize,
+) -> Result<(Vec<f64>, Vec<f64>), String> {
+    let empty = env.root.join("empty-rt");
+    std::fs::create_dir_all(&empty).map_err(|e| e.to_string())?;
+    let (mut help, mut unreachable) = (Vec::new(), Vec::new());
+    for i in 0..n + 10 {
+        let mut cmd = tokio::process::Command::new(env.bin.join("pedelec-cli"));
+        cmd.env_clear().env("PATH", &agent.path).arg("--help");
+        let (d, _, _) = timed_output(cmd).await?;
+        let mut cmd = tokio::process::Command::new(env.bin.join("pedelec-cli"));
+        cmd.env_clear()
+            .env("PEDELEC_TOOL_TOKEN", &agent.token)
+            .env("PEDELEC_RUNTIME_DIR", &empty)
+            .env("PATH", &agent.path)
+            .args(["--thread-id", &agent.thread_id, "tool-call", TOOL, ARGS]);
+        let (u, ok, _) = timed_run(cmd, false).await?;
+        if ok {
+            return Err("tool-call with no services succeeded".into());
+        }
+        if i >= 10 {
+            help.push(us(d));
+            unreachable.push(us(u));
+        }
+    }
+    Ok((help, unreachable))
 }
 
 async fn tool_calls(
@@ -926,8 +1072,33 @@ async fn tool_calls(
         return Err(format!("agent runs for {} not {id}", agent.thread_id));
     }
     host.set_auto_answer(true);
-    let cli_host = cli_calls(env, &agent, n_cli).await?;
-    let call_host = calltool_calls(env, &agent, n_call).await?;
+    let cli_host = profiled(cfg, "tool_call_host", cli_calls(env, &agent, n_cli)).await?;
+    let call_host = profiled(
+        cfg,
+        "calltool_host",
+        calltool_calls(env, &agent, n_call, &host.stamps()),
+    )
+    .await?;
+    if let Some(dir) = &cfg.profile {
+        // Syscalls of each service process over 100 calls (strace slows them,
+        // so this pass is separate from the timed one).
+        let status = env.status().await?;
+        for s in &status.services {
+            let mut cmd = std::process::Command::new("strace");
+            cmd.args(["-c", "-f", "-o"])
+                .arg(dir.join(format!("calltool_{}.strace", s.name)))
+                .args(["-p", &s.pid.to_string()])
+                .stdin(Stdio::null())
+                .stderr(Stdio::null());
+            if let Ok(mut tracer) = spawn_helper(cmd) {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                let r = calltool_calls(env, &agent, 100, &host.stamps()).await;
+                crate::env::signal(tracer.id() as i32, libc::SIGINT);
+                let _ = tracer.wait();
+                r?;
+            }
+        }
+    }
     host.set_auto_answer(false);
     let (sent, failed) = host.answers();
     if failed > 0 {
@@ -945,9 +1116,12 @@ async fn tool_calls(
         .map_err(|e| e.to_string())?
         .into_inner();
     let mut answerer_client = sessions.clone();
+    let stamps = Stamps::default();
+    let answerer_stamps = stamps.clone();
     let answerer = tokio::spawn(async move {
         while let Ok(Some(ev)) = stream.message().await {
             if let Some(Event::ToolRequest(r)) = ev.event {
+                answerer_stamps.lock().unwrap().push(mono_ns());
                 let _ = answerer_client
                     .submit_tool_result(pb::SubmitToolResultRequest {
                         session_id: ev.session_id,
@@ -962,22 +1136,35 @@ async fn tool_calls(
         }
     });
     let cli_grpc = cli_calls(env, &agent, n_cli).await;
-    let call_grpc = calltool_calls(env, &agent, n_call).await;
+    let call_grpc = calltool_calls(env, &agent, n_call, &stamps).await;
     answerer.abort();
+    let startup = cli_startup(env, &agent, cfg.n(200, 20)).await;
     let _ = sessions.end(thread(&id)).await;
-    let (cli_grpc, call_grpc) = (cli_grpc?, call_grpc?);
+    let (cli_grpc, call_grpc, (cli_help, cli_unreachable)) = (cli_grpc?, call_grpc?, startup?);
     Ok(vec![
         Row::latency("tool_call.host", "`pedelec-cli tool-call` start -> result printed, answered through the native host's stdio", cli_host)
             .target(Target::Latency { p50: 2000.0, p99: Some(4000.0) }, "p50 ≤ 2.0 ms, p99 ≤ 4 ms")
             .floor("floor.spawn_static"),
         Row::latency("tool_call.grpc", "`pedelec-cli tool-call` start -> result printed, answered by a SessionService gRPC client", cli_grpc)
             .floor("floor.spawn_static"),
-        Row::latency("in_service.calltool.host", "CallTool in -> out (one connection, token), answered through the native host", call_host)
+        Row::latency("in_service.calltool.host", "CallTool in -> out (one connection, token), answered through the native host", call_host.total)
             .target(Target::Latency { p50: 300.0, p99: None }, "p50 ≤ 300 µs")
             .floor("floor.grpc_unary"),
-        Row::latency("in_service.calltool.grpc", "CallTool in -> out (one connection, token), answered by a SessionService gRPC client", call_grpc)
+        Row::latency("in_service.calltool.grpc", "CallTool in -> out (one connection, token), answered by a SessionService gRPC client", call_grpc.total)
             .target(Target::Latency { p50: 300.0, p99: None }, "p50 ≤ 300 µs")
             .floor("floor.grpc_unary"),
+        Row::latency("in_service.request_leg.host", "breakdown: CallTool sent -> tool_request frame read from the host's stdout", call_host.request)
+            .floor("floor.host_hop"),
+        Row::latency("in_service.answer_leg.host", "breakdown: tool_request frame read -> CallTool returned (submit frame, SubmitToolResult, Resolve)", call_host.answer)
+            .floor("floor.host_hop"),
+        Row::latency("in_service.request_leg.grpc", "breakdown: CallTool sent -> tool_request on the gRPC Attach stream", call_grpc.request)
+            .floor("floor.grpc_unary"),
+        Row::latency("in_service.answer_leg.grpc", "breakdown: tool_request received -> CallTool returned (SubmitToolResult, Resolve)", call_grpc.answer)
+            .floor("floor.grpc_unary"),
+        Row::latency("tool_call.cli_help", "breakdown: spawn+exit of `pedelec-cli --help` (binary start, no runtime)", cli_help)
+            .floor("floor.spawn_static"),
+        Row::latency("tool_call.cli_unreachable", "breakdown: `pedelec-cli tool-call` with no service to reach (start, runtime, failed connect, error JSON)", cli_unreachable)
+            .floor("floor.spawn_static"),
     ])
 }
 
@@ -1143,7 +1330,12 @@ async fn deltas(
         })
     };
     let t = Instant::now();
-    let burst = host_turn(host, &id, format!("@@stream {n}")).await;
+    let burst = profiled(
+        cfg,
+        "deltas_host",
+        host_turn(host, &id, format!("@@stream {n}")),
+    )
+    .await;
     let turn_time = t.elapsed();
     sampler.abort();
     let burst = burst?;

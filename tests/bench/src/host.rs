@@ -31,7 +31,12 @@ struct Shared {
     /// Replies to the automatic answers that were not ok.
     answers_failed: AtomicU64,
     protocol_error: Mutex<Option<String>>,
+    /// Arrival time of each tool_request answered automatically.
+    tool_requests: Stamps,
 }
+
+/// Arrival times (CLOCK_MONOTONIC ns) of tool_request events at the answering client.
+pub type Stamps = Arc<Mutex<Vec<u64>>>;
 
 pub struct Host {
     pub child: Child,
@@ -80,6 +85,7 @@ impl Host {
             answers_sent: AtomicU64::new(0),
             answers_failed: AtomicU64::new(0),
             protocol_error: Mutex::new(None),
+            tool_requests: Stamps::default(),
         });
         let (tx, events) = mpsc::unbounded_channel();
         tokio::spawn(read_frames(
@@ -98,6 +104,10 @@ impl Host {
 
     pub fn set_auto_answer(&self, on: bool) {
         self.shared.auto_answer.store(on, Ordering::SeqCst);
+    }
+
+    pub fn stamps(&self) -> Stamps {
+        self.shared.tool_requests.clone()
     }
 
     pub fn answers(&self) -> (u64, u64) {
@@ -242,6 +252,7 @@ async fn read_frames(
             && shared.auto_answer.load(Ordering::SeqCst)
         {
             answer_id += 1;
+            shared.tool_requests.lock().unwrap().push(at_ns);
             let answer = frame(&json!({
                 "id": format!("answer-{answer_id}"),
                 "type": "submit_tool_result",

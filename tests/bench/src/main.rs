@@ -20,6 +20,8 @@ pub struct Config {
     /// The trivial static program for the spawn floor.
     pub noop: PathBuf,
     pub out: PathBuf,
+    /// `--profile DIR`: record perf profiles of the hot loops there.
+    pub profile: Option<PathBuf>,
 }
 
 impl Config {
@@ -29,7 +31,8 @@ impl Config {
     }
 }
 
-const USAGE: &str = "usage: pedelec-bench [--quick] [--release DIR] [--noop PROGRAM] [--out FILE]";
+const USAGE: &str =
+    "usage: pedelec-bench [--quick] [--release DIR] [--noop PROGRAM] [--out FILE] [--profile DIR]";
 
 fn main() {
     let argv0 = std::env::args().next().unwrap_or_default();
@@ -52,6 +55,7 @@ fn main() {
         quick: false,
         noop: release.join("pedelec-bench-noop"),
         out: PathBuf::from("target/bench/results.json"),
+        profile: None,
         release,
     };
     let mut it = args.into_iter();
@@ -61,6 +65,7 @@ fn main() {
             "--release" => cfg.release = it.next().map(PathBuf::from).unwrap_or_default(),
             "--noop" => cfg.noop = it.next().map(PathBuf::from).unwrap_or_default(),
             "--out" => cfg.out = it.next().map(PathBuf::from).unwrap_or_default(),
+            "--profile" => cfg.profile = it.next().map(PathBuf::from),
             _ => {
                 eprintln!("{USAGE}");
                 std::process::exit(2);
