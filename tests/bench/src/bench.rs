@@ -106,6 +106,8 @@ pub async fn run(cfg: &Config) -> i32 {
         "in_service.answer_leg.host",
         "in_service.request_leg.grpc",
         "in_service.answer_leg.grpc",
+        "in_service.to_emit.grpc",
+        "in_service.emit_to_client.grpc",
         "breakdown.journal_write",
         "deltas.host",
         "deltas.host.latency_paced",
@@ -969,6 +971,17 @@ struct CallLegs {
     total: Vec<f64>,
     request: Vec<f64>,
     answer: Vec<f64>,
+    /// Request leg split at the event's `at` (when SessionService emitted it;
+    /// wall clock, so only where `at` has µs precision: the gRPC stream).
+    to_emit: Vec<f64>,
+    emit_to_client: Vec<f64>,
+}
+
+fn wall_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
 }
 
 /// ToolBridgeService.CallTool with the thread's token, as pedelec-cli sends it,
@@ -978,6 +991,7 @@ async fn calltool_calls(
     agent: &AgentEnv,
     n: usize,
     stamps: &Stamps,
+    emits: Option<&Stamps>,
 ) -> Result<CallLegs, String> {
     let channel = pedelec_common::uds::connect(&env.socket(ServiceName::ToolBridge))
         .await
@@ -997,6 +1011,10 @@ async fn calltool_calls(
         req.metadata_mut()
             .insert("x-pedelec-tool-token", token.clone());
         stamps.lock().unwrap().clear();
+        if let Some(e) = emits {
+            e.lock().unwrap().clear();
+        }
+        let w0 = wall_ns();
         let t0 = mono_ns();
         let out = tokio::time::timeout(PATIENCE, bridge.call_tool(req))
             .await
@@ -1014,6 +1032,12 @@ async fn calltool_calls(
             if let Some(t1) = stamps.lock().unwrap().first().copied() {
                 legs.request.push(t1.saturating_sub(t0) as f64 / 1000.0);
                 legs.answer.push(t2.saturating_sub(t1) as f64 / 1000.0);
+                if let Some(at) = emits.and_then(|e| e.lock().unwrap().first().copied()) {
+                    let to_emit = at.saturating_sub(w0) as f64 / 1000.0;
+                    legs.to_emit.push(to_emit);
+                    legs.emit_to_client
+                        .push((t1 - t0) as f64 / 1000.0 - to_emit);
+                }
             }
         }
     }
@@ -1076,7 +1100,7 @@ async fn tool_calls(
     let call_host = profiled(
         cfg,
         "calltool_host",
-        calltool_calls(env, &agent, n_call, &host.stamps()),
+        calltool_calls(env, &agent, n_call, &host.stamps(), None),
     )
     .await?;
     if let Some(dir) = &cfg.profile {
@@ -1092,7 +1116,7 @@ async fn tool_calls(
                 .stderr(Stdio::null());
             if let Ok(mut tracer) = spawn_helper(cmd) {
                 tokio::time::sleep(Duration::from_millis(300)).await;
-                let r = calltool_calls(env, &agent, 100, &host.stamps()).await;
+                let r = calltool_calls(env, &agent, 100, &host.stamps(), None).await;
                 crate::env::signal(tracer.id() as i32, libc::SIGINT);
                 let _ = tracer.wait();
                 r?;
@@ -1118,10 +1142,18 @@ async fn tool_calls(
     let mut answerer_client = sessions.clone();
     let stamps = Stamps::default();
     let answerer_stamps = stamps.clone();
+    let emits = Stamps::default();
+    let answerer_emits = emits.clone();
     let answerer = tokio::spawn(async move {
         while let Ok(Some(ev)) = stream.message().await {
             if let Some(Event::ToolRequest(r)) = ev.event {
                 answerer_stamps.lock().unwrap().push(mono_ns());
+                if let Some(at) = &ev.at {
+                    answerer_emits
+                        .lock()
+                        .unwrap()
+                        .push(at.seconds as u64 * 1_000_000_000 + at.nanos as u64);
+                }
                 let _ = answerer_client
                     .submit_tool_result(pb::SubmitToolResultRequest {
                         session_id: ev.session_id,
@@ -1136,7 +1168,7 @@ async fn tool_calls(
         }
     });
     let cli_grpc = cli_calls(env, &agent, n_cli).await;
-    let call_grpc = calltool_calls(env, &agent, n_call, &stamps).await;
+    let call_grpc = calltool_calls(env, &agent, n_call, &stamps, Some(&emits)).await;
     answerer.abort();
     let startup = cli_startup(env, &agent, cfg.n(200, 20)).await;
     let _ = sessions.end(thread(&id)).await;
@@ -1160,6 +1192,10 @@ async fn tool_calls(
         Row::latency("in_service.request_leg.grpc", "breakdown: CallTool sent -> tool_request on the gRPC Attach stream", call_grpc.request)
             .floor("floor.grpc_unary"),
         Row::latency("in_service.answer_leg.grpc", "breakdown: tool_request received -> CallTool returned (SubmitToolResult, Resolve)", call_grpc.answer)
+            .floor("floor.grpc_unary"),
+        Row::latency("in_service.to_emit.grpc", "breakdown: CallTool sent -> SessionService stamps the tool_request event (`at`, wall clock)", call_grpc.to_emit)
+            .floor("floor.grpc_unary"),
+        Row::latency("in_service.emit_to_client.grpc", "breakdown: event stamped -> received on the Attach stream (journal write under the thread lock, route task, stream)", call_grpc.emit_to_client)
             .floor("floor.grpc_unary"),
         Row::latency("tool_call.cli_help", "breakdown: spawn+exit of `pedelec-cli --help` (binary start, no runtime)", cli_help)
             .floor("floor.spawn_static"),
