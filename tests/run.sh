@@ -32,3 +32,6 @@ cargo clippy --workspace --all-targets -- -D warnings
 
 step "tests"
 cargo test --workspace -- --test-threads="${PEDELEC_TEST_THREADS:-2}"
+
+step "benchmarks (quick: they run; the numbers are not checked)"
+./tests/bench/run.sh --quick

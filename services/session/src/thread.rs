@@ -191,6 +191,14 @@ impl Thread {
     /// saves the record, so a restart never reuses a seq a client has seen.
     pub fn emit_streamed(&mut self, event: Event, journal: &Journal) {
         self.emit(event);
+        self.cover_seqs(journal);
+    }
+
+    /// Makes sure every seq handed out is covered by the journal, writing it
+    /// only when the reserved block is used up. For changes a restart would
+    /// undo anyway (a pending tool request dies with its operation), this is
+    /// all the journal needs.
+    pub fn cover_seqs(&mut self, journal: &Journal) {
         if self.record.last_seq > self.record.seq_reserved {
             self.record.seq_reserved = self.record.last_seq + SEQ_RESERVATION;
             self.write(journal);

@@ -1,6 +1,10 @@
 //! Follows ToolBridgeService's Watch stream: a tool call of the agent puts its
 //! thread in `waiting_tool_result` with a `tool_request` event; its settlement
 //! clears it and the thread runs on.
+//!
+//! These changes are not journaled one by one: a restart of this service ends
+//! the agent's turn (its RunTurn stream breaks) and so fails the operation and
+//! its pending request anyway. Only their seqs must be covered.
 
 use std::time::Duration;
 
@@ -85,7 +89,7 @@ fn apply(sessions: &Sessions, event: pb::ToolEvent) {
             )));
             t.record.pending_tool_request = Some(record);
             t.set_status(Status::WaitingToolResult);
-            t.save(&sessions.inner.journal);
+            t.cover_seqs(&sessions.inner.journal);
         }
         Some(ToolEvent::Settled(settled)) => {
             let Some(thread) = sessions.thread_unchecked(&settled.session_id) else {
@@ -104,7 +108,7 @@ fn apply(sessions: &Sessions, event: pb::ToolEvent) {
             if t.record.status == Status::WaitingToolResult {
                 t.set_status(Status::Running);
             }
-            t.save(&sessions.inner.journal);
+            t.cover_seqs(&sessions.inner.journal);
         }
         None => {}
     }
