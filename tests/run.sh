@@ -30,8 +30,8 @@ export PEDELEC_BIN_DIR="$root/target/debug"
 step "clippy"
 cargo clippy --workspace --all-targets -- -D warnings
 
-step "tests"
-cargo test --workspace -- --test-threads="${PEDELEC_TEST_THREADS:-2}"
-
 step "benchmarks (quick: they run; the numbers are not checked)"
 ./tests/bench/run.sh --quick
+
+step "tests"
+cargo test --workspace -- --test-threads="${PEDELEC_TEST_THREADS:-2}"
