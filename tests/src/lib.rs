@@ -18,6 +18,9 @@ use tonic::transport::Channel;
 
 pub use pedelec_common::code_of_status;
 
+mod sessions;
+pub use sessions::*;
+
 /// A generous ceiling for things that should happen quickly; tests never
 /// assert on speed, they only refuse to hang.
 pub const PATIENCE: Duration = Duration::from_secs(15);
@@ -53,6 +56,16 @@ pub struct TestEnv {
 }
 
 impl TestEnv {
+    /// A TestEnv with a stub `codex` that answers `--version` and fails otherwise.
+    pub fn with_codex_stub() -> TestEnv {
+        let env = TestEnv::new();
+        env.stub(
+            "codex",
+            r#"[ "$1" = "--version" ] && echo "codex-cli 0.0.0-stub" && exit 0; exit 1"#,
+        );
+        env
+    }
+
     pub fn new() -> TestEnv {
         // Keep the root short: socket paths must stay under 100 bytes.
         let root = tempfile::Builder::new()
@@ -91,6 +104,34 @@ impl TestEnv {
         std::fs::write(&path, format!("#!/bin/sh\n{script}\n")).unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
         path
+    }
+
+    /// Installs a stub `pedelec-agent` (a shell `script`) in a private bin dir of
+    /// links to the built binaries and points PEDELEC_BIN_DIR at it:
+    /// ProviderService looks for the agent beside its own executable first, so
+    /// a real `pedelec-agent` in target/debug would otherwise win over a PATH stub.
+    pub fn install_stub_agent(&mut self, script: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = self.root.path().join("bin");
+        std::fs::create_dir_all(&dir).unwrap();
+        for entry in std::fs::read_dir(bin_dir()).unwrap().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let is_binary = entry.file_type().is_ok_and(|t| t.is_file())
+                && (name == "pedelecd" || name.starts_with("pedelec-"))
+                && !name.contains('.');
+            if is_binary && name != "pedelec-agent" {
+                let target = dir.join(&name);
+                if std::fs::hard_link(entry.path(), &target).is_err() {
+                    std::fs::copy(entry.path(), &target).unwrap();
+                }
+            }
+        }
+        let agent = dir.join("pedelec-agent");
+        std::fs::write(&agent, format!("#!/bin/sh\n{script}\n")).unwrap();
+        std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).unwrap();
+        self.extra_env
+            .insert("PEDELEC_BIN_DIR".into(), dir.display().to_string());
+        dir
     }
 
     /// PATH for the processes under test: stubs first, then a minimal system PATH
@@ -172,6 +213,46 @@ impl TestEnv {
             .await
             .map(|r| r.into_inner())
             .map_err(|e| e.to_string())
+    }
+
+    /// One supervised service's row in the launcher's status.
+    pub async fn service_status(&self, service: ServiceName) -> pb::ServiceStatus {
+        self.supervisor_status()
+            .await
+            .unwrap()
+            .services
+            .into_iter()
+            .find(|s| s.name == service.as_str())
+            .unwrap_or_else(|| panic!("{} missing from the status", service.as_str()))
+    }
+
+    /// Waits until the launcher has replaced the killed process `old_pid` of
+    /// `service` with a new one that serves; returns its status row.
+    pub async fn wait_service_back(&self, service: ServiceName, old_pid: u32) -> pb::ServiceStatus {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let now = self.service_status(service).await;
+            if now.pid != old_pid && now.state == pb::ServiceState::Serving as i32 {
+                return now;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} did not come back: {now:?}",
+                service.as_str()
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Stores `settings` through ProviderService's UpdateSettings (must succeed).
+    pub async fn update_settings(&self, settings: pb::Settings) {
+        self.provider()
+            .await
+            .update_settings(pb::UpdateSettingsRequest {
+                settings: Some(settings),
+            })
+            .await
+            .unwrap();
     }
 
     pub async fn channel(&self, service: ServiceName) -> Channel {
@@ -280,6 +361,28 @@ pub fn processes_using(runtime_dir: &Path) -> Vec<u32> {
     pids
 }
 
+/// Polls `cond` every 20 ms until it holds; panics naming `what` after [`PATIENCE`].
+pub async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + PATIENCE;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Waits until no process names this runtime dir in its environment.
+pub async fn wait_until_nothing_runs(runtime_dir: &Path) {
+    let deadline = Instant::now() + PATIENCE;
+    while !processes_using(runtime_dir).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "left running: {:?}",
+            processes_using(runtime_dir)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// The Pedelec code of a failed call.
 pub fn code<T: std::fmt::Debug>(result: Result<T, tonic::Status>) -> String {
     match result {
@@ -332,12 +435,10 @@ pub fn kind(e: &pb::SessionEvent) -> String {
         Some(Snapshot(_)) => "snapshot".into(),
         Some(Status(s)) => format!(
             "status:{}",
-            pb::SessionStatus::try_from(s.status)
-                .map(|s| s
-                    .as_str_name()
-                    .trim_start_matches("SESSION_STATUS_")
-                    .to_lowercase())
-                .unwrap_or_default()
+            short_name(
+                pb::SessionStatus::try_from(s.status).map(|s| s.as_str_name()),
+                "SESSION_STATUS_"
+            )
         ),
         Some(ChatDelta(_)) => "chat_delta".into(),
         Some(Chat(_)) => "chat".into(),
@@ -347,15 +448,19 @@ pub fn kind(e: &pb::SessionEvent) -> String {
         Some(OperationStarted(_)) => "operation_started".into(),
         Some(OperationFinished(f)) => format!(
             "operation_finished:{}",
-            pb::OperationOutcome::try_from(f.outcome)
-                .map(|o| o
-                    .as_str_name()
-                    .trim_start_matches("OPERATION_OUTCOME_")
-                    .to_lowercase())
-                .unwrap_or_default()
+            short_name(
+                pb::OperationOutcome::try_from(f.outcome).map(|o| o.as_str_name()),
+                "OPERATION_OUTCOME_"
+            )
         ),
         Some(Error(e)) => format!("error:{}", e.code),
         Some(Ended(_)) => "ended".into(),
         None => "none".into(),
     }
+}
+
+/// An enum value's proto name without its prefix, lower case ("" when unknown).
+fn short_name<E>(name: Result<&str, E>, prefix: &str) -> String {
+    name.map(|n| n.trim_start_matches(prefix).to_lowercase())
+        .unwrap_or_default()
 }

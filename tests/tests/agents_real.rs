@@ -17,11 +17,6 @@ use pedelec_proto::v1 as pb;
 use pedelec_tests::*;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tonic::transport::Channel;
-
-type Sessions = pb::session_service_client::SessionServiceClient<Channel>;
-
-const ORIGIN: &str = "https://app.example";
 
 /// A ceiling for anything a real CLI does: they take seconds to start, and
 /// three of them share two cores. Never a performance assertion.
@@ -372,10 +367,6 @@ async fn operation(events: &mut Events, cli: Cli) -> Vec<pb::SessionEvent> {
     seen
 }
 
-fn kinds(events: &[pb::SessionEvent]) -> Vec<String> {
-    events.iter().map(kind).collect()
-}
-
 fn chat_text(events: &[pb::SessionEvent]) -> String {
     events
         .iter()
@@ -433,13 +424,7 @@ fn assert_completed(cli: Cli, seen: &[pb::SessionEvent], reply: &str) {
     if !deltas.is_empty() {
         assert_eq!(deltas.trim(), reply, "{cli:?}: deltas: {k:?}");
     }
-    let usage = seen
-        .iter()
-        .find_map(|e| match &e.event {
-            Some(Event::Usage(u)) => Some(*u),
-            _ => None,
-        })
-        .unwrap();
+    let usage = first_usage(seen).unwrap();
     assert!(usage.total_tokens > 0, "{cli:?}: {usage:?}");
 }
 
@@ -457,13 +442,7 @@ impl Run {
         let mock = Mock::start();
         configure(&mut env, cli, mock.port);
         let launcher = env.up().await;
-        env.provider()
-            .await
-            .update_settings(pb::UpdateSettingsRequest {
-                settings: Some(settings(cli)),
-            })
-            .await
-            .unwrap();
+        env.update_settings(settings(cli)).await;
         let sessions = env.session().await;
         Run {
             cli,
@@ -486,13 +465,9 @@ impl Run {
         let created = self
             .sessions
             .create_session(pb::CreateSessionRequest {
-                origin: ORIGIN.into(),
-                provider: Some(self.cli.provider().into()),
                 effort_level: effort_level.map(Into::into),
-                model: None,
                 skills,
-                auto_end_on_disconnect: false,
-                workspace_path: None,
+                ..create_session_request(Some(self.cli.provider()))
             })
             .await
             .unwrap()
@@ -500,32 +475,13 @@ impl Run {
         assert_eq!(created.provider, self.cli.provider());
         assert_eq!(created.effort_level, effort_level.unwrap_or("default"));
         let id = created.session_id;
-        let mut events = Events(
-            self.sessions
-                .attach(pb::AttachRequest {
-                    session_id: id.clone(),
-                    origin: ORIGIN.into(),
-                    route_id: "route-1".into(),
-                    after_seq: None,
-                })
-                .await
-                .unwrap()
-                .into_inner(),
-        );
-        assert!(matches!(
-            events.next().await.event,
-            Some(Event::Snapshot(_))
-        ));
+        let events = attach_past_snapshot(&mut self.sessions, &id, "route-1").await;
         (id, events)
     }
 
     async fn send(&mut self, id: &str, text: &str) {
         self.sessions
-            .send_text(pb::SendTextRequest {
-                session_id: id.into(),
-                origin: ORIGIN.into(),
-                text: text.into(),
-            })
+            .send_text(send_text_request(id, text))
             .await
             .unwrap();
     }
@@ -698,15 +654,7 @@ async fn model_error(run: &mut Run) {
         "{cli:?}: the error does not carry the provider's message: {:?}",
         errors[0]
     );
-    let snapshot = run
-        .sessions
-        .get(pb::ThreadRequest {
-            session_id: id.clone(),
-            origin: ORIGIN.into(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let snapshot = snapshot(&mut run.sessions, &id).await;
     assert_eq!(snapshot.status, pb::SessionStatus::Error as i32);
 }
 
@@ -737,13 +685,7 @@ async fn cancel_hanging_turn(run: &mut Run) {
     let during: Vec<String> = run.leftovers().await.into_iter().map(describe).collect();
     assert!(!during.is_empty(), "{cli:?}: no CLI process while running");
 
-    run.sessions
-        .cancel(pb::ThreadRequest {
-            session_id: id.clone(),
-            origin: ORIGIN.into(),
-        })
-        .await
-        .unwrap();
+    run.sessions.cancel(thread_request(&id)).await.unwrap();
     let rest = operation(&mut events, cli).await;
     let k = kinds(&rest);
     eprintln!("{cli:?}: cancel: {:?} then {k:?}", kinds(&seen));
@@ -822,28 +764,17 @@ async fn tool_call_round_trip(run: &mut Run) {
     );
     let e = next_event(&mut events, cli, &seen).await;
     assert_eq!(kind(&e), "status:waiting_tool_result", "{cli:?}");
-    let snapshot = run
-        .sessions
-        .get(pb::ThreadRequest {
-            session_id: id.clone(),
-            origin: ORIGIN.into(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let snapshot = snapshot(&mut run.sessions, &id).await;
     assert_eq!(
         snapshot.pending_tool_request.map(|p| p.tool_request_id),
         Some(request.tool_request_id.clone())
     );
     run.sessions
-        .submit_tool_result(pb::SubmitToolResultRequest {
-            session_id: id.clone(),
-            origin: ORIGIN.into(),
-            tool_request_id: request.tool_request_id.clone(),
-            outcome: Some(pb::submit_tool_result_request::Outcome::Result(
-                pedelec_common::json::to_value(&json!({"counter": 47, "note": "PAGE-RESULT-9921"})),
-            )),
-        })
+        .submit_tool_result(submit_tool_result_request(
+            &id,
+            &request.tool_request_id,
+            tool_result(&json!({"counter": 47, "note": "PAGE-RESULT-9921"})),
+        ))
         .await
         .unwrap();
     let rest = operation(&mut events, cli).await;

@@ -13,18 +13,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tonic::transport::Channel;
 
-const ORIGIN: &str = "https://app.example";
 const OTHER: &str = "https://evil.example";
 const MIB: usize = 1024 * 1024;
-
-fn env_with_codex() -> TestEnv {
-    let env = TestEnv::new();
-    env.stub(
-        "codex",
-        r#"[ "$1" = "--version" ] && echo "codex-cli 0.0.0-stub" && exit 0; exit 1"#,
-    );
-    env
-}
 
 struct Fixture {
     env: TestEnv,
@@ -55,7 +45,7 @@ impl Fixture {
     }
 
     async fn new() -> Fixture {
-        Fixture::start(env_with_codex()).await
+        Fixture::start(TestEnv::with_codex_stub()).await
     }
 
     async fn thread(&self) -> Thread {
@@ -63,15 +53,7 @@ impl Fixture {
             .env
             .session()
             .await
-            .create_session(pb::CreateSessionRequest {
-                origin: ORIGIN.into(),
-                provider: Some("codex".into()),
-                effort_level: None,
-                model: None,
-                skills: None,
-                auto_end_on_disconnect: false,
-                workspace_path: None,
-            })
+            .create_session(create_session_request(Some("codex")))
             .await
             .unwrap()
             .into_inner();
@@ -286,6 +268,22 @@ async fn put(ticket: &pb::Ticket, data: &[u8], extra: &[(&str, &str)]) -> HttpRe
     send("PUT", &ticket.url, &headers, Some(data)).await
 }
 
+/// Opens a PUT on the ticket announcing `len` body bytes and sends only its
+/// head; the body is the caller's to write.
+async fn put_head_only(ticket: &pb::Ticket, len: usize) -> TcpStream {
+    let auth = format!("Bearer {}", ticket.token);
+    let mut s = connect(&ticket.url).await;
+    s.write_all(&request_head(
+        "PUT",
+        &ticket.url,
+        &[("authorization", &auth)],
+        Some(len),
+    ))
+    .await
+    .unwrap();
+    s
+}
+
 async fn get(ticket: &pb::Ticket, extra: &[(&str, &str)]) -> HttpResponse {
     let auth = format!("Bearer {}", ticket.token);
     let mut headers = vec![("authorization", auth.as_str())];
@@ -308,14 +306,6 @@ fn temp_files(dir: &Path) -> Vec<PathBuf> {
         }
     }
     out
-}
-
-async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + PATIENCE;
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 fn mib_per_s(bytes: usize, d: Duration) -> f64 {
@@ -491,16 +481,7 @@ async fn an_interrupted_upload_leaves_nothing() {
         .upload_ticket(&t, Some("/part/file.bin"), "x", size as u64)
         .await
         .unwrap();
-    let auth = format!("Bearer {}", ticket.token);
-    let mut s = connect(&ticket.url).await;
-    s.write_all(&request_head(
-        "PUT",
-        &ticket.url,
-        &[("authorization", &auth)],
-        Some(size),
-    ))
-    .await
-    .unwrap();
+    let mut s = put_head_only(&ticket, size).await;
     s.write_all(&data[..size / 2]).await.unwrap();
     let folder = t.assets_root().join("part");
     // The body streams into a temp file beside the target...
@@ -523,16 +504,7 @@ async fn an_interrupted_upload_leaves_nothing() {
         .upload_ticket(&t, Some("/short.bin"), "x", 10)
         .await
         .unwrap();
-    let auth = format!("Bearer {}", ticket.token);
-    let mut s = connect(&ticket.url).await;
-    s.write_all(&request_head(
-        "PUT",
-        &ticket.url,
-        &[("authorization", &auth)],
-        Some(5),
-    ))
-    .await
-    .unwrap();
+    let mut s = put_head_only(&ticket, 5).await;
     s.write_all(b"12345").await.unwrap();
     let resp = read_response(s).await;
     assert_eq!((resp.status, resp.code().as_str()), (400, "INVALID_INPUT"));
@@ -625,7 +597,7 @@ async fn reused_and_wrong_tokens_are_refused() {
 
 #[tokio::test]
 async fn an_expired_ticket_is_refused() {
-    let mut env = env_with_codex();
+    let mut env = TestEnv::with_codex_stub();
     env.extra_env
         .insert("PEDELEC_ASSET_TICKET_TTL_MS".into(), "300".into());
     let f = Fixture::start(env).await;
@@ -808,12 +780,7 @@ async fn every_bad_path_is_refused() {
     );
     assert!(!outside.join("x.txt").exists());
     // Same rules on the gRPC side.
-    let header = pb::UploadHeader {
-        session_id: t.id.clone(),
-        origin: ORIGIN.into(),
-        path: "/../x".into(),
-        size_bytes: 1,
-    };
+    let header = upload_header(&t, "/../x", 1);
     assert_eq!(
         code(f.assets.clone().upload(grpc_upload(header, &[b"x"])).await),
         "ASSET_PATH_INVALID"
@@ -821,13 +788,28 @@ async fn every_bad_path_is_refused() {
     let read = f
         .assets
         .clone()
-        .read(pb::ReadAssetRequest {
-            session_id: t.id.clone(),
-            origin: ORIGIN.into(),
-            path: "/link/secret.txt".into(),
-        })
+        .read(read_request(&t, "/link/secret.txt"))
         .await;
     assert_eq!(code(read), "ASSET_PATH_INVALID");
+}
+
+/// The first message of a gRPC upload of `size` bytes to `path` in `t`.
+fn upload_header(t: &Thread, path: &str, size: u64) -> pb::UploadHeader {
+    pb::UploadHeader {
+        session_id: t.id.clone(),
+        origin: ORIGIN.into(),
+        path: path.into(),
+        size_bytes: size,
+    }
+}
+
+/// A gRPC read of `path` in `t`.
+fn read_request(t: &Thread, path: &str) -> pb::ReadAssetRequest {
+    pb::ReadAssetRequest {
+        session_id: t.id.clone(),
+        origin: ORIGIN.into(),
+        path: path.into(),
+    }
 }
 
 fn grpc_upload(
@@ -845,7 +827,7 @@ fn grpc_upload(
 
 #[tokio::test]
 async fn the_size_limit_is_enforced() {
-    let mut env = env_with_codex();
+    let mut env = TestEnv::with_codex_stub();
     env.extra_env
         .insert("PEDELEC_ASSET_MAX_BYTES".into(), "1000".into());
     let f = Fixture::start(env).await;
@@ -894,12 +876,7 @@ async fn the_size_limit_is_enforced() {
     );
 
     // gRPC: announced and streamed.
-    let header = |size| pb::UploadHeader {
-        session_id: t.id.clone(),
-        origin: ORIGIN.into(),
-        path: "/g.bin".into(),
-        size_bytes: size,
-    };
+    let header = |size| upload_header(&t, "/g.bin", size);
     let big = pattern(1001, 4);
     assert_eq!(
         code(
@@ -970,10 +947,7 @@ async fn an_ended_or_foreign_thread_is_refused() {
     f.env
         .session()
         .await
-        .end(pb::ThreadRequest {
-            session_id: t.id.clone(),
-            origin: ORIGIN.into(),
-        })
+        .end(thread_request(&t.id))
         .await
         .unwrap();
 
@@ -989,20 +963,9 @@ async fn an_ended_or_foreign_thread_is_refused() {
         code(f.download_ticket(&t, "/kept.txt").await),
         "SESSION_ENDED"
     );
-    let read = assets
-        .read(pb::ReadAssetRequest {
-            session_id: t.id.clone(),
-            origin: ORIGIN.into(),
-            path: "/kept.txt".into(),
-        })
-        .await;
+    let read = assets.read(read_request(&t, "/kept.txt")).await;
     assert_eq!(code(read), "SESSION_ENDED");
-    let header = pb::UploadHeader {
-        session_id: t.id.clone(),
-        origin: ORIGIN.into(),
-        path: "/x.txt".into(),
-        size_bytes: 1,
-    };
+    let header = upload_header(&t, "/x.txt", 1);
     assert_eq!(
         code(assets.upload(grpc_upload(header, &[b"x"])).await),
         "SESSION_ENDED"
@@ -1026,12 +989,7 @@ async fn grpc_upload_and_read_round_trip() {
     let t = f.thread().await;
     let data = pattern(MIB + 12_345, 9);
     let chunks: Vec<&[u8]> = data.chunks(100_000).collect();
-    let header = pb::UploadHeader {
-        session_id: t.id.clone(),
-        origin: ORIGIN.into(),
-        path: "/grpc/data.bin".into(),
-        size_bytes: data.len() as u64,
-    };
+    let header = upload_header(&t, "/grpc/data.bin", data.len() as u64);
     let asset = f
         .assets
         .clone()
@@ -1048,11 +1006,7 @@ async fn grpc_upload_and_read_round_trip() {
     let mut stream = f
         .assets
         .clone()
-        .read(pb::ReadAssetRequest {
-            session_id: t.id.clone(),
-            origin: ORIGIN.into(),
-            path: "/grpc/data.bin".into(),
-        })
+        .read(read_request(&t, "/grpc/data.bin"))
         .await
         .unwrap()
         .into_inner();
@@ -1098,11 +1052,7 @@ async fn grpc_upload_and_read_round_trip() {
     let missing = f
         .assets
         .clone()
-        .read(pb::ReadAssetRequest {
-            session_id: t.id.clone(),
-            origin: ORIGIN.into(),
-            path: "/grpc/none.bin".into(),
-        })
+        .read(read_request(&t, "/grpc/none.bin"))
         .await;
     assert_eq!(code(missing), "ASSET_NOT_FOUND");
 }

@@ -10,33 +10,8 @@ use pedelec_common::ServiceName;
 use pedelec_proto::v1 as pb;
 use pedelec_tests::*;
 
-const ORIGIN: &str = "https://app.example";
-
-fn create(provider: Option<&str>) -> pb::CreateSessionRequest {
-    pb::CreateSessionRequest {
-        origin: ORIGIN.into(),
-        provider: provider.map(Into::into),
-        effort_level: None,
-        model: None,
-        skills: None,
-        auto_end_on_disconnect: false,
-        workspace_path: None,
-    }
-}
-
-fn thread(id: &str, origin: &str) -> pb::ThreadRequest {
-    pb::ThreadRequest {
-        session_id: id.into(),
-        origin: origin.into(),
-    }
-}
-
 fn env_with_codex() -> TestEnv {
-    let env = TestEnv::new();
-    env.stub(
-        "codex",
-        r#"[ "$1" = "--version" ] && echo "codex-cli 0.0.0-stub" && exit 0; exit 1"#,
-    );
+    let env = TestEnv::with_codex_stub();
     // Installed but broken: --version fails.
     env.stub("claude", "echo 'broken install' >&2; exit 3");
     env
@@ -47,6 +22,29 @@ fn settings(default: Option<&str>) -> pb::Settings {
         default_provider: default.map(Into::into),
         ..Default::default()
     }
+}
+
+/// Creates a codex thread at ORIGIN; returns its id.
+async fn new_codex_thread(sessions: &mut Sessions) -> String {
+    sessions
+        .create_session(create_session_request(Some("codex")))
+        .await
+        .unwrap()
+        .into_inner()
+        .session_id
+}
+
+/// Every thread's (status, last seq), by id.
+async fn statuses_and_seqs(sessions: &mut Sessions) -> HashMap<String, (i32, u64)> {
+    sessions
+        .list(pb::ListRequest { origin: None })
+        .await
+        .unwrap()
+        .into_inner()
+        .sessions
+        .into_iter()
+        .map(|s| (s.session_id, (s.status, s.last_seq)))
+        .collect()
 }
 
 #[tokio::test]
@@ -98,6 +96,9 @@ async fn provider_service_lists_resolves_and_keeps_settings() {
         provider: provider.map(Into::into),
         effort_level: level.map(Into::into),
     };
+    let update = |settings: pb::Settings| pb::UpdateSettingsRequest {
+        settings: Some(settings),
+    };
     assert_eq!(
         code(provider.resolve_profile(resolve(None, None)).await),
         "DEFAULT_PROVIDER_NOT_SET"
@@ -105,9 +106,7 @@ async fn provider_service_lists_resolves_and_keeps_settings() {
 
     // A default that is not installed is still the default, but cannot be used.
     provider
-        .update_settings(pb::UpdateSettingsRequest {
-            settings: Some(settings(Some("cursor"))),
-        })
+        .update_settings(update(settings(Some("cursor"))))
         .await
         .unwrap();
     let list = provider
@@ -141,9 +140,7 @@ async fn provider_service_lists_resolves_and_keeps_settings() {
     full.ollama_endpoint = "http://127.0.0.1:11434".into();
     full.tavily_api_key = "tvly-secret".into();
     provider
-        .update_settings(pb::UpdateSettingsRequest {
-            settings: Some(full.clone()),
-        })
+        .update_settings(update(full.clone()))
         .await
         .unwrap();
 
@@ -222,25 +219,13 @@ async fn provider_service_lists_resolves_and_keeps_settings() {
     // Invalid settings are refused and change nothing.
     let bad = settings(Some("gemini"));
     assert_eq!(
-        code(
-            provider
-                .update_settings(pb::UpdateSettingsRequest {
-                    settings: Some(bad)
-                })
-                .await
-        ),
+        code(provider.update_settings(update(bad)).await),
         "INVALID_INPUT"
     );
     let mut bad = settings(Some("codex"));
     bad.ollama_endpoint = "ftp://nope".into();
     assert_eq!(
-        code(
-            provider
-                .update_settings(pb::UpdateSettingsRequest {
-                    settings: Some(bad)
-                })
-                .await
-        ),
+        code(provider.update_settings(update(bad)).await),
         "INVALID_INPUT"
     );
     let stored_after = provider
@@ -259,18 +244,12 @@ async fn session_lifecycle_errors_and_replay() {
 
     // The default provider is resolved through ProviderService.
     assert_eq!(
-        code(sessions.create_session(create(None)).await),
+        code(sessions.create_session(create_session_request(None)).await),
         "DEFAULT_PROVIDER_NOT_SET"
     );
-    env.provider()
-        .await
-        .update_settings(pb::UpdateSettingsRequest {
-            settings: Some(settings(Some("codex"))),
-        })
-        .await
-        .unwrap();
+    env.update_settings(settings(Some("codex"))).await;
     let created = sessions
-        .create_session(create(None))
+        .create_session(create_session_request(None))
         .await
         .unwrap()
         .into_inner();
@@ -287,60 +266,70 @@ async fn session_lifecycle_errors_and_replay() {
     assert!(std::path::Path::new(&snapshot.workspace_path).is_dir());
 
     // Bad input and ownership.
-    let mut no_origin = create(Some("codex"));
+    let mut no_origin = create_session_request(Some("codex"));
     no_origin.origin.clear();
     assert_eq!(
         code(sessions.create_session(no_origin).await),
         "INVALID_INPUT"
     );
     assert_eq!(
-        code(sessions.create_session(create(Some("gemini"))).await),
+        code(
+            sessions
+                .create_session(create_session_request(Some("gemini")))
+                .await
+        ),
         "PROVIDER_NOT_FOUND"
     );
     assert_eq!(
-        code(sessions.get(thread("", ORIGIN)).await),
+        code(sessions.get(thread_request("")).await),
         "INVALID_INPUT"
     );
     assert_eq!(
-        code(sessions.get(thread("thr_nope", ORIGIN)).await),
+        code(sessions.get(thread_request("thr_nope")).await),
         "THREAD_NOT_FOUND"
     );
     assert_eq!(
-        code(sessions.get(thread(&id, "https://evil.example")).await),
+        code(
+            sessions
+                .get(thread_request_from(&id, "https://evil.example"))
+                .await
+        ),
         "THREAD_ACCESS_DENIED"
     );
     assert_eq!(
-        code(sessions.end(thread(&id, "https://evil.example")).await),
+        code(
+            sessions
+                .end(thread_request_from(&id, "https://evil.example"))
+                .await
+        ),
         "THREAD_ACCESS_DENIED"
     );
     assert_eq!(
-        code(sessions.reactivate(thread("thr_nope", ORIGIN)).await),
+        code(sessions.reactivate(thread_request("thr_nope")).await),
         "THREAD_NOT_FOUND"
     );
     let attach_other = sessions
         .attach(pb::AttachRequest {
-            session_id: id.clone(),
             origin: "https://evil.example".into(),
-            route_id: "r".into(),
-            after_seq: None,
+            ..attach_request(&id, "r", None)
         })
         .await;
     assert_eq!(code(attach_other), "THREAD_ACCESS_DENIED");
 
     // Explicit workspaces.
-    let mut relative = create(Some("codex"));
+    let mut relative = create_session_request(Some("codex"));
     relative.workspace_path = Some("relative/dir".into());
     assert_eq!(
         code(sessions.create_session(relative).await),
         "INVALID_INPUT"
     );
-    let mut missing = create(Some("codex"));
+    let mut missing = create_session_request(Some("codex"));
     missing.workspace_path = Some(env.root.path().join("missing").display().to_string());
     assert_eq!(
         code(sessions.create_session(missing).await),
         "WORKSPACE_OPEN_FAILED"
     );
-    let mut inside_managed = create(Some("codex"));
+    let mut inside_managed = create_session_request(Some("codex"));
     inside_managed.workspace_path = Some(snapshot.workspace_path.clone());
     assert_eq!(
         code(sessions.create_session(inside_managed).await),
@@ -348,7 +337,7 @@ async fn session_lifecycle_errors_and_replay() {
     );
     let app_dir = env.root.path().join("app-workspace");
     std::fs::create_dir(&app_dir).unwrap();
-    let mut explicit = create(Some("codex"));
+    let mut explicit = create_session_request(Some("codex"));
     explicit.workspace_path = Some(app_dir.display().to_string());
     let explicit = sessions
         .create_session(explicit)
@@ -375,24 +364,13 @@ async fn session_lifecycle_errors_and_replay() {
     assert!(theirs.is_empty());
 
     // Attach: snapshot first, then live events.
-    let mut events = Events(
-        sessions
-            .attach(pb::AttachRequest {
-                session_id: id.clone(),
-                origin: ORIGIN.into(),
-                route_id: "route-1".into(),
-                after_seq: None,
-            })
-            .await
-            .unwrap()
-            .into_inner(),
-    );
+    let mut events = attach(&mut sessions, &id, "route-1", None).await;
     let first = events.next().await;
     assert!(matches!(first.event, Some(Event::Snapshot(_))));
     assert_eq!(first.seq, 0);
 
     let ended = sessions
-        .end(thread(&id, ORIGIN))
+        .end(thread_request(&id))
         .await
         .unwrap()
         .into_inner();
@@ -400,26 +378,17 @@ async fn session_lifecycle_errors_and_replay() {
     let seen = events
         .until(|e| matches!(e.event, Some(Event::Ended(_))))
         .await;
-    assert_eq!(
-        seen.iter().map(kind).collect::<Vec<_>>(),
-        ["status:ended", "ended"]
-    );
+    assert_eq!(kinds(&seen), ["status:ended", "ended"]);
     assert_eq!(seen.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2]);
     // End is idempotent and adds no events.
     let again = sessions
-        .end(thread(&id, ORIGIN))
+        .end(thread_request(&id))
         .await
         .unwrap()
         .into_inner();
     assert_eq!(again.last_seq, 2);
     // No operations on an ended thread.
-    let send = sessions
-        .send_text(pb::SendTextRequest {
-            session_id: id.clone(),
-            origin: ORIGIN.into(),
-            text: "hi".into(),
-        })
-        .await;
+    let send = sessions.send_text(send_text_request(&id, "hi")).await;
     assert_eq!(code(send), "SESSION_ENDED");
     assert_eq!(
         code(
@@ -437,7 +406,7 @@ async fn session_lifecycle_errors_and_replay() {
 
     // Reactivate: Ended -> Idle, same thread.
     let back = sessions
-        .reactivate(thread(&id, ORIGIN))
+        .reactivate(thread_request(&id))
         .await
         .unwrap()
         .into_inner();
@@ -446,25 +415,14 @@ async fn session_lifecycle_errors_and_replay() {
     assert_eq!(seen.last().unwrap().seq, 3);
     // Reactivate on an active thread is a no-op.
     let same = sessions
-        .reactivate(thread(&id, ORIGIN))
+        .reactivate(thread_request(&id))
         .await
         .unwrap()
         .into_inner();
     assert_eq!(same.last_seq, 3);
 
     // Replay: a route re-attaching after seq 1 gets the snapshot, then 2 and 3.
-    let mut replay = Events(
-        sessions
-            .attach(pb::AttachRequest {
-                session_id: id.clone(),
-                origin: ORIGIN.into(),
-                route_id: "route-2".into(),
-                after_seq: Some(1),
-            })
-            .await
-            .unwrap()
-            .into_inner(),
-    );
+    let mut replay = attach(&mut sessions, &id, "route-2", Some(1)).await;
     let snap = replay.next().await;
     match &snap.event {
         Some(Event::Snapshot(s)) => assert!(!s.replay_gap && s.last_seq == 3),
@@ -481,14 +439,14 @@ async fn session_lifecycle_errors_and_replay() {
 
     // Reactivate fails once the recorded workspace is gone.
     sessions
-        .end(thread(&explicit.session_id, ORIGIN))
+        .end(thread_request(&explicit.session_id))
         .await
         .unwrap();
     std::fs::remove_dir(&app_dir).unwrap();
     assert_eq!(
         code(
             sessions
-                .reactivate(thread(&explicit.session_id, ORIGIN))
+                .reactivate(thread_request(&explicit.session_id))
                 .await
         ),
         "WORKSPACE_OPEN_FAILED"
@@ -503,7 +461,7 @@ async fn auto_end_waits_for_the_grace_period_and_a_returning_route() {
         .insert("PEDELEC_AUTO_END_GRACE_MS".into(), "400".into());
     let _launcher = env.up().await;
     let mut sessions = env.session().await;
-    let mut req = create(Some("codex"));
+    let mut req = create_session_request(Some("codex"));
     req.auto_end_on_disconnect = true;
     let id = sessions
         .create_session(req)
@@ -511,85 +469,48 @@ async fn auto_end_waits_for_the_grace_period_and_a_returning_route() {
         .unwrap()
         .into_inner()
         .session_id;
-    let attach = |after_seq| pb::AttachRequest {
-        session_id: id.clone(),
-        origin: ORIGIN.into(),
-        route_id: "r".into(),
-        after_seq,
-    };
 
     // Two routes; dropping one keeps the thread.
-    let mut a = Events(sessions.attach(attach(None)).await.unwrap().into_inner());
-    let b = sessions.attach(attach(None)).await.unwrap().into_inner();
+    let mut a = attach(&mut sessions, &id, "r", None).await;
+    let b = attach(&mut sessions, &id, "r", None).await;
     a.next().await;
     drop(b);
     tokio::time::sleep(Duration::from_millis(900)).await;
     assert_eq!(
-        sessions
-            .get(thread(&id, ORIGIN))
-            .await
-            .unwrap()
-            .into_inner()
-            .status,
+        snapshot(&mut sessions, &id).await.status,
         pb::SessionStatus::Idle as i32
     );
 
     // The last route goes and a new one comes back within the grace period.
     drop(a);
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let mut c = Events(sessions.attach(attach(Some(0))).await.unwrap().into_inner());
+    let mut c = attach(&mut sessions, &id, "r", Some(0)).await;
     c.next().await;
     tokio::time::sleep(Duration::from_millis(900)).await;
     assert_eq!(
-        sessions
-            .get(thread(&id, ORIGIN))
-            .await
-            .unwrap()
-            .into_inner()
-            .status,
+        snapshot(&mut sessions, &id).await.status,
         pb::SessionStatus::Idle as i32
     );
 
     // Gone for good: ended after the grace period.
     drop(c);
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        let snap = sessions
-            .get(thread(&id, ORIGIN))
-            .await
-            .unwrap()
-            .into_inner();
-        if snap.status == pb::SessionStatus::Ended as i32 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "auto-end never happened");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_for_status(
+        &mut sessions,
+        &id,
+        pb::SessionStatus::Ended,
+        "auto-end never happened",
+    )
+    .await;
     // A thread without auto-end is never ended by a disconnect.
-    let keep = sessions
-        .create_session(create(Some("codex")))
-        .await
-        .unwrap()
-        .into_inner()
-        .session_id;
+    let keep = new_codex_thread(&mut sessions).await;
     let route = sessions
-        .attach(pb::AttachRequest {
-            session_id: keep.clone(),
-            origin: ORIGIN.into(),
-            route_id: "r".into(),
-            after_seq: None,
-        })
+        .attach(attach_request(&keep, "r", None))
         .await
         .unwrap();
     drop(route);
     tokio::time::sleep(Duration::from_millis(900)).await;
     assert_eq!(
-        sessions
-            .get(thread(&keep, ORIGIN))
-            .await
-            .unwrap()
-            .into_inner()
-            .status,
+        snapshot(&mut sessions, &keep).await.status,
         pb::SessionStatus::Idle as i32
     );
 }
@@ -599,60 +520,18 @@ async fn kill_9_of_each_service_recovers_and_threads_survive() {
     let env = env_with_codex();
     let mut launcher = env.up().await;
     let mut sessions = env.session().await;
-    let active = sessions
-        .create_session(create(Some("codex")))
-        .await
-        .unwrap()
-        .into_inner()
-        .session_id;
-    let ended = sessions
-        .create_session(create(Some("codex")))
-        .await
-        .unwrap()
-        .into_inner()
-        .session_id;
-    sessions.end(thread(&ended, ORIGIN)).await.unwrap();
-    let before: HashMap<String, (i32, u64)> = sessions
-        .list(pb::ListRequest { origin: None })
-        .await
-        .unwrap()
-        .into_inner()
-        .sessions
-        .into_iter()
-        .map(|s| (s.session_id, (s.status, s.last_seq)))
-        .collect();
+    let active = new_codex_thread(&mut sessions).await;
+    let ended = new_codex_thread(&mut sessions).await;
+    sessions.end(thread_request(&ended)).await.unwrap();
+    let before = statuses_and_seqs(&mut sessions).await;
     assert_eq!(before[&ended], (pb::SessionStatus::Ended as i32, 2));
 
     for service in ServiceName::SUPERVISED {
-        let status = env.supervisor_status().await.unwrap();
-        let old = status
-            .services
-            .iter()
-            .find(|s| s.name == service.as_str())
-            .unwrap()
-            .clone();
+        let old = env.service_status(service).await;
         assert!(old.pid > 0);
         signal(old.pid as i32, libc::SIGKILL);
         let killed_at = Instant::now();
-        let deadline = killed_at + PATIENCE;
-        let new = loop {
-            let status = env.supervisor_status().await.unwrap();
-            let now = status
-                .services
-                .iter()
-                .find(|s| s.name == service.as_str())
-                .unwrap()
-                .clone();
-            if now.pid != old.pid && now.state == pb::ServiceState::Serving as i32 {
-                break now;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{} did not come back: {now:?}",
-                service.as_str()
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        };
+        let new = env.wait_service_back(service, old.pid).await;
         eprintln!(
             "{} back after {:?} (pid {} -> {})",
             service.as_str(),
@@ -666,22 +545,10 @@ async fn kill_9_of_each_service_recovers_and_threads_survive() {
 
         // Every thread is there again with its status and seq.
         let mut sessions = env.session().await;
-        let after: HashMap<String, (i32, u64)> = sessions
-            .list(pb::ListRequest { origin: None })
-            .await
-            .unwrap()
-            .into_inner()
-            .sessions
-            .into_iter()
-            .map(|s| (s.session_id, (s.status, s.last_seq)))
-            .collect();
+        let after = statuses_and_seqs(&mut sessions).await;
         assert_eq!(after, before, "after killing {}", service.as_str());
         // And usable.
-        let snap = sessions
-            .get(thread(&active, ORIGIN))
-            .await
-            .unwrap()
-            .into_inner();
+        let snap = snapshot(&mut sessions, &active).await;
         assert_eq!(snap.status, pb::SessionStatus::Idle as i32);
     }
 
@@ -689,15 +556,7 @@ async fn kill_9_of_each_service_recovers_and_threads_survive() {
     let runtime_dir = env.runtime_dir();
     let status = launcher.stop();
     assert!(status.success(), "pedelecd exited with {status}");
-    let deadline = Instant::now() + PATIENCE;
-    while !processes_using(&runtime_dir).is_empty() {
-        assert!(
-            Instant::now() < deadline,
-            "left running: {:?}",
-            processes_using(&runtime_dir)
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_until_nothing_runs(&runtime_dir).await;
     let sockets: Vec<_> = std::fs::read_dir(&runtime_dir)
         .unwrap()
         .flatten()
@@ -724,40 +583,16 @@ async fn a_corrupt_journal_record_is_skipped_and_the_others_load() {
     let env = env_with_codex();
     let _launcher = env.up().await;
     let mut sessions = env.session().await;
-    let good = sessions
-        .create_session(create(Some("codex")))
-        .await
-        .unwrap()
-        .into_inner()
-        .session_id;
-    let bad = sessions
-        .create_session(create(Some("codex")))
-        .await
-        .unwrap()
-        .into_inner()
-        .session_id;
+    let good = new_codex_thread(&mut sessions).await;
+    let bad = new_codex_thread(&mut sessions).await;
     let bad_file = env.data_dir().join("sessions").join(format!("{bad}.json"));
     let bytes = std::fs::read(&bad_file).unwrap();
     std::fs::write(&bad_file, &bytes[..bytes.len() / 2]).unwrap();
 
-    let status = env.supervisor_status().await.unwrap();
-    let session_pid = status
-        .services
-        .iter()
-        .find(|s| s.name == "session")
-        .unwrap()
-        .pid;
+    let session_pid = env.service_status(ServiceName::Session).await.pid;
     signal(session_pid as i32, libc::SIGKILL);
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        let s = env.supervisor_status().await.unwrap();
-        let svc = s.services.iter().find(|s| s.name == "session").unwrap();
-        if svc.pid != session_pid && svc.state == pb::ServiceState::Serving as i32 {
-            break;
-        }
-        assert!(Instant::now() < deadline);
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    env.wait_service_back(ServiceName::Session, session_pid)
+        .await;
     let mut sessions = env.session().await;
     let ids: Vec<String> = sessions
         .list(pb::ListRequest { origin: None })
@@ -770,7 +605,7 @@ async fn a_corrupt_journal_record_is_skipped_and_the_others_load() {
         .collect();
     assert_eq!(ids, vec![good]);
     assert_eq!(
-        code(sessions.get(thread(&bad, ORIGIN)).await),
+        code(sessions.get(thread_request(&bad)).await),
         "THREAD_NOT_FOUND"
     );
     // Reported, and left in place for inspection.

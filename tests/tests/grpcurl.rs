@@ -23,15 +23,21 @@ fn grpcurl() -> PathBuf {
     path
 }
 
-/// Runs grpcurl against a service socket; returns stdout, panics with stderr on failure.
-fn call(env: &TestEnv, service: ServiceName, flags: &[&str], args: &[&str]) -> String {
-    let socket = env.socket(service);
+/// A grpcurl command line against a service socket: `flags`, the socket, then `args`.
+fn grpcurl_command(env: &TestEnv, service: ServiceName, flags: &[&str], args: &[&str]) -> Command {
     let mut cmd = Command::new(grpcurl());
     // -authority localhost: grpcurl 1.8.6 would send the socket path as :authority,
     // which hyper rejects (TESTING.md section 3).
     cmd.args(["-plaintext", "-authority", "localhost", "-unix"]);
-    cmd.args(flags).arg(&socket).args(args);
-    let out = cmd.output().expect("run grpcurl");
+    cmd.args(flags).arg(env.socket(service)).args(args);
+    cmd
+}
+
+/// Runs grpcurl against a service socket; returns stdout, panics with stderr on failure.
+fn call(env: &TestEnv, service: ServiceName, flags: &[&str], args: &[&str]) -> String {
+    let out = grpcurl_command(env, service, flags, args)
+        .output()
+        .expect("run grpcurl");
     assert!(
         out.status.success(),
         "grpcurl {args:?} failed: {}",
@@ -114,19 +120,14 @@ async fn grpcurl_lists_services_and_drives_a_session() {
     assert_eq!(ended["status"], "SESSION_STATUS_ENDED");
 
     // An error shows its Pedelec code.
-    let out = Command::new(grpcurl())
-        .args([
-            "-plaintext",
-            "-authority",
-            "localhost",
-            "-unix",
-            "-d",
-            r#"{"sessionId":"thr_nope","origin":"cli"}"#,
-        ])
-        .arg(env.socket(ServiceName::Session))
-        .arg("pedelec.v1.SessionService/Get")
-        .output()
-        .unwrap();
+    let out = grpcurl_command(
+        &env,
+        ServiceName::Session,
+        &["-d", r#"{"sessionId":"thr_nope","origin":"cli"}"#],
+        &["pedelec.v1.SessionService/Get"],
+    )
+    .output()
+    .unwrap();
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("THREAD_NOT_FOUND"), "{stderr}");

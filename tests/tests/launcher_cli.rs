@@ -2,25 +2,11 @@
 //! refused second start, the status table, a clean stop, a start over stale
 //! sockets left by a killed launcher.
 
-use std::time::{Duration, Instant};
-
 use pedelec_common::ServiceName;
 use pedelec_tests::*;
 
 fn stdout(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn wait_until_nothing_runs(env: &TestEnv) {
-    let deadline = Instant::now() + PATIENCE;
-    while !processes_using(&env.runtime_dir()).is_empty() {
-        assert!(
-            Instant::now() < deadline,
-            "left running: {:?}",
-            processes_using(&env.runtime_dir())
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 #[tokio::test]
@@ -84,7 +70,7 @@ async fn start_status_stop_and_restart_over_stale_sockets() {
     // Stop: nothing left running, no sockets.
     let out = env.pedelecd(&["stop"]);
     assert!(out.status.success(), "{out:?}");
-    wait_until_nothing_runs(&env);
+    wait_until_nothing_runs(&env.runtime_dir()).await;
     for service in ServiceName::SUPERVISED
         .into_iter()
         .chain([ServiceName::Launcher])
@@ -103,7 +89,7 @@ async fn start_status_stop_and_restart_over_stale_sockets() {
     let mut launcher = env.up().await;
     signal(launcher.pid() as i32, libc::SIGKILL);
     let _ = launcher.stop();
-    wait_until_nothing_runs(&env);
+    wait_until_nothing_runs(&env.runtime_dir()).await;
     assert!(
         env.socket(ServiceName::Launcher).exists(),
         "expected a stale launcher socket"
@@ -116,5 +102,5 @@ async fn start_status_stop_and_restart_over_stale_sockets() {
     env.wait_all_serving().await;
     let out = env.pedelecd(&["stop"]);
     assert!(out.status.success());
-    wait_until_nothing_runs(&env);
+    wait_until_nothing_runs(&env.runtime_dir()).await;
 }

@@ -14,7 +14,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, ChildStdin};
 use tokio::sync::mpsc;
 
-const ORIGIN: &str = "https://app.example";
 /// Built into the host (docs/native-messaging.md).
 const EXTENSION: &str = "chrome-extension://ekeclpceddngodnkncegoclkkeknaacb/";
 const MAX_FRAME: usize = 1 << 20;
@@ -264,31 +263,6 @@ fn env_bin_dir(env: &TestEnv) -> PathBuf {
         .unwrap_or_else(bin_dir)
 }
 
-/// A bin dir of links to the built binaries plus a stub `pedelec-agent`:
-/// ProviderService looks for the agent beside its own executable first.
-fn with_stub_agent(env: &mut TestEnv, script: &str) {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = env.root.path().join("bin");
-    std::fs::create_dir_all(&dir).unwrap();
-    for entry in std::fs::read_dir(bin_dir()).unwrap().flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let is_binary = entry.file_type().is_ok_and(|t| t.is_file())
-            && (name == "pedelecd" || name.starts_with("pedelec-"))
-            && !name.contains('.');
-        if is_binary && name != "pedelec-agent" {
-            let target = dir.join(&name);
-            if std::fs::hard_link(entry.path(), &target).is_err() {
-                std::fs::copy(entry.path(), &target).unwrap();
-            }
-        }
-    }
-    let agent = dir.join("pedelec-agent");
-    std::fs::write(&agent, format!("#!/bin/sh\n{script}\n")).unwrap();
-    std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).unwrap();
-    env.extra_env
-        .insert("PEDELEC_BIN_DIR".into(), dir.display().to_string());
-}
-
 /// The stub agent. The user's text picks the behaviour:
 /// `@@stream N` prints N chat deltas; `@@tool` calls the page's `get_page` tool
 /// and reports pedelec-cli's output as its chat; `@@big` calls `big_tool` with the
@@ -343,29 +317,10 @@ fn skills() -> Value {
 /// Services up with the stub agent and an Ollama model configured.
 async fn services(env: &mut TestEnv) -> Launcher {
     let script = agent_script(env);
-    with_stub_agent(env, &script);
+    env.install_stub_agent(&script);
     let launcher = env.up().await;
-    let mut settings = pb::Settings::default();
-    settings.profiles.insert(
-        "ollama".into(),
-        pb::ProviderProfiles {
-            levels: [(
-                "default".to_string(),
-                pb::EffortProfile {
-                    model: "llama3.2".into(),
-                    effort: String::new(),
-                },
-            )]
-            .into(),
-        },
-    );
-    env.provider()
-        .await
-        .update_settings(pb::UpdateSettingsRequest {
-            settings: Some(settings),
-        })
-        .await
-        .unwrap();
+    env.update_settings(settings_with_default_models(&[("ollama", "llama3.2")]))
+        .await;
     launcher
 }
 

@@ -5,18 +5,13 @@
 
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use pb::session_event::Event;
-use pedelec_common::json::{from_value, to_struct, to_value};
+use pedelec_common::json::{from_value, to_struct};
 use pedelec_proto::v1 as pb;
 use pedelec_tests::*;
 use serde_json::{Value, json};
-use tonic::transport::Channel;
-
-type Sessions = pb::session_service_client::SessionServiceClient<Channel>;
-
-const ORIGIN: &str = "https://app.example";
 
 fn manifest() -> Value {
     json!({
@@ -117,44 +112,20 @@ wait"#,
     let launcher = env.up().await;
     let mut sessions = env.session().await;
     let created = sessions
-        .create_session(pb::CreateSessionRequest {
-            origin: ORIGIN.into(),
-            provider: Some("cursor".into()),
-            skills: Some(to_struct(manifest().as_object().unwrap())),
-            ..Default::default()
-        })
+        .create_session(with_manifest(manifest()))
         .await
         .unwrap()
         .into_inner();
     let id = created.session_id;
-    let mut events = Events(
-        sessions
-            .attach(pb::AttachRequest {
-                session_id: id.clone(),
-                origin: ORIGIN.into(),
-                route_id: "page".into(),
-                after_seq: None,
-            })
-            .await
-            .unwrap()
-            .into_inner(),
-    );
+    let mut events = attach(&mut sessions, &id, "page", None).await;
     events.next().await; // snapshot
     sessions
-        .send_text(pb::SendTextRequest {
-            session_id: id.clone(),
-            origin: ORIGIN.into(),
-            text: "use the counter".into(),
-        })
+        .send_text(send_text_request(&id, "use the counter"))
         .await
         .unwrap();
     events.until(|e| kind(e) == "status:running").await;
     let env_file = root.join("agent.env");
-    let deadline = Instant::now() + PATIENCE;
-    while !env_file.exists() {
-        assert!(Instant::now() < deadline, "the stub agent never started");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_until("the stub agent to start", || env_file.exists()).await;
     let agent = Agent::read(&env_file);
     Setup {
         env,
@@ -166,12 +137,21 @@ wait"#,
     }
 }
 
+/// A cursor thread at ORIGIN with this tools manifest.
+fn with_manifest(manifest: Value) -> pb::CreateSessionRequest {
+    pb::CreateSessionRequest {
+        skills: Some(to_struct(manifest.as_object().unwrap())),
+        ..create_session_request(Some("cursor"))
+    }
+}
+
 impl Setup {
     fn thread(&self) -> pb::ThreadRequest {
-        pb::ThreadRequest {
-            session_id: self.id.clone(),
-            origin: ORIGIN.into(),
-        }
+        thread_request(&self.id)
+    }
+
+    async fn snapshot(&mut self) -> pb::Snapshot {
+        snapshot(&mut self.sessions, &self.id).await
     }
 
     async fn next_tool_request(&mut self) -> pb::ToolRequest {
@@ -191,19 +171,10 @@ impl Setup {
         outcome: pb::submit_tool_result_request::Outcome,
     ) -> Result<(), tonic::Status> {
         self.sessions
-            .submit_tool_result(pb::SubmitToolResultRequest {
-                session_id: self.id.clone(),
-                origin: ORIGIN.into(),
-                tool_request_id: request_id.into(),
-                outcome: Some(outcome),
-            })
+            .submit_tool_result(submit_tool_result_request(&self.id, request_id, outcome))
             .await
             .map(|_| ())
     }
-}
-
-fn result(v: Value) -> pb::submit_tool_result_request::Outcome {
-    pb::submit_tool_result_request::Outcome::Result(to_value(&v))
 }
 
 fn wait_output(child: std::process::Child) -> (i32, Value) {
@@ -274,25 +245,25 @@ async fn a_tool_call_waits_for_the_page_and_returns_its_result() {
         json!({"delta": 2})
     );
     assert_eq!(kind(&s.events.next().await), "status:waiting_tool_result");
-    let snapshot = s.sessions.get(s.thread()).await.unwrap().into_inner();
+    let snapshot = s.snapshot().await;
     assert_eq!(snapshot.status, pb::SessionStatus::WaitingToolResult as i32);
     assert_eq!(
         snapshot.pending_tool_request.unwrap().tool_request_id,
         request.tool_request_id
     );
 
-    s.submit(&request.tool_request_id, result(json!({"counter": 2})))
-        .await
-        .unwrap();
+    s.submit(
+        &request.tool_request_id,
+        tool_result(&json!({"counter": 2})),
+    )
+    .await
+    .unwrap();
     assert_eq!(
         wait_output(child),
         (0, json!({"ok": true, "result": {"counter": 2}}))
     );
     let seen = s.events.until(|e| kind(e) == "status:running").await;
-    assert_eq!(
-        seen.iter().map(kind).collect::<Vec<_>>(),
-        ["tool_request_cleared", "status:running"]
-    );
+    assert_eq!(kinds(&seen), ["tool_request_cleared", "status:running"]);
 
     // The page's own error reaches the agent with exit code 1.
     let child = s
@@ -325,14 +296,17 @@ async fn a_tool_call_waits_for_the_page_and_returns_its_result() {
 
     // A result for an unknown or already settled request changes nothing.
     assert_eq!(
-        code(s.submit("treq_nope", result(json!(1))).await),
+        code(s.submit("treq_nope", tool_result(&json!(1))).await),
         "INVALID_INPUT"
     );
     assert_eq!(
-        code(s.submit(&request.tool_request_id, result(json!(1))).await),
+        code(
+            s.submit(&request.tool_request_id, tool_result(&json!(1)))
+                .await
+        ),
         "INVALID_INPUT"
     );
-    let snapshot = s.sessions.get(s.thread()).await.unwrap().into_inner();
+    let snapshot = s.snapshot().await;
     assert_eq!(snapshot.status, pb::SessionStatus::Running as i32);
     assert!(snapshot.pending_tool_request.is_none());
 
@@ -346,19 +320,22 @@ async fn a_tool_call_waits_for_the_page_and_returns_its_result() {
     let big = "x".repeat(3 << 20);
     assert_eq!(
         code(
-            s.submit(&request.tool_request_id, result(json!({"blob": big})))
+            s.submit(&request.tool_request_id, tool_result(&json!({"blob": big})))
                 .await
         ),
         "MESSAGE_TOO_LARGE"
     );
-    let snapshot = s.sessions.get(s.thread()).await.unwrap().into_inner();
+    let snapshot = s.snapshot().await;
     assert_eq!(
         snapshot.pending_tool_request.map(|p| p.tool_request_id),
         Some(request.tool_request_id.clone())
     );
-    s.submit(&request.tool_request_id, result(json!({"counter": 3})))
-        .await
-        .unwrap();
+    s.submit(
+        &request.tool_request_id,
+        tool_result(&json!({"counter": 3})),
+    )
+    .await
+    .unwrap();
     assert_eq!(
         wait_output(child),
         (0, json!({"ok": true, "result": {"counter": 3}}))
@@ -431,7 +408,7 @@ async fn bad_tool_calls_are_refused_with_their_codes() {
         "{doc}"
     );
     // None of these reached the page.
-    let snapshot = s.sessions.get(s.thread()).await.unwrap().into_inner();
+    let snapshot = s.snapshot().await;
     assert_eq!(snapshot.status, pb::SessionStatus::Running as i32);
 
     // No answer in time: TOOL_TIMEOUT, and the thread leaves waiting_tool_result.
@@ -483,7 +460,7 @@ async fn bad_tool_calls_are_refused_with_their_codes() {
     assert_eq!(code, 1, "{doc}");
     assert_eq!(doc["error"]["code"], "CANCELLED", "{doc}");
     let seen = s.events.until(|e| kind(e) == "status:idle").await;
-    let kinds: Vec<String> = seen.iter().map(kind).collect();
+    let kinds = kinds(&seen);
     assert!(
         kinds.contains(&"tool_request_cleared".to_string()),
         "{kinds:?}"
@@ -502,14 +479,7 @@ async fn an_invalid_manifest_is_refused_at_create_with_its_pointer() {
     let mut sessions = env.session().await;
     let mut bad = manifest();
     bad["tools"][1]["argsSchema"]["properties"]["delta"]["format"] = json!("int32");
-    let result = sessions
-        .create_session(pb::CreateSessionRequest {
-            origin: ORIGIN.into(),
-            provider: Some("cursor".into()),
-            skills: Some(to_struct(bad.as_object().unwrap())),
-            ..Default::default()
-        })
-        .await;
+    let result = sessions.create_session(with_manifest(bad)).await;
     let status = result.unwrap_err();
     assert_eq!(
         code_of_status(&status).as_deref(),
@@ -539,32 +509,18 @@ async fn tool_call_round_trip_figures() {
     let mut s = setup().await;
     let mut sessions = s.sessions.clone();
     let id = s.id.clone();
-    let mut events = std::mem::replace(
-        &mut s.events,
-        Events(
-            s.sessions
-                .attach(pb::AttachRequest {
-                    session_id: s.id.clone(),
-                    origin: ORIGIN.into(),
-                    route_id: "spare".into(),
-                    after_seq: None,
-                })
-                .await
-                .unwrap()
-                .into_inner(),
-        ),
-    );
+    let spare = attach(&mut s.sessions, &s.id, "spare", None).await;
+    let mut events = std::mem::replace(&mut s.events, spare);
     let page = tokio::spawn(async move {
         loop {
             let e = events.next().await;
             if let Some(Event::ToolRequest(r)) = e.event {
                 sessions
-                    .submit_tool_result(pb::SubmitToolResultRequest {
-                        session_id: id.clone(),
-                        origin: ORIGIN.into(),
-                        tool_request_id: r.tool_request_id,
-                        outcome: Some(result(json!({"ok": 1}))),
-                    })
+                    .submit_tool_result(submit_tool_result_request(
+                        &id,
+                        &r.tool_request_id,
+                        tool_result(&json!({"ok": 1})),
+                    ))
                     .await
                     .unwrap();
             }

@@ -8,11 +8,6 @@ use std::time::{Duration, Instant};
 use pb::session_event::Event;
 use pedelec_proto::v1 as pb;
 use pedelec_tests::*;
-use tonic::transport::Channel;
-
-type Sessions = pb::session_service_client::SessionServiceClient<Channel>;
-
-const ORIGIN: &str = "https://app.example";
 
 /// A stub CLI: answers `--version`, records each call's argv (one line per
 /// call), its stdin and its pid under `<root>/<name>.*`, then runs `body`.
@@ -69,13 +64,7 @@ impl Turns {
             env.stub(name, &stub_script(&env.stubs(), name, body));
         }
         let launcher = env.up().await;
-        env.provider()
-            .await
-            .update_settings(pb::UpdateSettingsRequest {
-                settings: Some(settings),
-            })
-            .await
-            .unwrap();
+        env.update_settings(settings).await;
         let sessions = env.session().await;
         Turns {
             env,
@@ -88,47 +77,31 @@ impl Turns {
     async fn thread(&mut self, provider: &str) -> (String, Events) {
         let created = self
             .sessions
-            .create_session(pb::CreateSessionRequest {
-                origin: ORIGIN.into(),
-                provider: Some(provider.into()),
-                effort_level: None,
-                model: None,
-                skills: None,
-                auto_end_on_disconnect: false,
-                workspace_path: None,
-            })
+            .create_session(create_session_request(Some(provider)))
             .await
             .unwrap()
             .into_inner();
         let id = created.session_id;
-        let mut events = Events(
-            self.sessions
-                .attach(pb::AttachRequest {
-                    session_id: id.clone(),
-                    origin: ORIGIN.into(),
-                    route_id: "route-1".into(),
-                    after_seq: None,
-                })
-                .await
-                .unwrap()
-                .into_inner(),
-        );
-        assert!(matches!(
-            events.next().await.event,
-            Some(Event::Snapshot(_))
-        ));
+        let events = attach_past_snapshot(&mut self.sessions, &id, "route-1").await;
         (id, events)
     }
 
     async fn send(&mut self, id: &str, text: &str) -> Result<String, tonic::Status> {
         self.sessions
-            .send_text(pb::SendTextRequest {
-                session_id: id.into(),
-                origin: ORIGIN.into(),
-                text: text.into(),
-            })
+            .send_text(send_text_request(id, text))
             .await
             .map(|r| r.into_inner().operation_id)
+    }
+
+    /// Sends `text` (must be accepted) and reads the operation it starts.
+    async fn send_and_read(
+        &mut self,
+        id: &str,
+        text: &str,
+        events: &mut Events,
+    ) -> Vec<pb::SessionEvent> {
+        self.send(id, text).await.unwrap();
+        operation(events).await
     }
 
     fn file(&self, name: &str) -> PathBuf {
@@ -145,42 +118,20 @@ impl Turns {
     }
 }
 
-fn thread_req(id: &str) -> pb::ThreadRequest {
-    pb::ThreadRequest {
-        session_id: id.into(),
-        origin: ORIGIN.into(),
-    }
-}
-
-fn settings_with_models(models: &[(&str, &str)]) -> pb::Settings {
-    let mut settings = pb::Settings::default();
-    for (provider, model) in models {
-        settings.profiles.insert(
-            provider.to_string(),
-            pb::ProviderProfiles {
-                levels: [(
-                    "default".to_string(),
-                    pb::EffortProfile {
-                        model: model.to_string(),
-                        effort: String::new(),
-                    },
-                )]
-                .into(),
-            },
-        );
-    }
-    settings
-}
+/// The events of a turn that completes with one chat.
+const COMPLETED_WITH_CHAT: [&str; 5] = [
+    "operation_started",
+    "status:running",
+    "chat",
+    "operation_finished:completed",
+    "status:idle",
+];
 
 /// Reads one operation's events up to the status that follows its end.
 async fn operation(events: &mut Events) -> Vec<pb::SessionEvent> {
     let mut seen = events.until(is_finished).await;
     seen.push(events.next().await);
     seen
-}
-
-fn kinds(events: &[pb::SessionEvent]) -> Vec<String> {
-    events.iter().map(kind).collect()
 }
 
 fn assert_seqs_increase(events: &[pb::SessionEvent], after: u64) {
@@ -228,14 +179,7 @@ async fn read_pid(path: &Path) -> u32 {
 }
 
 async fn assert_gone(pid: u32, what: &str) {
-    let deadline = Instant::now() + PATIENCE;
-    while alive(pid) {
-        assert!(
-            Instant::now() < deadline,
-            "{what} (pid {pid}) still running"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_until(&format!("{what} (pid {pid}) to exit"), || !alive(pid)).await;
 }
 
 #[tokio::test]
@@ -244,40 +188,23 @@ async fn cursor_turn_then_resume_with_model_and_prompt() {
     let mut t = Turns::start(
         env,
         &[("cursor-agent", cursor_ok())],
-        settings_with_models(&[("cursor", "cur-model")]),
+        settings_with_default_models(&[("cursor", "cur-model")]),
     )
     .await;
     let (id, mut events) = t.thread("cursor").await;
 
-    t.send(&id, "first question").await.unwrap();
-    let first = operation(&mut events).await;
-    assert_eq!(
-        kinds(&first),
-        [
-            "operation_started",
-            "status:running",
-            "chat",
-            "operation_finished:completed",
-            "status:idle"
-        ]
-    );
+    let first = t.send_and_read(&id, "first question", &mut events).await;
+    assert_eq!(kinds(&first), COMPLETED_WITH_CHAT);
     assert_seqs_increase(&first, 0);
     assert_eq!(texts(&first), "CURSOR_DONE");
 
-    t.send(&id, "second question").await.unwrap();
-    let second = operation(&mut events).await;
+    let second = t.send_and_read(&id, "second question", &mut events).await;
     assert_eq!(kinds(&second), kinds(&first));
     assert_seqs_increase(&second, first.last().unwrap().seq);
 
     let calls = t.calls("cursor-agent");
     assert_eq!(calls.len(), 2, "{calls:?}");
-    let workspace = t
-        .sessions
-        .get(thread_req(&id))
-        .await
-        .unwrap()
-        .into_inner()
-        .workspace_path;
+    let workspace = snapshot(&mut t.sessions, &id).await.workspace_path;
     assert_eq!(
         calls[0],
         format!("-p --workspace {workspace} --output-format stream-json --force --model cur-model")
@@ -304,28 +231,17 @@ EOF"#;
     let mut t = Turns::start(
         env,
         &[("agy", agy.to_string())],
-        settings_with_models(&[("antigravity", "gemini-3-flash")]),
+        settings_with_default_models(&[("antigravity", "gemini-3-flash")]),
     )
     .await;
     let (id, mut events) = t.thread("antigravity").await;
 
-    t.send(&id, "hello agy").await.unwrap();
-    let first = operation(&mut events).await;
-    assert_eq!(
-        kinds(&first),
-        [
-            "operation_started",
-            "status:running",
-            "chat",
-            "operation_finished:completed",
-            "status:idle"
-        ]
-    );
+    let first = t.send_and_read(&id, "hello agy", &mut events).await;
+    assert_eq!(kinds(&first), COMPLETED_WITH_CHAT);
     assert_seqs_increase(&first, 0);
     assert_eq!(texts(&first), "AGY_DONE");
 
-    t.send(&id, "again").await.unwrap();
-    let second = operation(&mut events).await;
+    let second = t.send_and_read(&id, "again", &mut events).await;
     assert_eq!(kinds(&second), kinds(&first));
 
     let calls = t.calls("agy");
@@ -340,34 +256,9 @@ EOF"#;
     assert_eq!(std::fs::read_to_string(t.file("agy.stdin")).unwrap(), "");
 }
 
-/// A bin dir of hard links to the built binaries plus a stub `pedelec-agent`:
-/// ProviderService looks for the agent beside its own executable first, so a
-/// real `pedelec-agent` in target/debug would otherwise win over a PATH stub.
-fn private_bin_dir(env: &mut TestEnv) -> PathBuf {
-    let dir = env.root.path().join("bin");
-    std::fs::create_dir_all(&dir).unwrap();
-    for entry in std::fs::read_dir(bin_dir()).unwrap().flatten() {
-        let name = entry.file_name();
-        let name = name.to_string_lossy();
-        let is_binary = entry.file_type().is_ok_and(|t| t.is_file())
-            && (name == "pedelecd" || name.starts_with("pedelec-"))
-            && !name.contains('.');
-        if is_binary && name != "pedelec-agent" {
-            let target = dir.join(&*name);
-            if std::fs::hard_link(entry.path(), &target).is_err() {
-                std::fs::copy(entry.path(), &target).unwrap();
-            }
-        }
-    }
-    env.extra_env
-        .insert("PEDELEC_BIN_DIR".into(), dir.display().to_string());
-    dir
-}
-
 #[tokio::test]
 async fn ollama_agent_streams_deltas_and_usage_then_resumes() {
     let mut env = TestEnv::new();
-    let bins = private_bin_dir(&mut env);
     let body = r#"/bin/cat <<'EOF'
 {"type":"session","id":"ol-sess-1"}
 {"type":"chat_delta","text":"Hel"}
@@ -376,17 +267,16 @@ async fn ollama_agent_streams_deltas_and_usage_then_resumes() {
 {"type":"usage","input":120,"output":2}
 EOF"#;
     let script = stub_script(&env.stubs(), "pedelec-agent", body);
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let path = bins.join("pedelec-agent");
-        std::fs::write(&path, format!("#!/bin/sh\n{script}\n")).unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
-    let mut t = Turns::start(env, &[], settings_with_models(&[("ollama", "llama3.2")])).await;
+    env.install_stub_agent(&script);
+    let mut t = Turns::start(
+        env,
+        &[],
+        settings_with_default_models(&[("ollama", "llama3.2")]),
+    )
+    .await;
     let (id, mut events) = t.thread("ollama").await;
 
-    t.send(&id, "hi").await.unwrap();
-    let first = operation(&mut events).await;
+    let first = t.send_and_read(&id, "hi", &mut events).await;
     assert_eq!(
         kinds(&first),
         [
@@ -401,29 +291,16 @@ EOF"#;
     );
     assert_seqs_increase(&first, 0);
     assert_eq!(texts(&first), "Hello");
-    let usage = first
-        .iter()
-        .find_map(|e| match &e.event {
-            Some(Event::Usage(u)) => Some(*u),
-            _ => None,
-        })
-        .unwrap();
+    let usage = first_usage(&first).unwrap();
     assert_eq!(
         (usage.input_tokens, usage.output_tokens, usage.total_tokens),
         (120, 2, 122)
     );
 
-    t.send(&id, "more").await.unwrap();
-    let second = operation(&mut events).await;
+    let second = t.send_and_read(&id, "more", &mut events).await;
     assert_eq!(kinds(&second), kinds(&first));
     // Usage increments add up over the thread.
-    let total = second
-        .iter()
-        .find_map(|e| match &e.event {
-            Some(Event::Usage(u)) => Some(u.total_tokens),
-            _ => None,
-        })
-        .unwrap();
+    let total = first_usage(&second).unwrap().total_tokens;
     assert_eq!(total, 244);
 
     let calls = t.calls("pedelec-agent");
@@ -433,8 +310,17 @@ EOF"#;
     assert!(calls[1].ends_with("--session-id ol-sess-1"), "{}", calls[1]);
 }
 
-#[tokio::test]
-async fn busy_while_running_and_cancel_kills_the_stub() {
+/// A running cursor turn whose stub hangs with a child of its own.
+struct HangingTurn {
+    t: Turns,
+    id: String,
+    events: Events,
+    pid: u32,
+    child: u32,
+}
+
+/// Starts a cursor thread and a turn whose stub hangs; waits for its pids.
+async fn hanging_cursor_turn() -> HangingTurn {
     let env = TestEnv::new();
     let body = format!(
         "{}\n{}",
@@ -442,14 +328,32 @@ async fn busy_while_running_and_cancel_kills_the_stub() {
         hang(&env.stubs(), "cursor-agent")
     );
     let mut t = Turns::start(env, &[("cursor-agent", body)], pb::Settings::default()).await;
-    let (id, mut events) = t.thread("cursor").await;
+    let (id, events) = t.thread("cursor").await;
 
     t.send(&id, "work").await.unwrap();
     let pid = read_pid(&t.file("cursor-agent.pid")).await;
     let child = read_pid(&t.file("cursor-agent.child")).await;
+    HangingTurn {
+        t,
+        id,
+        events,
+        pid,
+        child,
+    }
+}
+
+#[tokio::test]
+async fn busy_while_running_and_cancel_kills_the_stub() {
+    let HangingTurn {
+        mut t,
+        id,
+        mut events,
+        pid,
+        child,
+    } = hanging_cursor_turn().await;
     assert_eq!(code(t.send(&id, "more").await), "SESSION_BUSY");
 
-    t.sessions.cancel(thread_req(&id)).await.unwrap();
+    t.sessions.cancel(thread_request(&id)).await.unwrap();
     let seen = operation(&mut events).await;
     assert_eq!(
         kinds(&seen),
@@ -464,25 +368,20 @@ async fn busy_while_running_and_cancel_kills_the_stub() {
     assert_seqs_increase(&seen, 0);
     assert_gone(pid, "the stub").await;
     assert_gone(child, "the stub's child").await;
-    let snapshot = t.sessions.get(thread_req(&id)).await.unwrap().into_inner();
+    let snapshot = snapshot(&mut t.sessions, &id).await;
     assert_eq!(snapshot.status, pb::SessionStatus::Idle as i32);
 }
 
 #[tokio::test]
 async fn end_kills_a_running_turn() {
-    let env = TestEnv::new();
-    let body = format!(
-        "{}\n{}",
-        cursor_init_line(),
-        hang(&env.stubs(), "cursor-agent")
-    );
-    let mut t = Turns::start(env, &[("cursor-agent", body)], pb::Settings::default()).await;
-    let (id, mut events) = t.thread("cursor").await;
-
-    t.send(&id, "work").await.unwrap();
-    let pid = read_pid(&t.file("cursor-agent.pid")).await;
-    let child = read_pid(&t.file("cursor-agent.child")).await;
-    t.sessions.end(thread_req(&id)).await.unwrap();
+    let HangingTurn {
+        mut t,
+        id,
+        mut events,
+        pid,
+        child,
+    } = hanging_cursor_turn().await;
+    t.sessions.end(thread_request(&id)).await.unwrap();
     let seen = events
         .until(|e| matches!(e.event, Some(Event::Ended(_))))
         .await;
@@ -519,8 +418,7 @@ fi
     let mut t = Turns::start(env, &[("cursor-agent", body)], pb::Settings::default()).await;
     let (id, mut events) = t.thread("cursor").await;
 
-    t.send(&id, "try").await.unwrap();
-    let failed = operation(&mut events).await;
+    let failed = t.send_and_read(&id, "try", &mut events).await;
     assert_eq!(
         kinds(&failed),
         [
@@ -543,18 +441,8 @@ fi
     assert_eq!(details["exitCode"], 1, "{details}");
     assert_eq!(details["stderrTail"], "stub: giving up\n", "{details}");
 
-    t.send(&id, "again").await.unwrap();
-    let ok = operation(&mut events).await;
-    assert_eq!(
-        kinds(&ok),
-        [
-            "operation_started",
-            "status:running",
-            "chat",
-            "operation_finished:completed",
-            "status:idle"
-        ]
-    );
+    let ok = t.send_and_read(&id, "again", &mut events).await;
+    assert_eq!(kinds(&ok), COMPLETED_WITH_CHAT);
 }
 
 #[tokio::test]
@@ -563,8 +451,7 @@ async fn a_stub_failing_without_an_error_line_shows_its_stderr() {
     let body = "echo 'cursor-agent: not logged in' >&2; exit 2".to_string();
     let mut t = Turns::start(env, &[("cursor-agent", body)], pb::Settings::default()).await;
     let (id, mut events) = t.thread("cursor").await;
-    t.send(&id, "try").await.unwrap();
-    let failed = operation(&mut events).await;
+    let failed = t.send_and_read(&id, "try", &mut events).await;
     assert_eq!(
         error_message(&failed),
         (
@@ -604,8 +491,7 @@ async fn prepare_obtains_a_session_and_the_next_send_resumes_it() {
         ]
     );
 
-    t.send(&id, "now the task").await.unwrap();
-    let sent = operation(&mut events).await;
+    let sent = t.send_and_read(&id, "now the task", &mut events).await;
     assert_eq!(texts(&sent), "CURSOR_DONE");
     let calls = t.calls("cursor-agent");
     assert_eq!(calls.len(), 2);
@@ -622,8 +508,7 @@ async fn a_missing_program_fails_with_provider_not_found() {
     let env = TestEnv::new();
     let mut t = Turns::start(env, &[], pb::Settings::default()).await;
     let (id, mut events) = t.thread("codex").await;
-    t.send(&id, "hello").await.unwrap();
-    let failed = operation(&mut events).await;
+    let failed = t.send_and_read(&id, "hello", &mut events).await;
     assert_eq!(
         kinds(&failed),
         [
