@@ -34,4 +34,11 @@ step "benchmarks (quick: they run; the numbers are not checked)"
 ./tests/bench/run.sh --quick
 
 step "tests"
-cargo test --workspace -- --test-threads="${PEDELEC_TEST_THREADS:-2}"
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+status=0
+cargo test --workspace -- --test-threads="${PEDELEC_TEST_THREADS:-2}" 2>&1 | tee "$log" || status=$?
+# cargo ends on its last (often empty) doc-test binary; close with the totals.
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) g += $i } }
+     END { printf "tests: %d passed, %d failed, %d skipped\n", p, f, g }' "$log"
+exit "$status"
