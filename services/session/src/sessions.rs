@@ -49,6 +49,9 @@ pub(crate) struct Inner {
     pub tools: ToolBridgeServiceClient<Channel>,
 }
 
+/// How many events a route takes from the replay buffer at a time.
+const ROUTE_BATCH: usize = 256;
+
 /// An attached route's stream of events.
 pub type EventStream = mpsc::Receiver<Result<pb::SessionEvent, tonic::Status>>;
 
@@ -329,7 +332,7 @@ impl Sessions {
             let last = t.record.last_seq;
             let initial = match req.after_seq {
                 None => vec![t.snapshot_event(false)],
-                Some(after) => match t.replay.after(after, last) {
+                Some(after) => match t.replay.after(after, last, usize::MAX) {
                     Some(events) => std::iter::once(t.snapshot_event(false))
                         .chain(events)
                         .collect(),
@@ -351,18 +354,30 @@ impl Sessions {
                     return;
                 }
             }
+            // Small batches: a route far behind holds a few hundred cloned
+            // events at a time, not everything it has yet to send.
+            let mut more = false;
             loop {
-                tokio::select! {
-                    _ = tx.closed() => return,
-                    changed = changes.changed() => if changed.is_err() { return },
+                if !more {
+                    tokio::select! {
+                        _ = tx.closed() => return,
+                        changed = changes.changed() => if changed.is_err() { return },
+                    }
                 }
                 let batch = {
                     let mut t = lock(&thread);
-                    let batch = t
-                        .replay
-                        .after(cursor, t.record.last_seq)
-                        .unwrap_or_else(|| vec![t.snapshot_event(true)]);
-                    cursor = t.record.last_seq;
+                    let last = t.record.last_seq;
+                    let batch = match t.replay.after(cursor, last, ROUTE_BATCH) {
+                        Some(events) => {
+                            cursor = events.last().map_or(last, |e| e.seq);
+                            events
+                        }
+                        None => {
+                            cursor = last;
+                            vec![t.snapshot_event(true)]
+                        }
+                    };
+                    more = cursor < last;
                     t.route_took(key, cursor);
                     batch
                 };

@@ -29,7 +29,7 @@ impl Default for ReplayLimits {
         // chat deltas (~60 bytes each) from a fast agent fits while a route
         // catches up, instead of turning into a replay gap.
         ReplayLimits {
-            max_events: 1 << 17,
+            max_events: 1 << 15,
             max_bytes: 8 << 20,
         }
     }
@@ -87,9 +87,9 @@ impl ReplayBuffer {
         count > self.limits.max_events / 2 || bytes > (self.limits.max_bytes / 2) as u64
     }
 
-    /// Events with seq > `after`, or None when some of them are no longer held
-    /// (`last_seq` is the newest seq handed out).
-    pub fn after(&self, after: u64, last_seq: u64) -> Option<Vec<pb::SessionEvent>> {
+    /// Up to `max` events with seq > `after`, or None when some of them are no
+    /// longer held (`last_seq` is the newest seq handed out).
+    pub fn after(&self, after: u64, last_seq: u64, max: usize) -> Option<Vec<pb::SessionEvent>> {
         if after >= last_seq {
             return Some(Vec::new());
         }
@@ -102,6 +102,7 @@ impl ReplayBuffer {
         Some(
             self.events
                 .range(start..)
+                .take(max)
                 .map(|(e, _, _)| e.clone())
                 .collect(),
         )
@@ -425,10 +426,14 @@ mod tests {
         }
         // holds 3, 4, 5
         let seqs = |v: Vec<pb::SessionEvent>| v.into_iter().map(|e| e.seq).collect::<Vec<_>>();
-        assert_eq!(seqs(buf.after(2, 5).unwrap()), vec![3, 4, 5]);
-        assert_eq!(seqs(buf.after(4, 5).unwrap()), vec![5]);
-        assert_eq!(seqs(buf.after(5, 5).unwrap()), Vec::<u64>::new());
-        assert!(buf.after(1, 5).is_none());
+        assert_eq!(seqs(buf.after(2, 5, usize::MAX).unwrap()), vec![3, 4, 5]);
+        assert_eq!(seqs(buf.after(4, 5, usize::MAX).unwrap()), vec![5]);
+        assert_eq!(
+            seqs(buf.after(5, 5, usize::MAX).unwrap()),
+            Vec::<u64>::new()
+        );
+        assert!(buf.after(1, 5, usize::MAX).is_none());
+        assert_eq!(seqs(buf.after(2, 5, 2).unwrap()), vec![3, 4]);
     }
 
     #[test]
@@ -466,7 +471,7 @@ mod tests {
             buf.push(event(seq));
         }
         // two events fit: 9 and 10
-        assert_eq!(buf.after(8, 10).unwrap().len(), 2);
-        assert!(buf.after(7, 10).is_none());
+        assert_eq!(buf.after(8, 10, usize::MAX).unwrap().len(), 2);
+        assert!(buf.after(7, 10, usize::MAX).is_none());
     }
 }
