@@ -140,11 +140,22 @@ fn assert_seqs_increase(events: &[pb::SessionEvent], after: u64) {
     assert_eq!(seqs, expected, "{:?}", kinds(events));
 }
 
+/// The completed chat messages' text.
 fn texts(events: &[pb::SessionEvent]) -> String {
     events
         .iter()
         .filter_map(|e| match &e.event {
             Some(Event::Chat(c)) => Some(c.text.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The streamed deltas' text.
+fn delta_texts(events: &[pb::SessionEvent]) -> String {
+    events
+        .iter()
+        .filter_map(|e| match &e.event {
             Some(Event::ChatDelta(d)) => Some(d.text.as_str()),
             _ => None,
         })
@@ -284,12 +295,15 @@ EOF"#;
             "status:running",
             "chat_delta",
             "chat_delta",
+            "chat",
             "usage",
             "operation_finished:completed",
             "status:idle"
         ]
     );
     assert_seqs_increase(&first, 0);
+    // Deltas are the live view; the completed message still comes as chat.
+    assert_eq!(delta_texts(&first), "Hello");
     assert_eq!(texts(&first), "Hello");
     let usage = first_usage(&first).unwrap();
     assert_eq!(

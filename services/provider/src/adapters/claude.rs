@@ -3,8 +3,8 @@
 //! Output: `system`/`init` carries `session_id`; chat is the `text` blocks of top-level
 //! `assistant` messages (tool use and thinking blocks are not chat, and neither are messages of
 //! sub-agents, which carry a `parent_tool_use_id`). When partial messages are on, `stream_event`
-//! `text_delta`s arrive first and the completed `assistant` message repeats them; the parser
-//! remembers which message ids were streamed and does not emit them again.
+//! `text_delta`s arrive first as chat deltas; the completed `assistant` message is still the chat
+//! (the seeds: `onChat` gets each completed message, deltas are a best-effort extra).
 //!
 //! A failed API call shows up as a *synthetic* assistant message (`model: "<synthetic>"`, a
 //! top-level `error` field) holding "API Error: …", then `result` with `is_error: true`. That text
@@ -25,13 +25,15 @@ use super::{
 pub const PROGRAM: &str = "claude";
 
 /// `claude -p …`, prompt on stdin. Runs in the workspace (`cwd`): claude has no directory flag.
-/// As root it needs `IS_SANDBOX=1` in its environment (the spawner's job).
+/// As root it needs `IS_SANDBOX=1` in its environment (the spawner's job). Partial messages
+/// are on so the answer streams into the page as it is written.
 pub fn command(turn: &TurnSpec) -> CommandLine {
     let mut cmd = CommandLine::new(PROGRAM, turn);
     cmd.arg("-p")
         .arg("--output-format")
         .arg("stream-json")
         .arg("--verbose")
+        .arg("--include-partial-messages")
         .arg("--dangerously-skip-permissions");
     if let Some(model) = &turn.model {
         cmd.arg("--model").arg(model);
@@ -48,10 +50,6 @@ pub fn command(turn: &TurnSpec) -> CommandLine {
 #[derive(Debug, Default)]
 pub struct Parser {
     session: SessionOnce,
-    /// Id of the message the current `stream_event`s belong to.
-    streaming: Option<String>,
-    /// Messages whose text already went out as deltas.
-    streamed: Vec<String>,
     /// Text of synthetic assistant messages, waiting for `result`.
     synthetic: Option<String>,
     synthetic_is_error: bool,
@@ -65,20 +63,12 @@ fn top_level(v: &Value) -> bool {
 impl Parser {
     fn stream_event(&mut self, event: &Value, out: &mut Vec<Event>) {
         match str_at(event, "type") {
-            Some("message_start") => {
-                let id = event.get("message").and_then(|m| str_at(m, "id"));
-                self.streaming = Some(id.unwrap_or_default().to_owned());
-            }
             Some("content_block_delta") => {
                 let delta = event.get("delta").unwrap_or(&Value::Null);
                 if str_at(delta, "type") != Some("text_delta") {
                     return;
                 }
                 if let Some(text) = str_at(delta, "text").filter(|t| !t.is_empty()) {
-                    let id = self.streaming.clone().unwrap_or_default();
-                    if !self.streamed.contains(&id) {
-                        self.streamed.push(id);
-                    }
                     out.push(Event::ChatDelta(text.to_owned()));
                 }
             }
@@ -102,10 +92,6 @@ impl Parser {
                 held.push_str(&text);
             }
             self.synthetic_is_error |= is_error;
-            return;
-        }
-        let id = str_at(message, "id").unwrap_or_default();
-        if self.streamed.iter().any(|s| s == id) {
             return;
         }
         out.extend(texts.into_iter().map(Event::Chat));
@@ -210,7 +196,7 @@ mod tests {
     }
 
     #[test]
-    fn run2_deltas_are_not_repeated_by_the_completed_message() {
+    fn run2_deltas_then_the_completed_message() {
         assert_stream(
             Provider::Claude,
             &fixture("claude_run2.jsonl"),
@@ -218,6 +204,7 @@ mod tests {
                 session(SESSION),
                 delta("MOCK_DON"),
                 delta("E: the command ran."),
+                chat("MOCK_DONE: the command ran."),
                 usage(111, 22, false),
             ],
         );
@@ -290,6 +277,7 @@ mod tests {
                 "--output-format",
                 "stream-json",
                 "--verbose",
+                "--include-partial-messages",
                 "--dangerously-skip-permissions"
             ]
         );
@@ -303,7 +291,7 @@ mod tests {
             Some(SESSION),
         ));
         assert_eq!(
-            args(&full)[5..],
+            args(&full)[6..],
             [
                 "--model",
                 "claude-sonnet-4-5",

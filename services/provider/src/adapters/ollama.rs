@@ -16,7 +16,7 @@
 //! |---|---|
 //! | `{"type":"session","id":"…"}` | the agent's session id; passed back as `--session-id` on the next turn. Print it first, once. |
 //! | `{"type":"chat_delta","text":"…"}` | a fragment of the assistant message being streamed |
-//! | `{"type":"chat","text":"…"}` | a whole assistant message. After `chat_delta`s it closes the streamed message and repeats its full text, which Pedelec then drops (the deltas already carried it). Without deltas before it, it is the message. |
+//! | `{"type":"chat","text":"…"}` | a whole assistant message. After `chat_delta`s it closes the streamed message and repeats its full text: deltas are a best-effort live view, `chat` is the message (the SDK's `onChat`). |
 //! | `{"type":"usage","input":N,"output":N}` | tokens of one model call, an increment: `input` = prompt tokens (Ollama's `prompt_eval_count`), `output` = generated tokens (`eval_count`) |
 //! | `{"type":"error","message":"…","details":{…}?}` | the turn failed; `message` is shown to the user, optional `details` is any JSON. At most one, then exit non-zero. |
 //!
@@ -52,7 +52,6 @@ pub fn command(turn: &TurnSpec) -> CommandLine {
 pub struct Parser {
     session: SessionOnce,
     /// Deltas were sent for the message the next `chat` line closes.
-    streaming: bool,
     failed: bool,
 }
 
@@ -68,16 +67,10 @@ impl LineParser for Parser {
             "session" => self.session.offer(str_at(&v, "id"), &mut out),
             "chat_delta" => {
                 if let Some(text) = text {
-                    self.streaming = true;
                     out.push(Event::ChatDelta(text.to_owned()));
                 }
             }
-            "chat" => {
-                let streamed = std::mem::take(&mut self.streaming);
-                if !streamed {
-                    out.extend(text.map(|t| Event::Chat(t.to_owned())));
-                }
-            }
+            "chat" => out.extend(text.map(|t| Event::Chat(t.to_owned()))),
             "usage" => {
                 let (input, output) = (u64_at(&v, "input"), u64_at(&v, "output"));
                 if input > 0 || output > 0 {
@@ -127,6 +120,7 @@ mod tests {
                 session("a1"),
                 delta("Hel"),
                 delta("lo ✓"),
+                chat("Hello ✓"),
                 usage(120, 2, false),
                 chat("Second, unstreamed"),
                 error("ollama: model not found", Some(json!({"status": 404}))),
