@@ -61,18 +61,17 @@ fn top_level(v: &Value) -> bool {
 }
 
 impl Parser {
+    /// Only text deltas are chat; tool-input and thinking deltas are not.
     fn stream_event(&mut self, event: &Value, out: &mut Vec<Event>) {
-        match str_at(event, "type") {
-            Some("content_block_delta") => {
-                let delta = event.get("delta").unwrap_or(&Value::Null);
-                if str_at(delta, "type") != Some("text_delta") {
-                    return;
-                }
-                if let Some(text) = str_at(delta, "text").filter(|t| !t.is_empty()) {
-                    out.push(Event::ChatDelta(text.to_owned()));
-                }
-            }
-            _ => {}
+        if str_at(event, "type") != Some("content_block_delta") {
+            return;
+        }
+        let delta = event.get("delta").unwrap_or(&Value::Null);
+        if str_at(delta, "type") != Some("text_delta") {
+            return;
+        }
+        if let Some(text) = str_at(delta, "text").filter(|t| !t.is_empty()) {
+            out.push(Event::ChatDelta(text.to_owned()));
         }
     }
 
