@@ -14,6 +14,14 @@ pub use codes::{Code, CodedError, code_of_status, status_with_code};
 pub use error::CommonError;
 pub use paths::{DataDir, RuntimeDir};
 
+/// The largest gRPC message a Pedelec server or client accepts or sends
+/// (64 MiB, as the native host accepts). tonic's default decode limit is
+/// 4 MiB and is set per generated server and client, not per channel: every
+/// server sets `.max_decoding_message_size(MAX_GRPC_MESSAGE)
+/// .max_encoding_message_size(MAX_GRPC_MESSAGE)`, and so does every client made
+/// over a channel from [`uds::connect`] / [`uds::connect_lazy`].
+pub const MAX_GRPC_MESSAGE: usize = 64 << 20;
+
 /// The four supervised services and the launcher, with their socket names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ServiceName {
