@@ -8,8 +8,6 @@ use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
 use tokio::net::{UnixListener, UnixStream};
-use tokio_stream::StreamExt;
-use tokio_stream::wrappers::UnixListenerStream;
 use tonic::service::Routes;
 use tonic::transport::{Channel, Endpoint, Server, Uri};
 use tonic_health::ServingStatus;
@@ -90,17 +88,71 @@ pub async fn serve(
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha);
 
-    let incoming = UnixListenerStream::new(listener).filter(|conn| match conn {
-        Ok(stream) => peer_is_same_user(stream),
-        Err(_) => true,
-    });
+    // Accept here rather than in tonic: tonic retries a failed accept at once,
+    // a busy loop while the process is out of file descriptors.
+    let (conn_tx, conn_rx) = tokio::sync::mpsc::channel::<std::io::Result<UnixStream>>(16);
+    let acceptor = tokio::spawn(accept_loop(listener, conn_tx));
+    let incoming = tokio_stream::wrappers::ReceiverStream::new(conn_rx);
+
+    // Attach/Watch/RunTurn streams never end on their own, so a graceful
+    // shutdown would wait for them forever: after the signal, open calls get
+    // SHUTDOWN_GRACE to finish, then the server is dropped regardless.
+    let (fired_tx, fired_rx) = tokio::sync::oneshot::channel::<()>();
+    let shutdown = async move {
+        shutdown.await;
+        let _ = fired_tx.send(());
+    };
     tracing::info!(socket = %path.display(), service = service.as_str(), "serving");
-    let result = Server::builder()
+    let server = Server::builder()
         .add_routes(routes)
-        .serve_with_incoming_shutdown(incoming, shutdown)
-        .await;
+        .serve_with_incoming_shutdown(incoming, shutdown);
+    let grace_over = async move {
+        match fired_rx.await {
+            Ok(()) => tokio::time::sleep(SHUTDOWN_GRACE).await,
+            Err(_) => std::future::pending().await,
+        }
+    };
+    let result = tokio::select! {
+        result = server => result,
+        () = grace_over => {
+            tracing::info!(service = service.as_str(), "open calls did not end within the shutdown grace; closing them");
+            Ok(())
+        }
+    };
+    acceptor.abort();
     let _ = std::fs::remove_file(path);
     result.map_err(|e| CommonError::io(path, std::io::Error::other(e)))
+}
+
+/// How long open calls get to finish after the shutdown signal.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_millis(250);
+
+/// How long accepting pauses after a failed accept (EMFILE and the like).
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
+
+/// Accepts connections, keeps those of this user, and hands them to the
+/// server; on an accept error it logs and pauses instead of spinning.
+async fn accept_loop(
+    listener: UnixListener,
+    conns: tokio::sync::mpsc::Sender<std::io::Result<UnixStream>>,
+) {
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = conns.closed() => return,
+        };
+        match accepted {
+            Ok((stream, _)) => {
+                if peer_is_same_user(&stream) && conns.send(Ok(stream)).await.is_err() {
+                    return;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "accepting a connection failed; retrying shortly");
+                tokio::time::sleep(ACCEPT_BACKOFF).await;
+            }
+        }
+    }
 }
 
 fn endpoint() -> Endpoint {
@@ -127,6 +179,10 @@ fn connector(
 }
 
 /// Connects now; fails at once when nobody serves on `path`.
+///
+/// Message size limits are per generated client, not per channel: callers set
+/// `.max_decoding_message_size(crate::MAX_GRPC_MESSAGE)` and
+/// `.max_encoding_message_size(crate::MAX_GRPC_MESSAGE)` on their client.
 pub async fn connect(path: &Path) -> Result<Channel, CommonError> {
     endpoint()
         .connect_with_connector(connector(path.to_path_buf()))
@@ -138,7 +194,8 @@ pub async fn connect(path: &Path) -> Result<Channel, CommonError> {
 }
 
 /// A channel that connects on first use and reconnects after the peer restarts,
-/// for services that talk to each other under the launcher.
+/// for services that talk to each other under the launcher. Set the message
+/// size limits on the client as for [`connect`].
 pub fn connect_lazy(path: &Path) -> Channel {
     endpoint().connect_with_connector_lazy(connector(path.to_path_buf()))
 }
@@ -188,5 +245,48 @@ mod tests {
         let _again = bind(&path).unwrap();
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
+    }
+
+    /// A call that never ends (health Watch, like Attach or RunTurn) must not
+    /// hold the shutdown: serve returns after the grace and removes the socket.
+    #[tokio::test]
+    async fn shutdown_does_not_wait_for_endless_streams() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("s.sock");
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn({
+            let path = path.clone();
+            async move {
+                serve(&path, ServiceName::Provider, Routes::default(), async {
+                    let _ = stopped.await;
+                })
+                .await
+            }
+        });
+        let mut channel = None;
+        for _ in 0..200 {
+            if let Ok(c) = connect(&path).await {
+                channel = Some(c);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let mut client = HealthClient::new(channel.expect("server came up"));
+        let mut watch = client
+            .watch(HealthCheckRequest {
+                service: String::new(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(watch.message().await.unwrap().is_some());
+
+        stop.send(()).unwrap();
+        tokio::time::timeout(Duration::from_secs(10), server)
+            .await
+            .expect("serve returned despite the open stream")
+            .unwrap()
+            .unwrap();
+        assert!(!path.exists(), "socket removed");
     }
 }
