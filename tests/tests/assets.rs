@@ -363,6 +363,10 @@ async fn upload_list_download_byte_exact_and_throughput() {
         let json = resp.json();
         assert_eq!(json["path"], *path);
         assert_eq!(json["sizeBytes"], data.len() as u64);
+        // The same names and units as `list_assets`: `modifiedAt` in epoch milliseconds.
+        let modified = json["modifiedAt"].as_i64().expect("modifiedAt in ms");
+        assert!((now * 1000 - 60_000..=now * 1000 + 60_000).contains(&modified));
+        assert!(json.get("modifiedAtMs").is_none());
         // On disk, in the workspace, exactly.
         let on_disk = t.assets_root().join(&path[1..]);
         assert_eq!(
@@ -613,9 +617,10 @@ async fn an_expired_ticket_is_refused() {
         (404, "ASSET_TICKET_INVALID")
     );
     assert!(!t.assets_root().join("late.txt").exists());
-    // A preflight for it is refused too.
-    let pre = preflight(&up.url, ORIGIN, "PUT").await;
-    assert_eq!(pre.status, 404);
+    // A preflight for it from another origin is refused, without CORS (its own
+    // origin's preflight: see refusals_of_spent_and_expired_tickets_carry_cors).
+    let pre = preflight(&up.url, OTHER, "PUT").await;
+    assert_eq!(pre.status, 403);
     assert_eq!(pre.header("access-control-allow-origin"), None);
 }
 
@@ -1055,4 +1060,164 @@ async fn grpc_upload_and_read_round_trip() {
         .read(read_request(&t, "/grpc/none.bin"))
         .await;
     assert_eq!(code(missing), "ASSET_NOT_FOUND");
+}
+
+/// The refusal of a spent or expired ticket (and its preflight) carries the
+/// ticket's origin in CORS for one more TTL, so the page reads
+/// ASSET_TICKET_INVALID instead of "Failed to fetch"; other origins get nothing.
+#[tokio::test]
+async fn refusals_of_spent_and_expired_tickets_carry_cors() {
+    let mut env = TestEnv::with_codex_stub();
+    env.extra_env
+        .insert("PEDELEC_ASSET_TICKET_TTL_MS".into(), "1500".into());
+    let f = Fixture::start(env).await;
+    let t = f.thread().await;
+
+    // Spent: the reuse and its preflight answer the ticket's origin.
+    let up = f.upload_ticket(&t, Some("/s.txt"), "x", 1).await.unwrap();
+    assert_eq!(put(&up, b"s", &[("origin", ORIGIN)]).await.status, 201);
+    let pre = preflight(&up.url, ORIGIN, "PUT").await;
+    assert_eq!(pre.status, 204);
+    assert_eq!(pre.header("access-control-allow-origin"), Some(ORIGIN));
+    let reused = put(&up, b"s", &[("origin", ORIGIN)]).await;
+    assert_eq!(
+        (reused.status, reused.code().as_str()),
+        (404, "ASSET_TICKET_INVALID")
+    );
+    assert_eq!(reused.header("access-control-allow-origin"), Some(ORIGIN));
+    let down = f.download_ticket(&t, "/s.txt").await.unwrap();
+    assert_eq!(get(&down, &[("origin", ORIGIN)]).await.status, 200);
+    let reused = get(&down, &[("origin", ORIGIN)]).await;
+    assert_eq!(
+        (reused.status, reused.code().as_str()),
+        (404, "ASSET_TICKET_INVALID")
+    );
+    assert_eq!(reused.header("access-control-allow-origin"), Some(ORIGIN));
+    // Another origin still learns nothing.
+    let other = put(&up, b"s", &[("origin", OTHER)]).await;
+    assert_eq!(other.status, 404);
+    assert_eq!(other.header("access-control-allow-origin"), None);
+    let pre = preflight(&up.url, OTHER, "PUT").await;
+    assert_eq!(pre.status, 403);
+    assert_eq!(pre.header("access-control-allow-origin"), None);
+    // A ticket that never existed: no CORS either.
+    let never = up.url.replace("/tkt_", "/tkt_0");
+    let pre = preflight(&never, ORIGIN, "PUT").await;
+    assert_eq!(pre.status, 404);
+    assert_eq!(pre.header("access-control-allow-origin"), None);
+
+    // Expired (unused): the same.
+    let late = f
+        .upload_ticket(&t, Some("/late.txt"), "x", 1)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    let pre = preflight(&late.url, ORIGIN, "PUT").await;
+    assert_eq!(pre.status, 204);
+    assert_eq!(pre.header("access-control-allow-origin"), Some(ORIGIN));
+    let resp = put(&late, b"x", &[("origin", ORIGIN)]).await;
+    assert_eq!(
+        (resp.status, resp.code().as_str()),
+        (404, "ASSET_TICKET_INVALID")
+    );
+    assert_eq!(resp.header("access-control-allow-origin"), Some(ORIGIN));
+    assert!(!t.assets_root().join("late.txt").exists());
+
+    // After one more TTL the id is forgotten: no CORS any more.
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    let resp = put(&late, b"x", &[("origin", ORIGIN)]).await;
+    assert_eq!(resp.status, 404);
+    assert_eq!(resp.header("access-control-allow-origin"), None);
+}
+
+/// A page cannot pile up tickets: at most 64 open ones per thread.
+#[tokio::test]
+async fn open_tickets_are_capped_per_thread() {
+    let f = Fixture::new().await;
+    let t = f.thread().await;
+    let other_thread = f.thread().await;
+    assert_eq!(f.put(&t, "/n.txt", b"n").await.status, 201);
+    let mut first = None;
+    for _ in 0..64 {
+        let ticket = f.upload_ticket(&t, Some("/n.txt"), "x", 1).await.unwrap();
+        first.get_or_insert(ticket);
+    }
+    let refused = f.upload_ticket(&t, Some("/n.txt"), "x", 1).await;
+    let status = refused.unwrap_err();
+    assert_eq!(code_of_status(&status).as_deref(), Some("INVALID_INPUT"));
+    assert!(
+        status.message().contains("too many open tickets"),
+        "{}",
+        status.message()
+    );
+    assert_eq!(code(f.download_ticket(&t, "/n.txt").await), "INVALID_INPUT");
+    // Another thread is not affected.
+    f.upload_ticket(&other_thread, Some("/n.txt"), "x", 1)
+        .await
+        .unwrap();
+    // Using a ticket frees its place.
+    assert_eq!(
+        put(&first.unwrap(), b"n", &[("origin", ORIGIN)])
+            .await
+            .status,
+        201
+    );
+    f.download_ticket(&t, "/n.txt").await.unwrap();
+}
+
+/// An explicit workspace deleted behind Pedelec's back: WORKSPACE_OPEN_FAILED,
+/// not INTERNAL or an empty list.
+#[tokio::test]
+async fn a_deleted_workspace_is_workspace_open_failed() {
+    let f = Fixture::new().await;
+    let dir = f.env.root.path().join("app-ws");
+    std::fs::create_dir(&dir).unwrap();
+    let mut request = create_session_request(Some("codex"));
+    request.workspace_path = Some(dir.display().to_string());
+    let created = f
+        .env
+        .session()
+        .await
+        .create_session(request)
+        .await
+        .unwrap()
+        .into_inner();
+    let t = Thread {
+        id: created.session_id,
+        workspace: dir.clone(),
+    };
+    assert_eq!(f.put(&t, "/a.txt", b"a").await.status, 201);
+    let early = f.download_ticket(&t, "/a.txt").await.unwrap();
+
+    std::fs::remove_dir_all(&dir).unwrap();
+    let mut assets = f.assets.clone();
+    let list = assets
+        .list(pb::ListAssetsRequest {
+            session_id: t.id.clone(),
+            origin: ORIGIN.into(),
+        })
+        .await;
+    assert_eq!(code(list), "WORKSPACE_OPEN_FAILED");
+    assert_eq!(
+        code(f.upload_ticket(&t, Some("/b.txt"), "x", 1).await),
+        "WORKSPACE_OPEN_FAILED"
+    );
+    assert_eq!(
+        code(f.download_ticket(&t, "/a.txt").await),
+        "WORKSPACE_OPEN_FAILED"
+    );
+    let read = assets.read(read_request(&t, "/a.txt")).await;
+    assert_eq!(code(read), "WORKSPACE_OPEN_FAILED");
+    let resp = get(&early, &[("origin", ORIGIN)]).await;
+    assert_eq!(
+        (resp.status, resp.code().as_str()),
+        (409, "WORKSPACE_OPEN_FAILED")
+    );
+    // A file where the folder was is no workspace either, and nothing is created.
+    std::fs::write(&dir, b"not a folder").unwrap();
+    assert_eq!(
+        code(f.upload_ticket(&t, Some("/b.txt"), "x", 1).await),
+        "WORKSPACE_OPEN_FAILED"
+    );
+    assert!(dir.is_file());
 }

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use pb::session_service_client::SessionServiceClient;
-use pedelec_common::{Code, CodedError};
+use pedelec_common::{Code, CodedError, MAX_GRPC_MESSAGE};
 use pedelec_proto::v1 as pb;
 use tokio::io::{AsyncWriteExt, BufWriter};
 use tonic::transport::Channel;
@@ -52,7 +52,9 @@ pub struct Assets {
 impl Assets {
     pub fn new(sessions: Channel, limits: Limits, base_url: String) -> Assets {
         Assets {
-            sessions: SessionServiceClient::new(sessions),
+            sessions: SessionServiceClient::new(sessions)
+                .max_decoding_message_size(MAX_GRPC_MESSAGE)
+                .max_encoding_message_size(MAX_GRPC_MESSAGE),
             tickets: Tickets::new(limits.ticket_ttl),
             limits,
             base_url,
@@ -89,7 +91,15 @@ impl Assets {
                 std::io::Error::other("SessionService reported no workspace"),
             ));
         }
-        Ok(PathBuf::from(snapshot.workspace_path))
+        let workspace = PathBuf::from(snapshot.workspace_path);
+        // An explicit workspace can be deleted or replaced behind Pedelec's back.
+        if !std::fs::metadata(&workspace).is_ok_and(|md| md.is_dir()) {
+            return Err(AssetError::WorkspaceOpenFailed(format!(
+                "the workspace {} of thread {session_id} is missing or not a folder",
+                workspace.display()
+            )));
+        }
+        Ok(workspace)
     }
 
     fn check_size(&self, size: u64) -> Result<(), AssetError> {
@@ -102,16 +112,16 @@ impl Assets {
         Ok(())
     }
 
-    fn ticket(&self, grant: Grant) -> pb::Ticket {
+    fn ticket(&self, grant: Grant) -> Result<pb::Ticket, AssetError> {
         let kind = grant.kind;
         let path = grant.path.to_string();
-        let issued = self.tickets.issue(grant);
-        pb::Ticket {
+        let issued = self.tickets.issue(grant)?;
+        Ok(pb::Ticket {
             url: format!("{}/assets/{}/{}", self.base_url, kind.as_str(), issued.id),
             token: issued.token,
             expires_at: Some(pedelec_common::to_timestamp(issued.expires_at)),
             path,
-        }
+        })
     }
 
     pub async fn create_upload_ticket(
@@ -140,14 +150,13 @@ impl Assets {
         if let Leaf::Dir = paths::inspect(&root, &path)? {
             return Err(AssetError::PathInvalid(format!("{path} is a folder")));
         }
-        Ok(self.ticket(Grant {
+        self.ticket(Grant {
             kind: Kind::Upload,
             session_id: req.session_id,
             origin: req.origin,
             path,
             size: req.size_bytes,
-            content_type: req.content_type,
-        }))
+        })
     }
 
     pub async fn create_download_ticket(
@@ -158,14 +167,13 @@ impl Assets {
         check_origin(&req.origin)?;
         let path = AssetPath::parse(&req.path)?;
         existing_file(&workspace, &path)?;
-        Ok(self.ticket(Grant {
+        self.ticket(Grant {
             kind: Kind::Download,
             session_id: req.session_id,
             origin: req.origin,
             path,
             size: 0,
-            content_type: String::new(),
-        }))
+        })
     }
 
     pub async fn list(&self, session_id: &str, origin: &str) -> Result<Vec<pb::Asset>, AssetError> {

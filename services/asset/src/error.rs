@@ -26,6 +26,9 @@ pub enum AssetError {
     SessionEnded(String),
     #[error("{0}")]
     InvalidInput(String),
+    /// The thread's workspace folder is gone (or is no folder any more).
+    #[error("{0}")]
+    WorkspaceOpenFailed(String),
     #[error("{0}")]
     PathInvalid(String),
     #[error("no asset at {0}")]
@@ -70,6 +73,7 @@ impl AssetError {
             AssetError::SessionEnded(_) => Code::SESSION_ENDED,
             AssetError::InvalidInput(_) | AssetError::SizeMismatch { .. } => Code::INVALID_INPUT,
             AssetError::PathInvalid(_) => Code::ASSET_PATH_INVALID,
+            AssetError::WorkspaceOpenFailed(_) => Code::WORKSPACE_OPEN_FAILED,
             AssetError::NotFound(_) => Code::ASSET_NOT_FOUND,
             AssetError::TooLarge { .. } => Code::ASSET_TOO_LARGE,
             AssetError::TicketInvalid { .. } => Code::ASSET_TICKET_INVALID,
@@ -96,7 +100,7 @@ impl AssetError {
             Some(Code::ASSET_NOT_FOUND | Code::THREAD_NOT_FOUND) => StatusCode::NOT_FOUND,
             Some(Code::THREAD_ACCESS_DENIED) => StatusCode::FORBIDDEN,
             Some(Code::ASSET_TOO_LARGE) => StatusCode::PAYLOAD_TOO_LARGE,
-            Some(Code::SESSION_ENDED) => StatusCode::CONFLICT,
+            Some(Code::SESSION_ENDED | Code::WORKSPACE_OPEN_FAILED) => StatusCode::CONFLICT,
             Some(Code::CORE_UNAVAILABLE) => StatusCode::SERVICE_UNAVAILABLE,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         }

@@ -124,10 +124,12 @@ async fn handle(assets: &Assets, hosts: &[String], req: Request<Incoming>) -> Re
         return preflight(assets, kind, &id, origin.as_deref(), req.headers());
     }
     // The CORS headers go on every answer, errors included, but only for the
-    // origin the ticket was issued to.
+    // origin the ticket was issued to; looked up before the ticket is spent, and
+    // a spent or expired ticket's origin is remembered for one more TTL, so the
+    // page can read why a reused or late ticket is refused.
     let cors = origin
         .as_deref()
-        .filter(|o| assets.tickets().origin_of(&id, kind).as_deref() == Some(*o))
+        .filter(|o| assets.tickets().cors_origin(&id, kind).as_deref() == Some(*o))
         .map(str::to_string);
     if req.method() != method_of(kind) {
         let e = AssetError::InvalidInput(format!("use {} for this URL", method_of(kind)));
@@ -176,8 +178,12 @@ fn preflight(
     origin: Option<&str>,
     headers: &HeaderMap,
 ) -> Response<HttpBody> {
-    let Some(ticket_origin) = assets.tickets().origin_of(id, kind) else {
-        let e = AssetError::ticket(TicketRefusal::Unknown, "no live ticket for this URL");
+    // A spent or expired ticket (for one more TTL) still gets its preflight
+    // answered for its own origin: a browser whose preflight fails reports only
+    // "Failed to fetch", never the ASSET_TICKET_INVALID of the request itself.
+    // The preflight grants nothing; the request still needs a live ticket.
+    let Some(ticket_origin) = assets.tickets().cors_origin(id, kind) else {
+        let e = AssetError::ticket(TicketRefusal::Unknown, "no such ticket for this URL");
         return error_response(&e, e.http_status(), None);
     };
     if origin != Some(ticket_origin.as_str()) {
@@ -277,14 +283,16 @@ async fn upload(
     }
     let asset = sink.finish().await?;
     tracing::info!(path = %asset.path, bytes = asset.size_bytes, thread = %grant.session_id, "asset uploaded");
-    let modified_ms = asset
+    // The same field names and units as the native host's `list_assets`
+    // (`modifiedAt`: Unix epoch milliseconds).
+    let modified_at = asset
         .modified_at
         .map(|t| t.seconds * 1000 + i64::from(t.nanos) / 1_000_000);
     let json = serde_json::json!({
         "name": asset.name,
         "path": asset.path,
         "sizeBytes": asset.size_bytes,
-        "modifiedAtMs": modified_ms,
+        "modifiedAt": modified_at,
     });
     Ok(json_response(StatusCode::CREATED, &json))
 }

@@ -7,7 +7,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use pedelec_common::{DataDir, RuntimeDir, ServiceName, uds};
+use pedelec_common::{DataDir, MAX_GRPC_MESSAGE, RuntimeDir, ServiceName, uds};
 use pedelec_proto::v1::asset_service_server::AssetServiceServer;
 use tonic::service::Routes;
 
@@ -57,7 +57,10 @@ pub async fn run_until(
     let assets = Arc::new(Assets::new(sessions, limits, format!("http://{addr}")));
     tracing::info!(%addr, max_asset_bytes = limits.max_asset_bytes, ticket_ttl_ms = limits.ticket_ttl.as_millis() as u64, "transfer server listening");
     let transfer = tokio::spawn(http::serve(listener, assets.clone()));
-    let routes = Routes::new(AssetServiceServer::new(AssetGrpc::new(assets)));
+    let server = AssetServiceServer::new(AssetGrpc::new(assets))
+        .max_decoding_message_size(MAX_GRPC_MESSAGE)
+        .max_encoding_message_size(MAX_GRPC_MESSAGE);
+    let routes = Routes::new(server);
     let socket = config.runtime_dir.socket(ServiceName::Asset);
     let result = uds::serve(&socket, ServiceName::Asset, routes, shutdown).await;
     transfer.abort();

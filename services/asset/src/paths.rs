@@ -87,10 +87,6 @@ impl AssetPath {
         self.segments.last().map(String::as_str).unwrap_or_default()
     }
 
-    pub fn segments(&self) -> &[String] {
-        &self.segments
-    }
-
     /// The file's location under `root`.
     pub fn under(&self, root: &Path) -> PathBuf {
         let mut p = root.to_path_buf();

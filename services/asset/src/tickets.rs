@@ -2,8 +2,13 @@
 //! token's SHA-256 is kept, so a memory dump or a log line never holds a usable
 //! token. A ticket is single use and short lived, and bound to its thread, path,
 //! origin, kind and (for uploads) announced size.
+//!
+//! Live tickets are capped per thread and in total. They are indexed by expiry
+//! too, so sweeping the expired ones costs only what it removes. A spent or
+//! expired ticket's origin and kind are kept one more TTL, so its refusal still
+//! carries the CORS headers the page needs to read `ASSET_TICKET_INVALID`.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -11,6 +16,13 @@ use sha2::{Digest, Sha256};
 
 use crate::error::{AssetError, TicketRefusal};
 use crate::paths::AssetPath;
+
+/// Most live (unspent, unexpired) tickets one thread may hold.
+pub const MAX_TICKETS_PER_THREAD: usize = 64;
+/// Most live tickets in all.
+pub const MAX_TICKETS: usize = 4096;
+/// Most spent/expired ticket ids remembered for CORS; the oldest go first.
+const MAX_REMEMBERED: usize = 4 * MAX_TICKETS;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -36,8 +48,6 @@ pub struct Grant {
     pub path: AssetPath,
     /// The announced size (uploads; 0 for downloads).
     pub size: u64,
-    /// The announced content type (uploads; may be empty).
-    pub content_type: String,
 }
 
 /// A freshly issued ticket: the only time the token exists in clear.
@@ -54,9 +64,74 @@ struct Entry {
     expires: Instant,
 }
 
+/// A spent or expired ticket, remembered for CORS only.
+struct Spent {
+    kind: Kind,
+    origin: String,
+}
+
+#[derive(Default)]
+struct Store {
+    live: HashMap<String, Entry>,
+    /// `(expires, id)` of every live ticket.
+    live_by_expiry: BTreeSet<(Instant, String)>,
+    /// Live tickets per thread id.
+    per_thread: HashMap<String, usize>,
+    spent: HashMap<String, Spent>,
+    /// `(forget_at, id)` of every remembered ticket.
+    spent_by_expiry: BTreeSet<(Instant, String)>,
+}
+
+impl Store {
+    /// Moves the expired live tickets to the remembered ones and forgets those
+    /// past their second TTL; costs O(log n) per ticket it touches.
+    fn sweep(&mut self, now: Instant, ttl: Duration) {
+        while let Some((expires, _)) = self.live_by_expiry.first()
+            && *expires <= now
+        {
+            let (expires, id) = self.live_by_expiry.pop_first().expect("first exists");
+            self.retire(&id, expires + ttl);
+        }
+        while let Some((forget_at, _)) = self.spent_by_expiry.first()
+            && *forget_at <= now
+        {
+            let (_, id) = self.spent_by_expiry.pop_first().expect("first exists");
+            self.spent.remove(&id);
+        }
+    }
+
+    /// Removes a live ticket (spent or expired) and remembers its origin until
+    /// `forget_at`.
+    fn retire(&mut self, id: &str, forget_at: Instant) -> Option<Grant> {
+        let entry = self.live.remove(id)?;
+        self.live_by_expiry.remove(&(entry.expires, id.to_string()));
+        let thread = &entry.grant.session_id;
+        if let Some(n) = self.per_thread.get_mut(thread) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_thread.remove(thread);
+            }
+        }
+        if self.spent.len() >= MAX_REMEMBERED
+            && let Some((_, oldest)) = self.spent_by_expiry.pop_first()
+        {
+            self.spent.remove(&oldest);
+        }
+        self.spent.insert(
+            id.to_string(),
+            Spent {
+                kind: entry.grant.kind,
+                origin: entry.grant.origin.clone(),
+            },
+        );
+        self.spent_by_expiry.insert((forget_at, id.to_string()));
+        Some(entry.grant)
+    }
+}
+
 pub struct Tickets {
     ttl: Duration,
-    entries: Mutex<HashMap<String, Entry>>,
+    store: Mutex<Store>,
 }
 
 fn hash(token: &str) -> [u8; 32] {
@@ -72,46 +147,83 @@ impl Tickets {
     pub fn new(ttl: Duration) -> Tickets {
         Tickets {
             ttl,
-            entries: Mutex::new(HashMap::new()),
+            store: Mutex::new(Store::default()),
         }
     }
 
-    pub fn ttl(&self) -> Duration {
-        self.ttl
+    fn lock(&self) -> std::sync::MutexGuard<'_, Store> {
+        // A panic while holding the lock cannot leave the maps half-updated.
+        self.store.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
-        // A panic while holding the lock cannot leave the map half-updated.
-        self.entries.lock().unwrap_or_else(|e| e.into_inner())
+    /// Issues a ticket, unless its thread already holds
+    /// [`MAX_TICKETS_PER_THREAD`] live ones or [`MAX_TICKETS`] are live in all
+    /// (`INVALID_INPUT`, "too many open tickets").
+    pub fn issue(&self, grant: Grant) -> Result<Issued, AssetError> {
+        self.issue_at(grant, Instant::now())
     }
 
-    pub fn issue(&self, grant: Grant) -> Issued {
-        let now = Instant::now();
+    fn issue_at(&self, grant: Grant, now: Instant) -> Result<Issued, AssetError> {
+        let mut store = self.lock();
+        store.sweep(now, self.ttl);
+        let thread_open = store
+            .per_thread
+            .get(&grant.session_id)
+            .copied()
+            .unwrap_or(0);
+        if thread_open >= MAX_TICKETS_PER_THREAD {
+            return Err(AssetError::InvalidInput(format!(
+                "too many open tickets: thread {} already holds {MAX_TICKETS_PER_THREAD} unused \
+                 ones; use them or let them expire ({} s)",
+                grant.session_id,
+                self.ttl.as_secs()
+            )));
+        }
+        if store.live.len() >= MAX_TICKETS {
+            return Err(AssetError::InvalidInput(format!(
+                "too many open tickets: {MAX_TICKETS} unused ones in all; use them or let them \
+                 expire ({} s)",
+                self.ttl.as_secs()
+            )));
+        }
         let id = pedelec_common::ids::new_id("tkt");
         let token = pedelec_common::ids::new_secret();
-        let entry = Entry {
-            token_hash: hash(&token),
-            grant,
-            expires: now + self.ttl,
-        };
-        let mut entries = self.lock();
-        // Unused tickets would otherwise pile up; sweeping on issue bounds the map
-        // by the tickets of one TTL window.
-        entries.retain(|_, e| e.expires > now);
-        entries.insert(id.clone(), entry);
-        Issued {
+        let expires = now + self.ttl;
+        *store
+            .per_thread
+            .entry(grant.session_id.clone())
+            .or_default() += 1;
+        store.live_by_expiry.insert((expires, id.clone()));
+        store.live.insert(
+            id.clone(),
+            Entry {
+                token_hash: hash(&token),
+                grant,
+                expires,
+            },
+        );
+        Ok(Issued {
             id,
             token,
             expires_at: SystemTime::now() + self.ttl,
-        }
+        })
     }
 
-    /// The origin a live ticket of `kind` is bound to, for answering a CORS
-    /// preflight; the ticket is not spent.
-    pub fn origin_of(&self, id: &str, kind: Kind) -> Option<String> {
-        let entries = self.lock();
-        let e = entries.get(id)?;
-        (e.grant.kind == kind && e.expires > Instant::now()).then(|| e.grant.origin.clone())
+    /// The origin a ticket of `kind` is bound to, for the CORS headers of a
+    /// preflight or an answer: live tickets, and spent or expired ones for one
+    /// more TTL (so their refusal reaches the page). Spends nothing.
+    pub fn cors_origin(&self, id: &str, kind: Kind) -> Option<String> {
+        self.cors_origin_at(id, kind, Instant::now())
+    }
+
+    fn cors_origin_at(&self, id: &str, kind: Kind, now: Instant) -> Option<String> {
+        let mut store = self.lock();
+        store.sweep(now, self.ttl);
+        if let Some(e) = store.live.get(id) {
+            return (e.grant.kind == kind).then(|| e.grant.origin.clone());
+        }
+        let s = store.spent.get(id)?;
+        (s.kind == kind).then(|| s.origin.clone())
     }
 
     /// Spends the ticket if `token` and `origin` (the request's `Origin` header,
@@ -149,14 +261,11 @@ impl Tickets {
                 ),
             )
         };
-        let mut entries = self.lock();
-        let Some(entry) = entries.get(id) else {
+        let mut store = self.lock();
+        store.sweep(now, self.ttl);
+        let Some(entry) = store.live.get(id) else {
             return Err(unknown());
         };
-        if entry.expires <= now {
-            entries.remove(id);
-            return Err(unknown());
-        }
         if entry.grant.kind != kind {
             return Err(unknown());
         }
@@ -174,12 +283,18 @@ impl Tickets {
                 format!("the ticket is not valid for origin {origin}"),
             ));
         }
-        Ok(entries.remove(id).expect("entry present").grant)
+        Ok(store.retire(id, now + self.ttl).expect("entry present"))
     }
 
     #[cfg(test)]
     fn stored_hash(&self, id: &str) -> Option<[u8; 32]> {
-        self.lock().get(id).map(|e| e.token_hash)
+        self.lock().live.get(id).map(|e| e.token_hash)
+    }
+
+    #[cfg(test)]
+    fn counts(&self) -> (usize, usize, usize) {
+        let s = self.lock();
+        (s.live.len(), s.live_by_expiry.len(), s.spent.len())
     }
 }
 
@@ -188,13 +303,16 @@ mod tests {
     use super::*;
 
     fn grant(kind: Kind) -> Grant {
+        grant_for(kind, "thr_1")
+    }
+
+    fn grant_for(kind: Kind, thread: &str) -> Grant {
         Grant {
             kind,
-            session_id: "thr_1".into(),
+            session_id: thread.into(),
             origin: "https://app.example".into(),
             path: AssetPath::parse("/a.txt").unwrap(),
             size: 3,
-            content_type: "text/plain".into(),
         }
     }
 
@@ -208,8 +326,8 @@ mod tests {
     #[test]
     fn the_token_is_random_long_and_stored_only_hashed() {
         let t = Tickets::new(Duration::from_secs(60));
-        let a = t.issue(grant(Kind::Upload));
-        let b = t.issue(grant(Kind::Upload));
+        let a = t.issue(grant(Kind::Upload)).unwrap();
+        let b = t.issue(grant(Kind::Upload)).unwrap();
         assert_ne!(a.token, b.token);
         assert_ne!(a.id, b.id);
         assert!(a.token.len() >= 32, "at least 128 bits of hex");
@@ -226,7 +344,7 @@ mod tests {
     #[test]
     fn a_ticket_is_single_use_and_a_refusal_does_not_spend_it() {
         let t = Tickets::new(Duration::from_secs(60));
-        let i = t.issue(grant(Kind::Upload));
+        let i = t.issue(grant(Kind::Upload)).unwrap();
         let origin = Some("https://app.example");
         assert_eq!(
             refusal(t.redeem(&i.id, Kind::Upload, None, origin)),
@@ -249,8 +367,8 @@ mod tests {
             refusal(t.redeem(&i.id, Kind::Download, Some(&i.token), origin)),
             TicketRefusal::Unknown
         );
-        assert_eq!(t.origin_of(&i.id, Kind::Upload).as_deref(), origin);
-        assert_eq!(t.origin_of(&i.id, Kind::Download), None);
+        assert_eq!(t.cors_origin(&i.id, Kind::Upload).as_deref(), origin);
+        assert_eq!(t.cors_origin(&i.id, Kind::Download), None);
         let g = t
             .redeem(&i.id, Kind::Upload, Some(&i.token), origin)
             .unwrap();
@@ -259,9 +377,12 @@ mod tests {
             refusal(t.redeem(&i.id, Kind::Upload, Some(&i.token), origin)),
             TicketRefusal::Unknown
         );
-        assert_eq!(t.origin_of(&i.id, Kind::Upload), None);
+        // Spent, but its origin still gets CORS headers on the refusal.
+        assert_eq!(t.cors_origin(&i.id, Kind::Upload).as_deref(), origin);
+        assert_eq!(t.cors_origin(&i.id, Kind::Download), None);
+        assert_eq!(t.cors_origin("tkt_never", Kind::Upload), None);
         // No Origin header (a local, non-browser client) is accepted.
-        let j = t.issue(grant(Kind::Download));
+        let j = t.issue(grant(Kind::Download)).unwrap();
         assert!(
             t.redeem(&j.id, Kind::Download, Some(&j.token), None)
                 .is_ok()
@@ -269,22 +390,102 @@ mod tests {
     }
 
     #[test]
-    fn a_ticket_expires() {
-        let t = Tickets::new(Duration::from_millis(50));
-        let i = t.issue(grant(Kind::Download));
-        let later = Instant::now() + Duration::from_millis(51);
+    fn a_ticket_expires_and_its_origin_is_remembered_one_more_ttl() {
+        let ttl = Duration::from_millis(50);
+        let t = Tickets::new(ttl);
+        let t0 = Instant::now();
+        let i = t.issue_at(grant(Kind::Download), t0).unwrap();
+        assert!(i.expires_at > SystemTime::now());
+        let later = t0 + Duration::from_millis(51);
         assert_eq!(
             refusal(t.redeem_at(&i.id, Kind::Download, Some(&i.token), None, later)),
             TicketRefusal::Unknown
         );
-        // Expiry removed it for good.
+        // Expiry removed it for good, but its origin answers CORS for one more TTL.
         assert!(t.stored_hash(&i.id).is_none());
-        let j = t.issue(grant(Kind::Download));
-        assert!(j.expires_at > SystemTime::now());
-        std::thread::sleep(Duration::from_millis(60));
-        assert_eq!(t.origin_of(&j.id, Kind::Download), None);
-        // Issuing sweeps the expired one.
-        let _k = t.issue(grant(Kind::Download));
-        assert!(t.stored_hash(&j.id).is_none());
+        assert_eq!(
+            t.cors_origin_at(&i.id, Kind::Download, later).as_deref(),
+            Some("https://app.example")
+        );
+        assert_eq!(
+            t.cors_origin_at(
+                &i.id,
+                Kind::Download,
+                t0 + 2 * ttl + Duration::from_millis(1)
+            ),
+            None
+        );
+        assert_eq!(t.counts(), (0, 0, 0));
+    }
+
+    #[test]
+    fn expired_tickets_are_swept_in_expiry_order() {
+        let t = Tickets::new(Duration::from_secs(10));
+        let t0 = Instant::now();
+        let ids: Vec<String> = (0..5)
+            .map(|i| {
+                t.issue_at(grant(Kind::Upload), t0 + Duration::from_secs(i))
+                    .unwrap()
+                    .id
+            })
+            .collect();
+        // At t0 + 12 s the first three (issued at 0, 1, 2 s) have expired.
+        let now = t0 + Duration::from_secs(12);
+        t.issue_at(grant(Kind::Upload), now).unwrap();
+        assert_eq!(t.counts(), (3, 3, 3));
+        for id in &ids[..3] {
+            assert!(t.stored_hash(id).is_none());
+        }
+        for id in &ids[3..] {
+            assert!(t.stored_hash(id).is_some());
+        }
+    }
+
+    #[test]
+    fn open_tickets_are_capped_per_thread_and_in_total() {
+        let t = Tickets::new(Duration::from_secs(60));
+        let t0 = Instant::now();
+        let mut first = None;
+        for _ in 0..MAX_TICKETS_PER_THREAD {
+            let i = t.issue_at(grant_for(Kind::Upload, "thr_a"), t0).unwrap();
+            first.get_or_insert(i);
+        }
+        let err = t
+            .issue_at(grant_for(Kind::Download, "thr_a"), t0)
+            .unwrap_err();
+        assert!(matches!(&err, AssetError::InvalidInput(m) if m.contains("too many open tickets")));
+        assert_eq!(err.coded().code, "INVALID_INPUT");
+        // Another thread is not affected.
+        t.issue_at(grant_for(Kind::Upload, "thr_b"), t0).unwrap();
+        // Spending one frees a place.
+        let first = first.unwrap();
+        t.redeem_at(&first.id, Kind::Upload, Some(&first.token), None, t0)
+            .unwrap();
+        t.issue_at(grant_for(Kind::Upload, "thr_a"), t0).unwrap();
+        assert!(t.issue_at(grant_for(Kind::Upload, "thr_a"), t0).is_err());
+        // So does expiry.
+        t.issue_at(
+            grant_for(Kind::Upload, "thr_a"),
+            t0 + Duration::from_secs(60),
+        )
+        .unwrap();
+
+        // The total cap, over many threads.
+        let t = Tickets::new(Duration::from_secs(60));
+        for n in 0..MAX_TICKETS {
+            t.issue_at(grant_for(Kind::Upload, &format!("thr_{}", n / 32)), t0)
+                .unwrap();
+        }
+        let err = t
+            .issue_at(grant_for(Kind::Upload, "thr_new"), t0)
+            .unwrap_err();
+        assert!(matches!(&err, AssetError::InvalidInput(m) if m.contains("too many open tickets")));
+        assert!(
+            t.issue_at(
+                grant_for(Kind::Upload, "thr_new"),
+                t0 + Duration::from_secs(60)
+            )
+            .is_ok()
+        );
     }
 }
