@@ -42,9 +42,7 @@ pub enum CliError {
 
 impl CliError {
     pub fn from_status(status: &tonic::Status) -> Self {
-        // A status without a Pedelec code is a transport failure: the service
-        // went away mid-call, which is the same to the caller as not answering.
-        CliError::Service(CodedError::from_status(status, Code::CORE_UNAVAILABLE))
+        CliError::Service(CodedError::from_status(status, classify_status(status)))
     }
 
     /// The Pedelec code reported for this error.
@@ -89,6 +87,25 @@ impl From<pedelec_common::CommonError> for CliError {
             Code::CORE_UNAVAILABLE => CliError::Unavailable(e.to_string()),
             _ => CliError::Service(e.into()),
         }
+    }
+}
+
+/// The Pedelec code of a status that carries none (tonic made it): a size
+/// limit is MESSAGE_TOO_LARGE, a message that does not decode (e.g. prost's
+/// recursion limit) INVALID_INPUT, a transport failure (the service went away
+/// or never answered: the same to the caller as not answering)
+/// CORE_UNAVAILABLE, anything else INTERNAL. The native host maps them alike.
+fn classify_status(status: &tonic::Status) -> Code {
+    use tonic::Code as G;
+    let message = status.message().to_ascii_lowercase();
+    let decode = message.contains("decode") || message.contains("recursion limit");
+    match status.code() {
+        G::ResourceExhausted | G::OutOfRange => Code::MESSAGE_TOO_LARGE,
+        G::InvalidArgument => Code::INVALID_INPUT,
+        G::Internal if decode => Code::INVALID_INPUT,
+        G::Unavailable | G::Unknown | G::Cancelled => Code::CORE_UNAVAILABLE,
+        G::Internal if std::error::Error::source(status).is_some() => Code::CORE_UNAVAILABLE,
+        _ => Code::INTERNAL,
     }
 }
 
@@ -137,6 +154,40 @@ mod tests {
         let e = CliError::from_status(&tonic::Status::unavailable("connection reset"));
         assert_eq!((e.exit_code(), e.code()), (2, "CORE_UNAVAILABLE"));
         assert_eq!(e.to_string(), "connection reset");
+    }
+
+    #[test]
+    fn codeless_size_and_decode_failures_are_not_core_unavailable() {
+        for (status, code, exit) in [
+            (
+                tonic::Status::out_of_range(
+                    "Error, decoded message length too large: found 5000000 bytes, the limit is: 4194304 bytes",
+                ),
+                "MESSAGE_TOO_LARGE",
+                1,
+            ),
+            (
+                tonic::Status::resource_exhausted("message length too large"),
+                "MESSAGE_TOO_LARGE",
+                1,
+            ),
+            (
+                tonic::Status::internal(
+                    "failed to decode Protobuf message: Struct.fields: recursion limit reached",
+                ),
+                "INVALID_INPUT",
+                1,
+            ),
+            (tonic::Status::internal("odd"), "INTERNAL", 1),
+            (
+                tonic::Status::unknown("connection reset"),
+                "CORE_UNAVAILABLE",
+                2,
+            ),
+        ] {
+            let e = CliError::from_status(&status);
+            assert_eq!((e.exit_code(), e.code()), (exit, code), "{status:?}");
+        }
     }
 
     #[test]

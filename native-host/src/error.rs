@@ -74,14 +74,43 @@ impl HostError {
         })
     }
 
-    /// A failed gRPC call. Transport failures carry no Pedelec code and become
-    /// CORE_UNAVAILABLE, as the services are then not reachable.
+    /// A failed gRPC call. A status with a Pedelec code is the service's
+    /// answer and passes unchanged; a codeless one is classified by
+    /// [`classify_status`]: only a transport failure is CORE_UNAVAILABLE.
     pub fn from_status(status: &tonic::Status) -> Self {
-        let coded = CodedError::from_status(status, Code::CORE_UNAVAILABLE);
+        let coded = CodedError::from_status(status, classify_status(status));
         if coded.code == Code::CORE_UNAVAILABLE.as_str() {
             return HostError::CoreUnavailable(coded.message);
         }
         HostError::Service(coded)
+    }
+}
+
+/// The Pedelec code of a status that carries none (tonic made it, on either
+/// side of the socket):
+/// - a size limit (`OutOfRange` "decoded/encoded message length too large", or
+///   `ResourceExhausted`) is MESSAGE_TOO_LARGE;
+/// - a message that does not decode (`InvalidArgument`, or `Internal` "failed to
+///   decode Protobuf message", e.g. prost's 100-level recursion limit) is
+///   INVALID_INPUT;
+/// - a transport failure (`Unavailable`: connect refused, no socket; a status
+///   made from a local transport error; `Unknown`/`Cancelled`: the connection
+///   broke mid-call) is CORE_UNAVAILABLE, the only one that says the services
+///   are down;
+/// - anything else is INTERNAL.
+pub fn classify_status(status: &tonic::Status) -> Code {
+    use tonic::Code as G;
+    let message = status.message().to_ascii_lowercase();
+    let decode = message.contains("decode") || message.contains("recursion limit");
+    match status.code() {
+        G::ResourceExhausted | G::OutOfRange => Code::MESSAGE_TOO_LARGE,
+        G::InvalidArgument => Code::INVALID_INPUT,
+        G::Internal if decode => Code::INVALID_INPUT,
+        G::Unavailable | G::Unknown | G::Cancelled => Code::CORE_UNAVAILABLE,
+        // h2 reports a broken connection as Internal too; only a locally made
+        // status carries the transport error as its source.
+        G::Internal if std::error::Error::source(status).is_some() => Code::CORE_UNAVAILABLE,
+        _ => Code::INTERNAL,
     }
 }
 
@@ -106,5 +135,48 @@ mod tests {
         let e = HostError::from_status(&tonic::Status::unavailable("connection refused"));
         assert_eq!(e.code(), "CORE_UNAVAILABLE");
         assert_eq!(e.to_json()["message"], "connection refused");
+    }
+
+    #[test]
+    fn codeless_size_and_decode_failures_are_not_core_outages() {
+        let cases = [
+            (
+                tonic::Status::out_of_range(
+                    "Error, decoded message length too large: found 5000000 bytes, the limit is: 4194304 bytes",
+                ),
+                "MESSAGE_TOO_LARGE",
+            ),
+            (
+                tonic::Status::out_of_range(
+                    "Error, encoded message length too large: found 70000000 bytes, the limit is: 67108864 bytes",
+                ),
+                "MESSAGE_TOO_LARGE",
+            ),
+            (
+                tonic::Status::resource_exhausted("message length too large"),
+                "MESSAGE_TOO_LARGE",
+            ),
+            (
+                tonic::Status::internal(
+                    "failed to decode Protobuf message: Value.kind: recursion limit reached",
+                ),
+                "INVALID_INPUT",
+            ),
+            (tonic::Status::invalid_argument("bad"), "INVALID_INPUT"),
+            (
+                tonic::Status::unknown("h2 protocol error: broken pipe"),
+                "CORE_UNAVAILABLE",
+            ),
+            (tonic::Status::internal("something odd"), "INTERNAL"),
+        ];
+        for (status, code) in cases {
+            let e = HostError::from_status(&status);
+            assert_eq!(e.code(), code, "{status:?}");
+            assert_eq!(
+                matches!(e, HostError::CoreUnavailable(_)),
+                code == "CORE_UNAVAILABLE"
+            );
+            assert_eq!(e.to_json()["message"], status.message());
+        }
     }
 }

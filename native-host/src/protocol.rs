@@ -176,6 +176,43 @@ fn invalid(id: &Value, message: impl Into<String>) -> Rejected {
     }
 }
 
+/// The deepest JSON nesting a request may have, the request object itself
+/// being level 1. JSON crosses gRPC as `google.protobuf.Struct`/`Value`, where
+/// each object level costs three protobuf message levels, and protobuf
+/// decoders (prost included) refuse more than 100: a deeper tool result or
+/// skills schema would fail inside a service. Refusing it here names the limit.
+pub const MAX_JSON_DEPTH: usize = 32;
+
+fn too_deep(id: &Value) -> Rejected {
+    invalid(
+        id,
+        format!(
+            "the request nests JSON deeper than {MAX_JSON_DEPTH} levels (the limit for \
+             requests, as JSON crosses gRPC as google.protobuf.Struct)"
+        ),
+    )
+}
+
+/// How deeply `value` nests (a scalar is 0, `{}` and `[]` are 1); stops
+/// counting past `limit`.
+pub fn json_depth(value: &Value, limit: usize) -> usize {
+    let mut deepest = 0;
+    let mut stack = vec![(value, 1usize)];
+    while let Some((v, level)) = stack.pop() {
+        let children: Box<dyn Iterator<Item = &Value>> = match v {
+            Value::Array(items) => Box::new(items.iter()),
+            Value::Object(map) => Box::new(map.values()),
+            _ => continue,
+        };
+        deepest = deepest.max(level);
+        if deepest > limit {
+            break;
+        }
+        stack.extend(children.map(|c| (c, level + 1)));
+    }
+    deepest
+}
+
 /// Parses one frame's body. Never panics, whatever the bytes.
 pub fn parse(body: &[u8]) -> Result<Envelope, Rejected> {
     let text = match std::str::from_utf8(body) {
@@ -190,8 +227,15 @@ pub fn parse(body: &[u8]) -> Result<Envelope, Rejected> {
             return Err(invalid(&id, format!("frame is not valid UTF-8: {e}")));
         }
     };
-    let value: Value = serde_json::from_str(text)
-        .map_err(|e| invalid(&Value::Null, format!("frame is not valid JSON: {e}")))?;
+    let value: Value = serde_json::from_str(text).map_err(|e| {
+        // serde_json's own bound (128 levels) is past ours: say which applies.
+        if e.to_string().contains("recursion limit") {
+            too_deep(&Value::Null)
+        } else {
+            invalid(&Value::Null, format!("frame is not valid JSON: {e}"))
+        }
+    })?;
+    let deep = json_depth(&value, MAX_JSON_DEPTH) > MAX_JSON_DEPTH;
     let Value::Object(mut obj) = value else {
         return Err(invalid(&Value::Null, "a request must be a JSON object"));
     };
@@ -203,6 +247,9 @@ pub fn parse(body: &[u8]) -> Result<Envelope, Rejected> {
             id
         };
         return Err(invalid(&shown, "`id` must be a string or a number"));
+    }
+    if deep {
+        return Err(too_deep(&id));
     }
     let kind = match obj.remove("type") {
         Some(Value::String(s)) => s,
@@ -244,7 +291,7 @@ fn payload<T: DeserializeOwned>(kind: &str, map: Map<String, Value>) -> Result<T
     serde_json::from_value(Value::Object(map)).map_err(|e| format!("bad payload for {kind}: {e}"))
 }
 
-fn request(kind: &str, map: Map<String, Value>) -> Result<Request, String> {
+fn request(kind: &str, mut map: Map<String, Value>) -> Result<Request, String> {
     let thread = |map| payload::<ThreadPayload>(kind, map).map(|p| p.session_id);
     Ok(match kind {
         "ping" => Request::Ping,
@@ -280,7 +327,8 @@ fn request(kind: &str, map: Map<String, Value>) -> Result<Request, String> {
         "submit_tool_result" => {
             // `result: null` is a legitimate handler result, so presence of the
             // key matters, which serde's Option cannot tell.
-            let result = map.get("result").cloned();
+            // Taken out rather than cloned: it may be most of a 64 MiB frame.
+            let result = map.remove("result");
             let p: ToolResultPayload = payload(kind, map)?;
             let outcome = match (p.error, result) {
                 (Some(e), _) => ToolOutcome::Error {
@@ -742,5 +790,97 @@ mod tests {
         assert_eq!(snap["snapshot"]["activeOperation"], Value::Null);
         assert_eq!(snap["snapshot"]["usage"], Value::Null);
         assert!(event_frame(&pb::SessionEvent::default()).is_none());
+    }
+}
+
+#[cfg(test)]
+mod depth_tests {
+    use super::*;
+    use prost::Message;
+
+    fn nested(levels: usize) -> Value {
+        let mut v = json!(1);
+        for _ in 0..levels {
+            v = json!({ "a": v });
+        }
+        v
+    }
+
+    fn frame(payload: Value, kind: &str) -> String {
+        json!({"id": "d", "type": kind, "origin": "https://a.example", "payload": payload})
+            .to_string()
+    }
+
+    /// Nesting inside a request at the limit still decodes in a service
+    /// (prost stops at 100 message levels), with room for a few wrappers.
+    #[test]
+    fn the_depth_limit_stays_below_protobufs() {
+        // The frame adds 2 levels above `result` (envelope, payload) and 5
+        // above an argsSchema (envelope, payload, skills, tools, tool).
+        let result = nested(MAX_JSON_DEPTH - 2 + 3);
+        let req = pb::SubmitToolResultRequest {
+            outcome: Some(pb::submit_tool_result_request::Outcome::Result(
+                pjson::to_value(&result),
+            )),
+            ..Default::default()
+        };
+        assert!(pb::SubmitToolResultRequest::decode(&req.encode_to_vec()[..]).is_ok());
+        let skills =
+            json!({"tools": [{"name": "x", "argsSchema": nested(MAX_JSON_DEPTH - 5 + 3)}]});
+        let req = pb::CreateSessionRequest {
+            skills: Some(pjson::to_struct(skills.as_object().unwrap())),
+            ..Default::default()
+        };
+        assert!(pb::CreateSessionRequest::decode(&req.encode_to_vec()[..]).is_ok());
+    }
+
+    #[test]
+    fn deep_tool_results_and_schemas_are_invalid_input_naming_the_limit() {
+        let ok = frame(
+            json!({"sessionId": "s", "toolRequestId": "t", "result": nested(MAX_JSON_DEPTH - 2)}),
+            "submit_tool_result",
+        );
+        assert!(parse(ok.as_bytes()).is_ok());
+        for body in [
+            frame(
+                json!({"sessionId": "s", "toolRequestId": "t", "result": nested(MAX_JSON_DEPTH - 1)}),
+                "submit_tool_result",
+            ),
+            frame(
+                json!({"skills": {"tools": [{"name": "x", "description": "d", "argsSchema": nested(40)}]}}),
+                "create_session",
+            ),
+            // Past serde_json's own 128 levels.
+            format!(
+                r#"{{"id":"d","type":"submit_tool_result","origin":"o","payload":{{"sessionId":"s","toolRequestId":"t","result":{}1{}}}}}"#,
+                "[".repeat(200),
+                "]".repeat(200)
+            ),
+        ] {
+            let r = parse(body.as_bytes()).unwrap_err();
+            assert_eq!(r.error.code(), "INVALID_INPUT");
+            assert!(
+                r.error
+                    .to_string()
+                    .contains(&format!("deeper than {MAX_JSON_DEPTH} levels")),
+                "{}",
+                r.error
+            );
+        }
+        // The id is kept when it could be read.
+        let deep = frame(
+            json!({"sessionId": "s", "toolRequestId": "t", "result": nested(60)}),
+            "submit_tool_result",
+        );
+        assert_eq!(parse(deep.as_bytes()).unwrap_err().id, json!("d"));
+    }
+
+    #[test]
+    fn depth_counts_containers_only() {
+        assert_eq!(json_depth(&json!(1), 64), 0);
+        assert_eq!(json_depth(&json!([]), 64), 1);
+        assert_eq!(json_depth(&json!({"a": [1, {"b": []}], "c": 2}), 64), 4);
+        assert_eq!(json_depth(&nested(10), 64), 10);
+        assert!(json_depth(&nested(100), 5) > 5);
     }
 }
