@@ -671,3 +671,65 @@ print("served %d" % n if n else "refused")
         "same user not served: {stdout}"
     );
 }
+
+/// After a restart of SessionService, an auto-end thread gets the grace period
+/// to be re-attached; one that was never attached is not ended at all.
+#[tokio::test]
+async fn after_a_restart_only_threads_that_had_routes_are_auto_ended() {
+    let mut env = env_with_codex();
+    env.extra_env
+        .insert("PEDELEC_AUTO_END_GRACE_MS".into(), "300".into());
+    let _launcher = env.up().await;
+    let mut sessions = env.session().await;
+    let mut req = create_session_request(Some("codex"));
+    req.auto_end_on_disconnect = true;
+    let attached = sessions
+        .create_session(req.clone())
+        .await
+        .unwrap()
+        .into_inner()
+        .session_id;
+    let never = sessions
+        .create_session(req)
+        .await
+        .unwrap()
+        .into_inner()
+        .session_id;
+    let _route = attach(&mut sessions, &attached, "r", None).await;
+
+    let old = env.service_status(ServiceName::Session).await;
+    signal(old.pid as i32, libc::SIGKILL);
+    env.wait_service_back(ServiceName::Session, old.pid).await;
+    let mut sessions = env.session().await;
+    wait_for_status(
+        &mut sessions,
+        &attached,
+        pb::SessionStatus::Ended,
+        "auto-end after the restart",
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert_eq!(
+        snapshot(&mut sessions, &never).await.status,
+        pb::SessionStatus::Idle as i32
+    );
+}
+
+#[tokio::test]
+async fn text_with_a_nul_character_is_invalid_input() {
+    let env = env_with_codex();
+    let _launcher = env.up().await;
+    let mut sessions = env.session().await;
+    let id = sessions
+        .create_session(create_session_request(Some("codex")))
+        .await
+        .unwrap()
+        .into_inner()
+        .session_id;
+    let sent = sessions.send_text(send_text_request(&id, "a\0b")).await;
+    assert_eq!(code(sent), "INVALID_INPUT");
+    assert_eq!(
+        snapshot(&mut sessions, &id).await.status,
+        pb::SessionStatus::Idle as i32
+    );
+}

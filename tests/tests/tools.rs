@@ -5,9 +5,10 @@
 
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use pb::session_event::Event;
+use pedelec_common::ServiceName;
 use pedelec_common::json::{from_value, to_struct};
 use pedelec_proto::v1 as pb;
 use pedelec_tests::*;
@@ -554,4 +555,78 @@ async fn tool_call_round_trip_figures() {
         pct(0.90),
         pct(0.99)
     );
+}
+
+/// A restarted ToolBridgeService has lost the pending request (its caller got
+/// an error): the thread must not stay in `waiting_tool_result`.
+#[tokio::test]
+async fn a_pending_request_is_cleared_when_the_bridge_restarts() {
+    let mut s = setup().await;
+    let child = s
+        .agent
+        .cli(Some(&s.agent.token), &["tool-call", "get_counter", "{}"])
+        .spawn()
+        .unwrap();
+    let request = s.next_tool_request().await;
+    assert_eq!(kind(&s.events.next().await), "status:waiting_tool_result");
+    let old = s.env.service_status(ServiceName::ToolBridge).await;
+    signal(old.pid as i32, libc::SIGKILL);
+    let (exit, doc) = wait_output(child);
+    assert_eq!(
+        exit, 2,
+        "the agent's call should fail with the bridge: {doc}"
+    );
+    let seen = s.events.until(|e| kind(e) == "status:running").await;
+    match &seen[seen.len() - 2].event {
+        Some(Event::ToolRequestCleared(c)) => {
+            assert_eq!(c.tool_request_id, request.tool_request_id)
+        }
+        other => panic!("expected tool_request_cleared before status:running, got {other:?}"),
+    }
+    assert!(s.snapshot().await.pending_tool_request.is_none());
+    // The new bridge has the thread's tools again (re-registered with the same token).
+    s.env
+        .wait_service_back(ServiceName::ToolBridge, old.pid)
+        .await;
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let (exit, doc) = s
+            .agent
+            .run(Some(&s.agent.token), &["tool-spec", "get_counter"]);
+        if exit == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "tools not re-registered: {doc}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A call when no operation runs has no page waiting for it: it fails at once
+/// instead of holding the thread's tool queue until its timeout.
+#[tokio::test]
+async fn a_tool_call_outside_an_operation_fails_at_once() {
+    let mut s = setup().await;
+    s.sessions.cancel(s.thread()).await.unwrap();
+    s.events.until(|e| kind(e) == "status:idle").await;
+    // The manifest and token survive a cancel; the late call is refused, not queued.
+    let (exit, doc) = s
+        .agent
+        .run(Some(&s.agent.token), &["tool-call", "get_counter", "{}"]);
+    assert_eq!(exit, 1, "{doc}");
+    assert_eq!(doc["error"]["code"], "CANCELLED", "{doc}");
+}
+
+/// End and an immediate Reactivate: the thread's tools are there afterwards
+/// (the End's drop cannot overtake the Reactivate's registration).
+#[tokio::test]
+async fn tools_survive_end_then_immediate_reactivate() {
+    let mut s = setup().await;
+    for _ in 0..5 {
+        s.sessions.end(s.thread()).await.unwrap();
+        s.sessions.reactivate(s.thread()).await.unwrap();
+        let (exit, doc) = s
+            .agent
+            .run(Some(&s.agent.token), &["tool-spec", "get_counter"]);
+        assert_eq!(exit, 0, "{doc}");
+    }
 }

@@ -454,6 +454,11 @@ fi
         .unwrap_or_default();
     assert_eq!(details["exitCode"], 1, "{details}");
     assert_eq!(details["stderrTail"], "stub: giving up\n", "{details}");
+    // A client reconciling from a snapshot sees whose error it was.
+    let last = snapshot(&mut t.sessions, &id).await.last_operation.unwrap();
+    let error = last.error.unwrap();
+    assert_eq!(error.code, "PROVIDER_FAILED");
+    assert_eq!(error.source, pb::ErrorSource::Provider as i32);
 
     let ok = t.send_and_read(&id, "again", &mut events).await;
     assert_eq!(kinds(&ok), COMPLETED_WITH_CHAT);

@@ -44,7 +44,7 @@ impl SessionService for SessionGrpc {
 
     async fn cancel(&self, request: Request<pb::ThreadRequest>) -> Reply<pb::CancelResponse> {
         let r = request.into_inner();
-        let operation_id = self.0.cancel(&r.session_id, &r.origin)?;
+        let operation_id = self.0.cancel(&r.session_id, &r.origin).await?;
         Ok(Response::new(pb::CancelResponse { operation_id }))
     }
 
@@ -55,7 +55,9 @@ impl SessionService for SessionGrpc {
 
     async fn reactivate(&self, request: Request<pb::ThreadRequest>) -> Reply<pb::Snapshot> {
         let r = request.into_inner();
-        Ok(Response::new(self.0.reactivate(&r.session_id, &r.origin)?))
+        Ok(Response::new(
+            self.0.reactivate(&r.session_id, &r.origin).await?,
+        ))
     }
 
     async fn submit_tool_result(

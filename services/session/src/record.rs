@@ -37,14 +37,18 @@ pub struct ErrorRecord {
     pub message: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub details: Option<serde_json::Value>,
+    /// Whether the provider (the agent CLI or its model) reported it.
+    #[serde(default)]
+    pub from_provider: bool,
 }
 
-impl From<&CodedError> for ErrorRecord {
-    fn from(e: &CodedError) -> Self {
+impl ErrorRecord {
+    pub fn new(e: &CodedError, from_provider: bool) -> Self {
         ErrorRecord {
             code: e.code.clone(),
             message: e.message.clone(),
             details: e.details.clone(),
+            from_provider,
         }
     }
 }
@@ -102,6 +106,10 @@ pub struct ThreadRecord {
     pub status: Status,
     #[serde(default)]
     pub provider_session_id: Option<String>,
+    /// Whether a route was ever attached: only such a thread is auto-ended
+    /// when its routes are gone (also after a restart of this service).
+    #[serde(default)]
+    pub ever_attached: bool,
     /// Whether the first provider turn (which carries the tool block) has run.
     #[serde(default)]
     pub first_turn_done: bool,
@@ -207,6 +215,7 @@ mod tests {
             created_at_ms: 1,
             status: Status::Idle,
             provider_session_id: None,
+            ever_attached: false,
             first_turn_done: false,
             usage: None,
             cumulative_seen: UsageRecord::default(),

@@ -49,6 +49,9 @@ pub(crate) struct Inner {
     pub tools: ToolBridgeServiceClient<Channel>,
 }
 
+/// Events an ended thread keeps for routes catching up with its end.
+const ENDED_REPLAY_EVENTS: usize = 64;
+
 /// How many events a route takes from the replay buffer at a time.
 const ROUTE_BATCH: usize = 256;
 
@@ -109,8 +112,9 @@ impl Sessions {
                 thread.set_status(Status::Idle);
             }
             thread.save(&self.inner.journal);
-            let auto_end =
-                thread.record.auto_end_on_disconnect && thread.record.status != Status::Ended;
+            let auto_end = thread.record.auto_end_on_disconnect
+                && thread.record.ever_attached
+                && thread.record.status != Status::Ended;
             let id = thread.id().to_string();
             let shared = Arc::new(Mutex::new(thread));
             self.threads().insert(id, shared.clone());
@@ -133,11 +137,34 @@ impl Sessions {
         self.threads().get(id).cloned()
     }
 
-    pub(crate) fn reregister_all_tools(&self) {
+    /// Clears every pending tool request (the bridge that held them is gone).
+    pub(crate) fn clear_pending_tool_requests(&self) {
         let threads: Vec<SharedThread> = self.threads().values().cloned().collect();
         for thread in &threads {
-            self.reregister_tools(thread);
+            let mut t = lock(thread);
+            let Some(pending) = t.record.pending_tool_request.take() else {
+                continue;
+            };
+            t.emit(Event::ToolRequestCleared(pb::ToolRequestCleared {
+                tool_request_id: pending.tool_request_id,
+                reason: "dropped".into(),
+            }));
+            if t.record.status == Status::WaitingToolResult {
+                t.set_status(Status::Running);
+            }
+            t.cover_seqs(&self.inner.journal);
         }
+    }
+
+    /// Registers every live manifest again, in the background.
+    pub(crate) fn reregister_all_tools(&self) {
+        let threads: Vec<SharedThread> = self.threads().values().cloned().collect();
+        let sessions = self.clone();
+        tokio::spawn(async move {
+            for thread in &threads {
+                sessions.reregister_tools(thread).await;
+            }
+        });
     }
 
     /// The thread `id`, if `origin` owns it.
@@ -187,14 +214,6 @@ impl Sessions {
             .skills
             .as_ref()
             .map(|s| serde_json::Value::Object(json::from_struct(s)));
-        let tool_token = match &req.skills {
-            Some(skills) => {
-                self.register_tools(&session_id, skills.clone(), String::new())
-                    .await?
-            }
-            None => None,
-        };
-
         let (workspace_path, managed_workspace) = match explicit_workspace {
             Some(path) => (path, false),
             None => {
@@ -207,6 +226,24 @@ impl Sessions {
                 })?;
                 (path, true)
             }
+        };
+        // Registered last, so a refused create leaves nothing in the bridge.
+        let tool_token = match &req.skills {
+            Some(skills) => {
+                match self
+                    .register_tools(&session_id, skills.clone(), String::new())
+                    .await
+                {
+                    Ok(token) => token,
+                    Err(e) => {
+                        if managed_workspace {
+                            let _ = std::fs::remove_dir_all(&workspace_path);
+                        }
+                        return Err(e);
+                    }
+                }
+            }
+            None => None,
         };
 
         let record = ThreadRecord {
@@ -222,6 +259,7 @@ impl Sessions {
             created_at_ms: now_ms(),
             status: Status::Idle,
             provider_session_id: None,
+            ever_attached: false,
             first_turn_done: false,
             usage: None,
             cumulative_seen: UsageRecord::default(),
@@ -302,7 +340,7 @@ impl Sessions {
 
     /// After a restart (of this service or of ToolBridgeService), the bridge may
     /// not know the thread's manifest: register it again with the same token.
-    pub(crate) fn reregister_tools(&self, thread: &SharedThread) {
+    pub(crate) async fn reregister_tools(&self, thread: &SharedThread) {
         let (id, manifest, token) = {
             let t = lock(thread);
             if t.record.status == Status::Ended {
@@ -315,12 +353,9 @@ impl Sessions {
                 _ => return,
             }
         };
-        let sessions = self.clone();
-        tokio::spawn(async move {
-            if let Err(e) = sessions.register_tools(&id, manifest, token).await {
-                tracing::warn!(session = %id, error = %e, "could not re-register tools");
-            }
-        });
+        if let Err(e) = self.register_tools(&id, manifest, token).await {
+            tracing::warn!(session = %id, error = %e, "could not re-register tools");
+        }
     }
 
     pub fn attach(&self, req: pb::AttachRequest) -> Result<EventStream, SessionError> {
@@ -329,6 +364,10 @@ impl Sessions {
         let (key, initial, mut cursor, mut changes) = {
             let mut t = lock(&thread);
             let key = t.add_route();
+            if !t.record.ever_attached {
+                t.record.ever_attached = true;
+                t.save(&self.inner.journal);
+            }
             let last = t.record.last_seq;
             let initial = match req.after_seq {
                 None => vec![t.snapshot_event(false)],
@@ -422,7 +461,7 @@ impl Sessions {
                 }
             };
             if let Some(id) = ended {
-                sessions.release_thread_resources(id);
+                sessions.drop_tool_calls(id, false).await;
             }
         });
     }
@@ -434,8 +473,10 @@ impl Sessions {
             let ended = self.end_locked(&mut t, "requested");
             (t.snapshot(), ended)
         };
+        // Awaited, so a Reactivate right after cannot have its registration
+        // overtaken by this drop.
         if let Some(id) = ended {
-            self.release_thread_resources(id);
+            self.drop_tool_calls(id, false).await;
         }
         Ok(snapshot)
     }
@@ -461,33 +502,31 @@ impl Sessions {
         t.emit(Event::Ended(pb::Ended {
             reason: reason.to_string(),
         }));
+        t.replay.keep_last(ENDED_REPLAY_EVENTS);
         t.save(&self.inner.journal);
         Some(t.id().to_string())
     }
 
-    /// Fails the thread's pending tool calls. Its provider process needs no call:
-    /// ending finished the operation, whose task then drops the RunTurn stream,
-    /// and ProviderService kills the process group when its stream goes away.
-    fn release_thread_resources(&self, session_id: String) {
-        self.drop_tool_calls(session_id, false);
-    }
-
-    fn drop_tool_calls(&self, session_id: String, keep_manifest: bool) {
+    /// Fails the thread's pending tool calls (and forgets its tools unless
+    /// `keep_manifest`). Its provider process needs no call: finishing the
+    /// operation makes its task drop the RunTurn stream, and ProviderService
+    /// kills the process group when its stream goes away.
+    async fn drop_tool_calls(&self, session_id: String, keep_manifest: bool) {
         let mut tools = self.inner.tools.clone();
-        tokio::spawn(async move {
-            let dropped = tools
-                .drop(pb::DropToolsRequest {
-                    session_id: session_id.clone(),
-                    keep_manifest,
-                })
-                .await;
-            if let Err(status) = dropped {
-                tracing::warn!(session = %session_id, error = %status.message(), "could not drop tool calls");
-            }
+        let dropped = tools.drop(pb::DropToolsRequest {
+            session_id: session_id.clone(),
+            keep_manifest,
         });
+        match tokio::time::timeout(std::time::Duration::from_secs(2), dropped).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(status)) => {
+                tracing::warn!(session = %session_id, error = %status.message(), "could not drop tool calls")
+            }
+            Err(_) => tracing::warn!(session = %session_id, "dropping tool calls timed out"),
+        }
     }
 
-    pub fn reactivate(&self, id: &str, origin: &str) -> Result<pb::Snapshot, SessionError> {
+    pub async fn reactivate(&self, id: &str, origin: &str) -> Result<pb::Snapshot, SessionError> {
         let thread = self.thread(id, origin)?;
         let snapshot = {
             let mut t = lock(&thread);
@@ -504,7 +543,7 @@ impl Sessions {
             }
             t.snapshot()
         };
-        self.reregister_tools(&thread);
+        self.reregister_tools(&thread).await;
         Ok(snapshot)
     }
 
@@ -529,6 +568,12 @@ impl Sessions {
     pub fn send_text(&self, id: &str, origin: &str, text: String) -> Result<String, SessionError> {
         if text.is_empty() {
             return Err(SessionError::InvalidInput("text is empty".into()));
+        }
+        // No CLI can take a NUL in its prompt (argv or stdin text).
+        if text.contains('\0') {
+            return Err(SessionError::InvalidInput(
+                "text contains a NUL character".into(),
+            ));
         }
         self.start(id, origin, OpKind::SendText, Some(text))
     }
@@ -567,7 +612,7 @@ impl Sessions {
         Ok(operation_id)
     }
 
-    pub fn cancel(&self, id: &str, origin: &str) -> Result<String, SessionError> {
+    pub async fn cancel(&self, id: &str, origin: &str) -> Result<String, SessionError> {
         let thread = self.thread(id, origin)?;
         let cancelled = {
             let mut t = lock(&thread);
@@ -588,7 +633,7 @@ impl Sessions {
         // which makes ProviderService kill the process group. A separate
         // CancelTurn here could arrive after the next turn started and kill that.
         // Pending tool calls fail now; the manifest stays for the next turn.
-        self.drop_tool_calls(id.to_string(), true);
+        self.drop_tool_calls(id.to_string(), true).await;
         Ok(cancelled)
     }
 

@@ -12,7 +12,7 @@ use prost::Message;
 use tokio::sync::{Notify, watch};
 
 use crate::record::{
-    Journal, OpKind, OperationRecord, Outcome, SEQ_RESERVATION, Status, ThreadRecord,
+    ErrorRecord, Journal, OpKind, OperationRecord, Outcome, SEQ_RESERVATION, Status, ThreadRecord,
     ToolRequestRecord, UsageRecord,
 };
 
@@ -67,6 +67,17 @@ impl ReplayBuffer {
                 self.bytes -= size;
             }
         }
+    }
+
+    /// Keeps only the newest `n` events (an ended thread's history is no longer
+    /// worth its memory; a route further behind reconciles from a snapshot).
+    pub fn keep_last(&mut self, n: usize) {
+        while self.events.len() > n {
+            if let Some((_, size, _)) = self.events.pop_front() {
+                self.bytes -= size;
+            }
+        }
+        self.events.shrink_to_fit();
     }
 
     /// Whether the events after `seq` fill more than half of the buffer (by
@@ -262,7 +273,9 @@ impl Thread {
         }
         let mut op = self.record.active_operation.take().expect("checked above");
         op.outcome = Some(outcome);
-        op.error = error.as_ref().map(|(e, _)| e.into());
+        op.error = error
+            .as_ref()
+            .map(|(e, source)| ErrorRecord::new(e, *source == pb::ErrorSource::Provider));
         if let Some((e, source)) = &error {
             self.emit(Event::Error(e.to_proto(*source as i32)));
         }
@@ -367,10 +380,14 @@ fn operation_to_pb(op: &OperationRecord) -> pb::Operation {
             .outcome
             .map(|o| outcome_to_pb(o) as i32)
             .unwrap_or_default(),
-        error: op
-            .error
-            .as_ref()
-            .map(|e| CodedError::from(e).to_proto(pb::ErrorSource::Core as i32)),
+        error: op.error.as_ref().map(|e| {
+            let source = if e.from_provider {
+                pb::ErrorSource::Provider
+            } else {
+                pb::ErrorSource::Core
+            };
+            CodedError::from(e).to_proto(source as i32)
+        }),
     }
 }
 

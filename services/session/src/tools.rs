@@ -35,6 +35,10 @@ pub async fn follow(sessions: Sessions) {
             .await;
         match watch {
             Ok(stream) => {
+                // The bridge replays the requests it still holds first; any other
+                // pending request died with a previous bridge (its caller got an
+                // error), so it must not keep the thread waiting.
+                sessions.clear_pending_tool_requests();
                 sessions.reregister_all_tools();
                 delay = Duration::from_millis(20);
                 let mut stream = stream.into_inner();
@@ -58,6 +62,24 @@ pub async fn follow(sessions: Sessions) {
     }
 }
 
+fn refuse(sessions: &Sessions, session_id: String, tool_request_id: String) {
+    let mut tools = sessions.inner.tools.clone();
+    tokio::spawn(async move {
+        let error = pb::ToolError {
+            code: pedelec_common::Code::CANCELLED.to_string(),
+            message: "no operation is running on this thread".into(),
+            details: None,
+        };
+        let _ = tools
+            .resolve(pb::ResolveToolRequest {
+                session_id,
+                tool_request_id,
+                outcome: Some(pb::resolve_tool_request::Outcome::Error(error)),
+            })
+            .await;
+    });
+}
+
 fn apply(sessions: &Sessions, event: pb::ToolEvent) {
     match event.event {
         Some(ToolEvent::Requested(requested)) => {
@@ -65,13 +87,23 @@ fn apply(sessions: &Sessions, event: pb::ToolEvent) {
                 return;
             };
             let mut t = lock(&thread);
+            if t.record
+                .pending_tool_request
+                .as_ref()
+                .is_some_and(|p| p.tool_request_id == requested.tool_request_id)
+            {
+                return; // replayed after a Watch reconnect: the page has it already
+            }
             let Some(operation_id) = t
                 .record
                 .active_operation
                 .as_ref()
                 .map(|op| op.operation_id.clone())
             else {
+                // No page is waiting for it: fail it at once, or it would hold the
+                // thread's tool queue until its timeout.
                 tracing::warn!(session = t.id(), "tool call outside an operation");
+                refuse(sessions, requested.session_id, requested.tool_request_id);
                 return;
             };
             let record = ToolRequestRecord {

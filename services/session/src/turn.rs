@@ -37,6 +37,28 @@ pub fn tool_env(
     env
 }
 
+/// Finishes the operation as failed if its task unwinds, so a bug cannot
+/// leave the thread `running` (and every later send `SESSION_BUSY`) for good.
+struct FinishOnPanic {
+    sessions: Sessions,
+    thread: SharedThread,
+    operation_id: String,
+}
+
+impl Drop for FinishOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let error = CodedError::new(Code::INTERNAL, "the operation's task failed");
+            finish(
+                &self.sessions,
+                &self.thread,
+                &self.operation_id,
+                Err((error, pb::ErrorSource::Core)),
+            );
+        }
+    }
+}
+
 pub async fn run(
     sessions: Sessions,
     thread: SharedThread,
@@ -44,6 +66,11 @@ pub async fn run(
     kind: OpKind,
     text: Option<String>,
 ) {
+    let _guard = FinishOnPanic {
+        sessions: sessions.clone(),
+        thread: thread.clone(),
+        operation_id: operation_id.clone(),
+    };
     let (mut request, wants_tool_block, stop) = {
         let t = lock(&thread);
         let r = &t.record;
@@ -207,7 +234,9 @@ async fn stream_turn(
                 });
             }
             ProviderEvent::Exited(exited) => exit = Some(exited),
-            ProviderEvent::Warning(warning) => t.emit(Event::Error(warning)),
+            ProviderEvent::Warning(warning) => {
+                t.emit_streamed(Event::Error(warning), &sessions.inner.journal)
+            }
         }
         if must_save {
             t.save(&sessions.inner.journal);
@@ -293,10 +322,11 @@ fn add_usage(record: &mut crate::record::ThreadRecord, usage: &pb::Usage) -> Usa
     } else {
         reported
     };
+    // Saturating: the figures come from an outside program.
     let mut total = record.usage.unwrap_or_default();
-    total.total += delta.total;
-    total.input += delta.input;
-    total.output += delta.output;
+    total.total = total.total.saturating_add(delta.total);
+    total.input = total.input.saturating_add(delta.input);
+    total.output = total.output.saturating_add(delta.output);
     record.usage = Some(total);
     total
 }
