@@ -8,7 +8,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use pedelec_common::{DataDir, RuntimeDir, ServiceName, uds};
+use pedelec_common::{DataDir, MAX_GRPC_MESSAGE, RuntimeDir, ServiceName, uds};
 use pedelec_proto::v1::tool_bridge_service_server::ToolBridgeServiceServer;
 use tonic::service::Routes;
 
@@ -47,7 +47,10 @@ pub async fn run_until(
     config.data_dir.ensure()?;
     let bridge = Arc::new(ToolBridge::new());
     tracing::info!(cli = %bridge.cli_path().display(), "pedelec-cli path for prompts");
-    let routes = Routes::new(ToolBridgeServiceServer::new(ToolBridgeGrpc::new(bridge)));
+    let server = ToolBridgeServiceServer::new(ToolBridgeGrpc::new(bridge))
+        .max_decoding_message_size(MAX_GRPC_MESSAGE)
+        .max_encoding_message_size(MAX_GRPC_MESSAGE);
+    let routes = Routes::new(server);
     let socket = config.runtime_dir.socket(ServiceName::ToolBridge);
     uds::serve(&socket, ServiceName::ToolBridge, routes, shutdown).await?;
     Ok(())
