@@ -13,8 +13,9 @@ pub mod turns;
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
-use pedelec_common::{DataDir, RuntimeDir, ServiceName};
+use pedelec_common::{DataDir, MAX_GRPC_MESSAGE, RuntimeDir, ServiceName};
 use pedelec_proto::v1::provider_service_server::ProviderServiceServer;
 
 pub use availability::ProgramEnv;
@@ -42,6 +43,10 @@ impl Config {
     }
 }
 
+/// At shutdown, how long running turns get after SIGTERM before their groups
+/// are SIGKILLed (the launcher allows a service 3 s in all).
+const STOP_TURNS_WITHIN: Duration = Duration::from_secs(1);
+
 /// Serves until SIGTERM or SIGINT.
 pub async fn run(config: Config) -> Result<(), ProviderError> {
     run_until(config, pedelec_common::shutdown_signal()).await
@@ -55,14 +60,21 @@ pub async fn run_until(
 ) -> Result<(), ProviderError> {
     config.runtime_dir.ensure()?;
     config.data_dir.ensure()?;
-    let providers = Arc::new(Providers::new(
-        config.data_dir.settings_file(),
-        config.programs,
-    ));
-    let routes =
-        tonic::service::Routes::new(ProviderServiceServer::new(ProviderGrpc::new(providers)));
+    // Agents a crashed predecessor left running (their records survived it).
+    turns::reap_orphans(config.runtime_dir.path());
+    let providers = Arc::new(
+        Providers::new(config.data_dir.settings_file(), config.programs)
+            .with_turn_records(config.runtime_dir.path()),
+    );
+    let server = ProviderServiceServer::new(ProviderGrpc::new(Arc::clone(&providers)))
+        .max_decoding_message_size(MAX_GRPC_MESSAGE)
+        .max_encoding_message_size(MAX_GRPC_MESSAGE);
+    let routes = tonic::service::Routes::new(server);
     let socket = config.runtime_dir.socket(ServiceName::Provider);
-    pedelec_common::uds::serve(&socket, ServiceName::Provider, routes, shutdown).await?;
+    let served = pedelec_common::uds::serve(&socket, ServiceName::Provider, routes, shutdown).await;
+    // The RunTurn streams may still be open; no agent outlives the service.
+    providers.turns().stop_all(STOP_TURNS_WITHIN).await;
+    served?;
     Ok(())
 }
 

@@ -9,9 +9,9 @@
 
 use std::collections::HashMap;
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -45,16 +45,33 @@ const READ_CHUNK: usize = 64 * 1024;
 /// background child holding the pipe) before the rest of the group is killed.
 const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(500);
 
+/// Linux's limit on one argv string (MAX_ARG_STRLEN, 32 pages), NUL included.
+pub const MAX_ARG_BYTES: usize = 32 * 4096;
+
+/// The folder under the runtime dir where each running turn's process group
+/// is recorded, so a restarted service can end what a crashed one left.
+pub const TURN_RECORDS: &str = "turns";
+
 /// The running turns, one per thread.
 pub struct Turns {
     programs: ProgramEnv,
     grace: Duration,
     running: Arc<Mutex<HashMap<String, Running>>>,
     next_id: AtomicU64,
+    records: Option<Records>,
+}
+
+/// Where turn records live: `<runtime dir>/turns/<pgid>`.
+#[derive(Clone, Debug)]
+struct Records {
+    runtime_dir: PathBuf,
+    dir: PathBuf,
 }
 
 struct Running {
     id: u64,
+    /// The turn's process group once spawned, else 0.
+    pgid: Arc<AtomicI32>,
     /// Set to true to cancel; the turn terminates its process group.
     stop: Arc<watch::Sender<bool>>,
     /// Closed (sender dropped) once the turn has fully ended.
@@ -70,7 +87,18 @@ impl Turns {
             grace: GRACE,
             running: Arc::default(),
             next_id: AtomicU64::new(1),
+            records: None,
         }
+    }
+
+    /// Records each running turn's process group in `<runtime_dir>/turns/`
+    /// (see [`reap_orphans`]) and gives the agent `PEDELEC_RUNTIME_DIR`.
+    pub fn with_records(mut self, runtime_dir: &Path) -> Self {
+        self.records = Some(Records {
+            runtime_dir: runtime_dir.to_path_buf(),
+            dir: runtime_dir.join(TURN_RECORDS),
+        });
+        self
     }
 
     pub fn with_grace(mut self, grace: Duration) -> Self {
@@ -86,7 +114,10 @@ impl Turns {
         &self,
         req: pb::RunTurnRequest,
     ) -> Result<mpsc::Receiver<pb::ProviderEvent>, ProviderError> {
-        let job = Job::new(req, &self.programs, self.grace)?;
+        let mut job = Job::new(req, &self.programs, self.grace)?;
+        job.records = self.records.clone();
+        let pgid = Arc::new(AtomicI32::new(0));
+        job.pgid = Arc::clone(&pgid);
         let (tx, rx) = mpsc::channel(EVENT_BUFFER);
         let (stop, stop_rx) = watch::channel(false);
         let (done_tx, done) = watch::channel(());
@@ -96,6 +127,7 @@ impl Turns {
             session_id.clone(),
             Running {
                 id,
+                pgid,
                 stop: Arc::new(stop),
                 done,
             },
@@ -135,9 +167,84 @@ impl Turns {
     }
 
     /// Whether a turn is registered for the thread.
-    pub fn is_running(&self, session_id: &str) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_running(&self, session_id: &str) -> bool {
         lock(&self.running).contains_key(session_id)
     }
+
+    /// Service shutdown: stops every running turn (SIGTERM to its group),
+    /// waits up to `within` for them to end, then SIGKILLs the groups left.
+    pub async fn stop_all(&self, within: Duration) {
+        let turns: Vec<_> = lock(&self.running)
+            .values()
+            .map(|r| (Arc::clone(&r.stop), r.done.clone(), Arc::clone(&r.pgid)))
+            .collect();
+        if turns.is_empty() {
+            return;
+        }
+        tracing::info!(turns = turns.len(), "stopping the running turns");
+        for (stop, _, _) in &turns {
+            stop.send_replace(true);
+        }
+        let all_done = wait_all(turns.iter().map(|(_, done, _)| wait_done(done.clone())));
+        if tokio::time::timeout(within, all_done).await.is_err() {
+            for (_, _, pgid) in &turns {
+                let pgid = pgid.load(Ordering::Acquire);
+                if pgid > 0 {
+                    signal_group(pgid, libc::SIGKILL);
+                }
+            }
+        }
+    }
+}
+
+async fn wait_all<F: std::future::Future<Output = ()>>(futs: impl Iterator<Item = F>) {
+    for f in futs {
+        f.await;
+    }
+}
+
+/// At service start: SIGKILLs every process group a previous (crashed)
+/// instance recorded in `<runtime_dir>/turns/` that still exists, and removes
+/// the records. A group whose leader still lives is only killed when the
+/// leader's environment names this runtime dir (a reused pid is left alone).
+/// Returns the groups signalled.
+pub fn reap_orphans(runtime_dir: &Path) -> Vec<i32> {
+    let dir = runtime_dir.join(TURN_RECORDS);
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Vec::new();
+    };
+    let marker = runtime_marker(runtime_dir);
+    let mut killed = Vec::new();
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let pgid = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+            .filter(|p| *p > 1);
+        if let Some(pgid) = pgid {
+            let ours = match std::fs::read(format!("/proc/{pgid}/environ")) {
+                Ok(env) => env.split(|b| *b == 0).any(|v| v == marker.as_slice()),
+                // The leader is gone (its id cannot be reused while the group
+                // lives) or unreadable: the group is the recorded one.
+                Err(_) => true,
+            };
+            if ours && signal_group(pgid, libc::SIGKILL) {
+                tracing::warn!(pgid, "killed an agent process group left by a previous run");
+                killed.push(pgid);
+            }
+        }
+        let _ = std::fs::remove_file(&path);
+    }
+    killed
+}
+
+fn runtime_marker(runtime_dir: &Path) -> Vec<u8> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut marker = b"PEDELEC_RUNTIME_DIR=".to_vec();
+    marker.extend_from_slice(runtime_dir.as_os_str().as_bytes());
+    marker
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -197,6 +304,9 @@ struct Job {
     tool_env: HashMap<String, String>,
     programs: ProgramEnv,
     grace: Duration,
+    records: Option<Records>,
+    /// Where the turn publishes its process group for `Turns::stop_all`.
+    pgid: Arc<AtomicI32>,
 }
 
 impl Job {
@@ -249,6 +359,8 @@ impl Job {
             tool_env: req.tool_env,
             programs: programs.clone(),
             grace,
+            records: None,
+            pgid: Arc::default(),
         })
     }
 
@@ -264,7 +376,20 @@ impl Job {
             Ok(p) => p,
             Err(message) => return refuse(&mut sink, Code::PROVIDER_NOT_FOUND, message).await,
         };
+        if self.turn.prompt.contains('\0') {
+            let message = "prompt: contains a NUL byte".to_string();
+            return refuse(&mut sink, Code::INVALID_INPUT, message).await;
+        }
         let line = self.provider.command(&self.turn);
+        if let Some(long) = line.args.iter().find(|a| a.len() >= MAX_ARG_BYTES) {
+            let message = format!(
+                "the prompt is too large for {}: it takes the prompt on its command line, which allows at most {} bytes per argument (this one is {} bytes)",
+                self.spec.program,
+                MAX_ARG_BYTES - 1,
+                long.len()
+            );
+            return refuse(&mut sink, Code::MESSAGE_TOO_LARGE, message).await;
+        }
         let mut cmd = Command::new(&program);
         cmd.args(&line.args)
             .current_dir(&line.cwd)
@@ -275,15 +400,25 @@ impl Job {
             })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .process_group(0)
-            .envs(&self.tool_env)
-            .env("PATH", self.agent_path());
+            .process_group(0);
+        if let Some(records) = &self.records {
+            cmd.env("PEDELEC_RUNTIME_DIR", &records.runtime_dir);
+        }
+        cmd.envs(&self.tool_env).env("PATH", self.agent_path());
         if self.provider == Provider::Claude && is_root() {
             // Claude refuses --dangerously-skip-permissions as root otherwise.
             cmd.env("IS_SANDBOX", "1");
         }
+        die_with_parent(&mut cmd);
         let mut child = match spawn(&mut cmd).await {
             Ok(c) => c,
+            Err(e) if e.raw_os_error() == Some(libc::E2BIG) => {
+                let message = format!(
+                    "could not start {}: its command line and environment are over the system's limit ({e})",
+                    self.spec.program
+                );
+                return refuse(&mut sink, Code::MESSAGE_TOO_LARGE, message).await;
+            }
             Err(e) => {
                 let message = format!(
                     "could not start {} in {}: {e}",
@@ -294,10 +429,16 @@ impl Job {
             }
         };
         let pid = child.id().expect("a just-spawned child has a pid");
+        let record = self
+            .records
+            .as_ref()
+            .and_then(|r| record_turn(&r.dir, pid as i32));
         let mut group = Group {
             pgid: pid as i32,
             armed: true,
+            record,
         };
+        self.pgid.store(pid as i32, Ordering::Release);
         tracing::debug!(session = %self.session_id, provider = self.spec.code, pid, "turn started");
 
         if let (Some(mut stdin), Some(prompt)) = (child.stdin.take(), line.stdin) {
@@ -603,6 +744,8 @@ fn signal_group(pgid: i32, sig: i32) -> bool {
 struct Group {
     pgid: i32,
     armed: bool,
+    /// The turn's record under `<runtime dir>/turns/`, removed on drop.
+    record: Option<PathBuf>,
 }
 
 impl Group {
@@ -653,6 +796,54 @@ impl Drop for Group {
         if self.armed {
             signal_group(self.pgid, libc::SIGKILL);
         }
+        if let Some(record) = self.record.take() {
+            let _ = std::fs::remove_file(record);
+        }
+    }
+}
+
+/// Writes `<dir>/<pgid>`; a failure only costs the crash clean-up, so it is logged.
+fn record_turn(dir: &Path, pgid: i32) -> Option<PathBuf> {
+    let path = dir.join(pgid.to_string());
+    let written = std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&path, b""));
+    match written {
+        Ok(()) => Some(path),
+        Err(e) => {
+            tracing::warn!(path = %path.display(), "could not record the turn's process group: {e}");
+            None
+        }
+    }
+}
+
+/// The agent gets SIGKILL when the thread that spawned it exits, i.e. when
+/// this process dies (kill -9 included). Turns are spawned from tasks on the
+/// multi-thread runtime's worker threads, which live as long as the runtime
+/// (the service uses no `block_in_place`, which could retire a worker).
+/// Only the leader gets it; the records in `<runtime dir>/turns/` cover the
+/// rest of its group (see `reap_orphans`).
+fn die_with_parent(cmd: &mut Command) {
+    // SAFETY: getpid has no preconditions.
+    let parent = unsafe { libc::getpid() };
+    // SAFETY: the closure runs in the forked child before exec and calls only
+    // async-signal-safe functions (prctl, getppid), allocating nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            ) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The service died between fork and prctl: nobody would kill us.
+            if libc::getppid() != parent {
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        });
     }
 }
 

@@ -525,3 +525,153 @@ async fn an_over_long_line_without_any_answer_fails_the_turn() {
     }
     assert_eq!(events[2..], [Out::Chat("ok".into()), exited_code(0)]);
 }
+
+#[tokio::test]
+async fn a_prompt_with_nul_is_invalid_input() {
+    let f = fixture();
+    f.bin.script("codex", "echo ran");
+    let mut req = f.request("thr_1", "codex");
+    req.prompt = "a\0b".into();
+    let events = f.run(req).await;
+    assert_eq!(error_of(&events).code, "INVALID_INPUT");
+    assert_eq!(events.last(), Some(&Out::Exited(pb::TurnExited::default())));
+}
+
+#[tokio::test]
+async fn an_argv_prompt_over_the_limit_is_message_too_large() {
+    let f = fixture();
+    let ran = f.file("ran");
+    f.bin
+        .script("agy", &format!("echo yes > {}", ran.display()));
+    let mut req = f.request("thr_1", "antigravity");
+    req.prompt = "x".repeat(MAX_ARG_BYTES);
+    let events = f.run(req).await;
+    let error = error_of(&events);
+    assert_eq!(error.code, "MESSAGE_TOO_LARGE");
+    assert!(
+        error.message.contains(&(MAX_ARG_BYTES - 1).to_string()),
+        "{}",
+        error.message
+    );
+    assert!(!ran.exists(), "agy must not have run");
+    // Just under the limit still runs.
+    let mut req = f.request("thr_2", "antigravity");
+    req.prompt = "x".repeat(MAX_ARG_BYTES - 1);
+    let events = f.run(req).await;
+    assert_eq!(events.last(), Some(&exited_code(0)));
+}
+
+#[tokio::test]
+async fn a_running_turn_is_recorded_and_the_record_goes_when_it_ends() {
+    let runtime = tempfile::tempdir().unwrap();
+    let mut f = fixture();
+    f.turns = Turns::new(f.bin.env())
+        .with_grace(Duration::from_millis(500))
+        .with_records(runtime.path());
+    let env = f.file("env");
+    f.bin.script(
+        "cursor-agent",
+        &format!("/usr/bin/env > {}\n/bin/sleep 60", env.display()),
+    );
+    let mut rx = f.turns.run(f.request("thr_1", "cursor")).unwrap();
+    let Out::Started(started) = next(&mut rx).await else {
+        panic!("started first")
+    };
+    let record = runtime
+        .path()
+        .join(TURN_RECORDS)
+        .join(started.pid.to_string());
+    assert!(record.exists(), "record of the running turn");
+    let env = read_when_written(&env).await;
+    let marker = format!("PEDELEC_RUNTIME_DIR={}", runtime.path().display());
+    assert!(env.lines().any(|l| l == marker), "{env}");
+    assert!(f.turns.cancel("thr_1").await);
+    assert!(!record.exists(), "record removed when the turn ended");
+}
+
+#[tokio::test]
+async fn stop_all_ends_every_turn() {
+    let f = fixture();
+    let (me, child) = hanging(&f, "codex");
+    let mut rx = f.turns.run(f.request("thr_1", "codex")).unwrap();
+    assert!(matches!(next(&mut rx).await, Out::Started(_)));
+    let me = read_when_written(&me).await;
+    let child = read_when_written(&child).await;
+    f.turns.stop_all(Duration::from_secs(5)).await;
+    assert!(dead(&me), "the CLI survived");
+    assert!(wait_dead(&child).await, "its child survived");
+    assert!(!f.turns.is_running("thr_1"));
+}
+
+#[tokio::test]
+async fn orphans_recorded_by_a_dead_service_are_killed_at_start() {
+    use std::os::unix::process::CommandExt;
+    let runtime = tempfile::tempdir().unwrap();
+    let records = runtime.path().join(TURN_RECORDS);
+    std::fs::create_dir_all(&records).unwrap();
+    // Ours: a group whose leader names this runtime dir.
+    let mut ours = std::process::Command::new("/bin/sleep");
+    ours.arg("60")
+        .env("PEDELEC_RUNTIME_DIR", runtime.path())
+        .process_group(0);
+    let mut ours = ours.spawn().unwrap();
+    // A stranger that happens to have a recorded id: left alone.
+    let mut stranger = std::process::Command::new("/bin/sleep");
+    stranger
+        .arg("60")
+        .env("PEDELEC_RUNTIME_DIR", "/elsewhere")
+        .process_group(0);
+    let mut stranger = stranger.spawn().unwrap();
+    std::fs::write(records.join(ours.id().to_string()), b"").unwrap();
+    std::fs::write(records.join(stranger.id().to_string()), b"").unwrap();
+    std::fs::write(records.join("junk"), b"").unwrap();
+
+    let killed = reap_orphans(runtime.path());
+    assert_eq!(killed, [ours.id() as i32]);
+    let status = ours.wait().unwrap();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(libc::SIGKILL)
+    );
+    assert!(stranger.try_wait().unwrap().is_none(), "stranger killed");
+    stranger.kill().unwrap();
+    let _ = stranger.wait();
+    assert_eq!(std::fs::read_dir(&records).unwrap().count(), 0);
+}
+
+#[tokio::test]
+async fn the_agent_dies_with_the_thread_that_spawned_it() {
+    // PR_SET_PDEATHSIG: a runtime on its own thread spawns the turn, then the
+    // thread ends (as the whole service would on kill -9).
+    let f = std::sync::Arc::new(fixture());
+    let me = f.file("self.pid");
+    f.bin.script(
+        "cursor-agent",
+        &format!("echo $$ > {}\nexec /bin/sleep 60", me.display()),
+    );
+    let turns_f = std::sync::Arc::clone(&f);
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let mut rx = turns_f
+                .turns
+                .run(turns_f.request("thr_1", "cursor"))
+                .unwrap();
+            assert!(matches!(next(&mut rx).await, Out::Started(_)));
+            read_when_written(&turns_f.file("self.pid")).await;
+            // Leak the receiver and the task: only the thread's exit may kill it.
+            std::mem::forget(rx);
+        });
+        std::mem::forget(rt);
+    })
+    .join()
+    .unwrap();
+    let pid = std::fs::read_to_string(&me).unwrap();
+    assert!(
+        wait_dead(&pid).await,
+        "the agent outlived its spawning thread"
+    );
+}
