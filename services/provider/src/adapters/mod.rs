@@ -17,9 +17,10 @@
 //! Event semantics shared by all providers:
 //! - `SessionId` comes at most once per parser (the provider's own session/thread id, used as
 //!   `resume_id` of the next turn).
-//! - `ChatDelta` is a fragment of an assistant message; `Chat` is a whole assistant message that
-//!   was *not* already streamed as deltas. Concatenating both in order gives the visible text
-//!   exactly once.
+//! - `Chat` is a whole, completed assistant message: every message ends up as exactly one `Chat`,
+//!   whether or not it was streamed. `ChatDelta` is a fragment of a message still being written,
+//!   a best-effort live view on top of it: the `Chat` that follows repeats the full text, so the
+//!   transcript is the `Chat`s alone (docs/decisions.md "Deltas and chat").
 //! - `Usage { cumulative: false }` is an increment to add to the thread's running total;
 //!   `cumulative: true` is the thread's total so far and replaces it (codex reports that way).
 //!   `input` counts every prompt token the model read, cached or not (cache reads and cache

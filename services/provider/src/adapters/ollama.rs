@@ -51,7 +51,7 @@ pub fn command(turn: &TurnSpec) -> CommandLine {
 #[derive(Debug, Default)]
 pub struct Parser {
     session: SessionOnce,
-    /// Deltas were sent for the message the next `chat` line closes.
+    /// An error was reported; later ones are ignored (at most one per turn).
     failed: bool,
 }
 
