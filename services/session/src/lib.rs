@@ -39,8 +39,11 @@ pub async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     config.data_dir.ensure()?;
     let socket = config.runtime_dir.socket(ServiceName::Session);
     let sessions = Sessions::open(config);
-    let routes =
-        tonic::service::Routes::new(SessionServiceServer::new(grpc::SessionGrpc(sessions)));
+    let routes = tonic::service::Routes::new(
+        SessionServiceServer::new(grpc::SessionGrpc(sessions))
+            .max_decoding_message_size(pedelec_common::MAX_GRPC_MESSAGE)
+            .max_encoding_message_size(pedelec_common::MAX_GRPC_MESSAGE),
+    );
     pedelec_common::uds::serve(
         &socket,
         ServiceName::Session,

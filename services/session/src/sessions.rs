@@ -63,12 +63,17 @@ impl Sessions {
     /// connects lazily to ProviderService and ToolBridgeService.
     pub fn open(config: Config) -> Sessions {
         let rt = &config.runtime_dir;
+        let max = pedelec_common::MAX_GRPC_MESSAGE;
         let provider = ProviderServiceClient::new(pedelec_common::uds::connect_lazy(
             &rt.socket(pedelec_common::ServiceName::Provider),
-        ));
+        ))
+        .max_decoding_message_size(max)
+        .max_encoding_message_size(max);
         let tools = ToolBridgeServiceClient::new(pedelec_common::uds::connect_lazy(
             &rt.socket(pedelec_common::ServiceName::ToolBridge),
-        ));
+        ))
+        .max_decoding_message_size(max)
+        .max_encoding_message_size(max);
         let journal = Journal::new(config.data_dir.sessions());
         let sessions = Sessions {
             inner: Arc::new(Inner {
