@@ -780,7 +780,7 @@ impl Group {
 
     /// Polls until the group is empty or the deadline passes, then SIGKILLs it.
     async fn wait_empty(&mut self, deadline: Instant) {
-        while signal_group(self.pgid, 0) {
+        while signal_group(self.pgid, 0) && has_live_member(self.pgid) {
             if Instant::now() >= deadline {
                 signal_group(self.pgid, libc::SIGKILL);
                 break;
@@ -800,6 +800,39 @@ impl Drop for Group {
             let _ = std::fs::remove_file(record);
         }
     }
+}
+
+/// Whether a process of the group is still running. Members that are only
+/// zombies count as gone: orphans are reparented to init, which may reap
+/// them late (some container inits poll once a second). When /proc cannot be
+/// read, the group counts as running.
+fn has_live_member(pgid: i32) -> bool {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return true;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name
+            .to_str()
+            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{name}/stat")) else {
+            continue;
+        };
+        // After "comm) ": state ppid pgrp ...
+        let Some((_, rest)) = stat.rsplit_once(") ") else {
+            continue;
+        };
+        let mut fields = rest.split(' ');
+        let state = fields.next();
+        let pgrp = fields.nth(1).and_then(|p| p.parse::<i32>().ok());
+        if pgrp == Some(pgid) && state != Some("Z") {
+            return true;
+        }
+    }
+    false
 }
 
 /// Writes `<dir>/<pgid>`; a failure only costs the crash clean-up, so it is logged.
