@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 use pb::asset_service_client::AssetServiceClient;
 use pb::provider_service_client::ProviderServiceClient;
 use pb::session_service_client::SessionServiceClient;
-use pedelec_common::{RuntimeDir, ServiceName, uds};
+use pb::supervisor_service_client::SupervisorServiceClient;
+use pedelec_common::{Code, CodedError, MAX_GRPC_MESSAGE, RuntimeDir, ServiceName, uds};
 use pedelec_proto::v1 as pb;
 use tokio::sync::Mutex;
 use tonic::transport::Channel;
@@ -20,9 +21,25 @@ use crate::error::HostError;
 
 /// How long a request waits for `pedelecd start` to bring the services up.
 pub const START_WAIT: Duration = Duration::from_secs(10);
-/// Messages may be as large as the browser may send (64 MiB); tonic's default
-/// 4 MiB would refuse a big tool result or asset list.
-const MAX_GRPC_MESSAGE: usize = 64 << 20;
+/// How long one health check (or launcher status call) may take: a service
+/// that accepts the connection but does not answer counts as down.
+pub const HEALTH_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// What a request needs up: list_providers/get_settings.
+pub const PROVIDER: &[ServiceName] = &[ServiceName::Provider];
+/// Session requests.
+pub const SESSION: &[ServiceName] = &[ServiceName::Session];
+/// create_session (it resolves the provider).
+pub const SESSION_PROVIDER: &[ServiceName] = &[ServiceName::Session, ServiceName::Provider];
+/// Asset requests (AssetService checks the thread with SessionService).
+pub const ASSETS: &[ServiceName] = &[ServiceName::Session, ServiceName::Asset];
+
+/// The services the host calls, in the order of `Inner::up`.
+const CALLED: [ServiceName; 3] = [
+    ServiceName::Session,
+    ServiceName::Provider,
+    ServiceName::Asset,
+];
 
 #[derive(Clone)]
 pub struct Core {
@@ -34,12 +51,31 @@ struct Inner {
     session: Channel,
     provider: Channel,
     asset: Channel,
-    /// Set once the services answered; cleared when a call finds them gone.
-    up: AtomicBool,
-    /// One auto-start at a time; concurrent requests wait for its outcome.
-    starting: Mutex<()>,
+    /// Per service of `CALLED`: set once it answered; cleared when a call
+    /// finds it gone.
+    up: [AtomicBool; 3],
+    /// One start attempt at a time, and the outcome of the last one: requests
+    /// that waited for an attempt share its outcome instead of trying again.
+    attempt: Mutex<Option<Attempt>>,
     pedelecd: PathBuf,
     log_file: Option<PathBuf>,
+}
+
+struct Attempt {
+    finished: Instant,
+    outcome: Result<(), String>,
+}
+
+fn slot(service: ServiceName) -> usize {
+    CALLED.iter().position(|s| *s == service).unwrap_or(0)
+}
+
+fn names(services: &[ServiceName]) -> String {
+    services
+        .iter()
+        .map(|s| s.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 impl Core {
@@ -52,8 +88,8 @@ impl Core {
                 provider: channel(ServiceName::Provider),
                 asset: channel(ServiceName::Asset),
                 runtime,
-                up: AtomicBool::new(false),
-                starting: Mutex::new(()),
+                up: Default::default(),
+                attempt: Mutex::new(None),
                 pedelecd: pedelecd_path(),
                 log_file,
             }),
@@ -80,86 +116,232 @@ impl Core {
 
     /// Whether SessionService answers its health check now (no auto-start).
     pub async fn is_running(&self) -> bool {
-        uds::is_serving(
-            &self.inner.runtime.socket(ServiceName::Session),
-            ServiceName::Session,
-        )
-        .await
+        self.serving(ServiceName::Session).await
     }
 
-    /// Runs `call`; when the services are not known to be up, first makes sure
-    /// they are (starting `pedelecd` if needed). A call that could not even
-    /// connect reached no service, so it is safe to start them and retry once,
-    /// mutations included.
-    pub async fn call<T, F, Fut>(&self, call: F) -> Result<T, HostError>
+    /// Runs `call` with `req`; when a service in `needed` is not known to be
+    /// up, first makes sure it is (starting `pedelecd` if needed). A call that
+    /// could not even connect reached no service, so it is safe to start them
+    /// and retry once, mutations included. The request is cloned once for the
+    /// first attempt; the retry takes the original.
+    pub async fn call<R, T, F, Fut>(
+        &self,
+        needed: &[ServiceName],
+        req: R,
+        call: F,
+    ) -> Result<T, HostError>
     where
-        F: Fn() -> Fut,
+        R: Clone + prost::Message,
+        F: Fn(R) -> Fut,
         Fut: Future<Output = Result<T, tonic::Status>>,
     {
-        if !self.inner.up.load(Ordering::Acquire) {
-            self.ensure_up().await?;
+        too_large(&req)?;
+        if !self.known_up(needed) {
+            self.ensure_up(needed).await?;
         }
-        match call().await {
+        match call(req.clone()).await {
             Ok(v) => Ok(v),
             Err(status) if never_connected(&status) => {
                 tracing::warn!(error = %status, "services not reachable; starting them");
-                self.inner.up.store(false, Ordering::Release);
-                self.ensure_up().await?;
-                call().await.map_err(|s| self.failed(&s))
+                self.mark(needed, false);
+                self.ensure_up(needed).await?;
+                call(req).await.map_err(|s| self.failed(needed, &s))
             }
-            Err(status) => Err(self.failed(&status)),
+            Err(status) => Err(self.failed(needed, &status)),
         }
     }
 
-    fn failed(&self, status: &tonic::Status) -> HostError {
+    fn known_up(&self, services: &[ServiceName]) -> bool {
+        services
+            .iter()
+            .all(|s| self.inner.up[slot(*s)].load(Ordering::Acquire))
+    }
+
+    fn mark(&self, services: &[ServiceName], up: bool) {
+        for s in services {
+            self.inner.up[slot(*s)].store(up, Ordering::Release);
+        }
+    }
+
+    /// Only a transport failure says the services are down.
+    fn failed(&self, needed: &[ServiceName], status: &tonic::Status) -> HostError {
         let e = HostError::from_status(status);
         if matches!(e, HostError::CoreUnavailable(_)) {
-            self.inner.up.store(false, Ordering::Release);
+            self.mark(needed, false);
         }
         e
     }
 
-    /// Makes sure the services serve, starting `pedelecd start` at most once
-    /// at a time and waiting up to `START_WAIT` for their health.
-    pub async fn ensure_up(&self) -> Result<(), HostError> {
-        let _guard = self.inner.starting.lock().await;
-        if self.inner.up.load(Ordering::Acquire) || self.all_serving().await {
-            self.inner.up.store(true, Ordering::Release);
-            return Ok(());
-        }
-        let started = Instant::now();
-        tracing::info!(pedelecd = %self.inner.pedelecd.display(), "services not running; starting pedelecd");
-        let reason = self.start_pedelecd().await.err();
-        // `pedelecd start` returns once everything is healthy, but it may also
-        // have found an instance already starting: poll until the deadline.
-        let deadline = started + START_WAIT;
-        while Instant::now() < deadline {
-            if self.all_serving().await {
-                tracing::info!(
-                    elapsed_ms = started.elapsed().as_millis() as u64,
-                    "services up"
-                );
-                self.inner.up.store(true, Ordering::Release);
-                return Ok(());
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        let why = reason
-            .unwrap_or_else(|| "pedelecd started but the services never became healthy".into());
-        Err(HostError::CoreUnavailable(format!(
-            "Pedelec services are not running and could not be started within {} s: {why}",
-            START_WAIT.as_secs()
-        )))
+    /// One health check, bounded by `HEALTH_TIMEOUT`.
+    async fn serving(&self, service: ServiceName) -> bool {
+        let socket = self.inner.runtime.socket(service);
+        tokio::time::timeout(HEALTH_TIMEOUT, uds::is_serving(&socket, service))
+            .await
+            .unwrap_or(false)
     }
 
-    async fn all_serving(&self) -> bool {
-        let check = |s| async move { uds::is_serving(&self.inner.runtime.socket(s), s).await };
-        let (a, b, c) = tokio::join!(
-            check(ServiceName::Session),
-            check(ServiceName::Provider),
-            check(ServiceName::Asset)
-        );
-        a && b && c
+    /// The services of `needed` that do not answer their health check.
+    async fn not_serving(&self, needed: &[ServiceName]) -> Vec<ServiceName> {
+        let mut checks = tokio::task::JoinSet::new();
+        for &s in needed {
+            let core = self.clone();
+            checks.spawn(async move { (s, core.serving(s).await) });
+        }
+        let mut down = Vec::new();
+        while let Some(r) = checks.join_next().await {
+            if let Ok((s, false)) = r {
+                down.push(s);
+            }
+        }
+        down
+    }
+
+    /// Makes sure the services of `needed` serve. One start attempt runs at a
+    /// time; a request that waited for one shares its outcome (a failure is
+    /// reported at once, not tried again), so concurrent requests cost one
+    /// attempt, not one each.
+    pub async fn ensure_up(&self, needed: &[ServiceName]) -> Result<(), HostError> {
+        let asked = Instant::now();
+        if self.not_serving(needed).await.is_empty() {
+            self.mark(needed, true);
+            return Ok(());
+        }
+        let mut last = self.inner.attempt.lock().await;
+        if let Some(a) = last.as_ref().filter(|a| a.finished >= asked)
+            && let Err(why) = &a.outcome
+        {
+            return Err(HostError::CoreUnavailable(why.clone()));
+        }
+        // Someone else's attempt may have brought them up meanwhile.
+        if self.not_serving(needed).await.is_empty() {
+            self.mark(needed, true);
+            return Ok(());
+        }
+        let outcome = self.start(needed).await;
+        *last = Some(Attempt {
+            finished: Instant::now(),
+            outcome: outcome.clone(),
+        });
+        match outcome {
+            Ok(()) => {
+                self.mark(needed, true);
+                Ok(())
+            }
+            Err(why) => Err(HostError::CoreUnavailable(why)),
+        }
+    }
+
+    /// One attempt: when pedelecd runs, restarts a needed service it gave up
+    /// on (once); else runs `pedelecd start`. Then waits up to `START_WAIT`
+    /// for the needed services' health. Fails at once when there is nothing to
+    /// wait for (no pedelecd to run, or it failed and no launcher answers).
+    async fn start(&self, needed: &[ServiceName]) -> Result<(), String> {
+        let started = Instant::now();
+        let deadline = started + START_WAIT;
+        let mut restarted: Vec<ServiceName> = Vec::new();
+        let mut reason = None;
+        if self.launcher_status().await.is_none() {
+            let exe = &self.inner.pedelecd;
+            if !exe.exists() {
+                return Err(format!(
+                    "Pedelec services are not running and cannot be started: {} not found \
+                     (set PEDELEC_BIN_DIR or reinstall Pedelec)",
+                    exe.display()
+                ));
+            }
+            tracing::info!(pedelecd = %exe.display(), needed = %names(needed), "services not running; starting pedelecd");
+            if let Err(why) = self.start_pedelecd().await {
+                // It may have found an instance already starting (then wait
+                // for it); otherwise, without a launcher answering, there is
+                // nothing to wait for.
+                if !why.contains("already running") && self.launcher_status().await.is_none() {
+                    return Err(format!("Pedelec services could not be started: {why}"));
+                }
+                reason = Some(why);
+            }
+        }
+        loop {
+            let down = self.not_serving(needed).await;
+            if down.is_empty() {
+                tracing::info!(
+                    elapsed_ms = started.elapsed().as_millis() as u64,
+                    needed = %names(needed),
+                    "services up"
+                );
+                return Ok(());
+            }
+            if let Some(status) = self.launcher_status().await {
+                for s in &down {
+                    let failed = status.services.iter().any(|st| {
+                        st.name == s.as_str() && st.state == pb::ServiceState::Failed as i32
+                    });
+                    if failed && !restarted.contains(s) {
+                        restarted.push(*s);
+                        tracing::warn!(
+                            service = s.as_str(),
+                            "pedelecd gave up on a service; restarting it"
+                        );
+                        if let Err(why) = self.restart(*s, deadline).await {
+                            reason = Some(why);
+                        }
+                    }
+                }
+            }
+            if Instant::now() >= deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let down = self.not_serving(needed).await;
+        let why = reason.unwrap_or_else(|| {
+            format!(
+                "pedelecd runs but {} never became healthy",
+                names(if down.is_empty() { needed } else { &down })
+            )
+        });
+        Err(format!(
+            "Pedelec services are not running and could not be started within {} s: {why}",
+            START_WAIT.as_secs()
+        ))
+    }
+
+    /// SupervisorService.Status of a running pedelecd; None when none answers.
+    async fn launcher_status(&self) -> Option<pb::SupervisorStatus> {
+        let socket = self.inner.runtime.socket(ServiceName::Launcher);
+        tokio::time::timeout(HEALTH_TIMEOUT, async {
+            let channel = uds::connect(&socket).await.ok()?;
+            let mut client = SupervisorServiceClient::new(channel);
+            let status = client.status(pb::SupervisorStatusRequest {}).await.ok()?;
+            Some(status.into_inner())
+        })
+        .await
+        .ok()
+        .flatten()
+    }
+
+    /// SupervisorService.Restart for `service`, bounded by `deadline`.
+    async fn restart(&self, service: ServiceName, deadline: Instant) -> Result<(), String> {
+        let socket = self.inner.runtime.socket(ServiceName::Launcher);
+        let left = deadline.saturating_duration_since(Instant::now());
+        let call = async {
+            let channel = uds::connect(&socket).await.map_err(|e| e.to_string())?;
+            let mut client = SupervisorServiceClient::new(channel);
+            client
+                .restart(pb::RestartServiceRequest {
+                    service: service.as_str().to_string(),
+                })
+                .await
+                .map(|_| ())
+                .map_err(|s| s.message().to_string())
+        };
+        match tokio::time::timeout(left, call).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(why)) => Err(format!("restarting {} failed: {why}", service.as_str())),
+            Err(_) => Err(format!(
+                "restarting {} did not finish in time",
+                service.as_str()
+            )),
+        }
     }
 
     /// Runs `pedelecd start` in its own session (so it survives Chrome killing
@@ -209,6 +391,26 @@ impl Core {
             ))
         }
     }
+}
+
+/// A request above the largest gRPC message is refused here: sent, it only
+/// breaks the HTTP/2 stream ("h2 protocol error"), which says nothing useful.
+/// JSON can grow as protobuf (a `0` in an array becomes 11 bytes).
+fn too_large(req: &impl prost::Message) -> Result<(), HostError> {
+    let len = req.encoded_len();
+    if len <= MAX_GRPC_MESSAGE {
+        return Ok(());
+    }
+    Err(HostError::Service(
+        CodedError::new(
+            Code::MESSAGE_TOO_LARGE,
+            format!(
+                "the request is {len} bytes as a gRPC message, above the {} MiB limit",
+                MAX_GRPC_MESSAGE >> 20
+            ),
+        )
+        .with_details(serde_json::json!({"length": len, "limit": MAX_GRPC_MESSAGE})),
+    ))
 }
 
 /// `$PEDELEC_BIN_DIR/pedelecd`, else `pedelecd` beside this executable.

@@ -7,25 +7,26 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use pedelec_common::json as pjson;
+use pedelec_common::{Code, CodedError};
 use pedelec_proto::v1 as pb;
 use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::{Mutex, mpsc};
+use tokio::sync::{Mutex, Semaphore, mpsc, oneshot};
 use tokio::task::{JoinHandle, JoinSet};
 
-use crate::core::Core;
+use crate::core::{self, Core};
 use crate::error::HostError;
 use crate::frame::{self, FrameReader, Inbound, MAX_INBOUND};
 use crate::protocol::{self as p, Envelope, Request, ToolOutcome};
 
-/// One gRPC call through `Core::call`, retried after an auto-start; the
-/// request is rebuilt per attempt because clients take it by value.
+/// One gRPC call through `Core::call`, which needs the services `$needed`
+/// and may retry it once after an auto-start (clients take the request by
+/// value, so `Core::call` keeps it for that).
 macro_rules! rpc {
-    ($core:expr, $client:ident . $method:ident ($req:expr)) => {
+    ($core:expr, $needed:expr, $client:ident . $method:ident ($req:expr)) => {
         $core
-            .call(|| {
+            .call($needed, $req, |req| {
                 let mut client = $core.$client();
-                let req = $req.clone();
                 async move { client.$method(req).await }
             })
             .await
@@ -43,6 +44,9 @@ const OUT_QUEUE: usize = 4096;
 const EOF_GRACE: Duration = Duration::from_millis(400);
 /// After a refusal, how long to keep refusing further frames before exiting.
 const REFUSAL_LINGER: Duration = Duration::from_millis(300);
+/// Requests in flight at most; reading stdin waits for one to finish, so a
+/// flood of 64 MiB frames cannot grow memory without bound.
+pub const MAX_IN_FLIGHT: usize = 64;
 
 /// The extension ids this host serves: the built-in list plus the
 /// comma-separated `$PEDELEC_ALLOWED_EXTENSIONS`.
@@ -142,9 +146,51 @@ struct Host {
     generation: AtomicU64,
 }
 
+/// A session's stream, registered (as `Opening`) before the stream is
+/// opened, so a detach that comes meanwhile finds it and cancels the open.
 struct Attachment {
     generation: u64,
-    task: JoinHandle<()>,
+    /// The page origin that attached; only it may detach.
+    origin: String,
+    state: Stream,
+}
+
+/// What `Host::prepare` did for a request before it was spawned.
+enum Early {
+    None,
+    Attach(Result<Registration, HostError>),
+    Detach(Result<Option<Attachment>, HostError>),
+}
+
+struct Registration {
+    generation: u64,
+    cancelled: oneshot::Receiver<()>,
+    replaced: Option<Attachment>,
+}
+
+enum Stream {
+    /// Attach is opening the stream; firing (or dropping) the sender makes it
+    /// give up and drop whatever it opened.
+    Opening(oneshot::Sender<()>),
+    /// Events are being forwarded.
+    Forwarding(JoinHandle<()>),
+}
+
+impl Attachment {
+    /// Stops it; once this returns no event of it is sent any more.
+    async fn stop(self) {
+        match self.state {
+            Stream::Opening(cancel) => {
+                // Attach sees it is no longer registered before it answers or
+                // forwards anything (both happen under the lock).
+                let _ = cancel.send(());
+            }
+            Stream::Forwarding(task) => {
+                task.abort();
+                let _ = task.await;
+            }
+        }
+    }
 }
 
 async fn serve<R: AsyncRead + Unpin>(
@@ -159,7 +205,12 @@ async fn serve<R: AsyncRead + Unpin>(
         generation: AtomicU64::new(0),
     });
     let mut requests = JoinSet::new();
+    let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
     loop {
+        // Wait for a slot before reading, so at most MAX_IN_FLIGHT frames are held.
+        let Ok(permit) = in_flight.clone().acquire_owned().await else {
+            break;
+        };
         let inbound = match reader.next().await {
             Ok(Some(inbound)) => inbound,
             Ok(None) => {
@@ -190,8 +241,14 @@ async fn serve<R: AsyncRead + Unpin>(
         };
         match p::parse(&body) {
             Ok(env) => {
+                // Attach and detach change the attachments here, in frame
+                // order, so a detach right after an attach always finds it.
+                let early = host.prepare(&env).await;
                 let host = host.clone();
-                requests.spawn(async move { host.handle(env).await });
+                requests.spawn(async move {
+                    host.handle(env, early).await;
+                    drop(permit);
+                });
             }
             Err(rejected) => {
                 tracing::warn!(id = %rejected.id, error = %rejected.error, bytes = body.len(), "bad request");
@@ -216,20 +273,45 @@ impl Host {
         let _ = self.out.send(message).await;
     }
 
-    async fn handle(self: Arc<Self>, env: Envelope) {
+    /// The part of attach and detach that runs in the reader loop, in frame
+    /// order: registering the attachment, or taking it away.
+    async fn prepare(&self, env: &Envelope) -> Early {
+        match &env.request {
+            Request::Attach(a) => Early::Attach(self.register(&env.origin, &a.session_id).await),
+            Request::Detach { session_id } => {
+                Early::Detach(self.take(&env.origin, session_id).await)
+            }
+            _ => Early::None,
+        }
+    }
+
+    async fn handle(self: Arc<Self>, env: Envelope, early: Early) {
         let kind = env.request.type_name();
         let id = env.id.clone();
         tracing::debug!(%id, kind, origin = %env.origin, "request");
-        let result = match env.request {
-            Request::Attach(attach) => {
+        let result = match (env.request, early) {
+            (Request::Attach(attach), Early::Attach(registered)) => {
                 // Answers itself: the reply must precede the stream's events.
-                if let Err(e) = self.clone().attach(&id, &env.origin, attach).await {
+                let attached = match registered {
+                    Ok(reg) => self.clone().attach(&id, &env.origin, attach, reg).await,
+                    Err(e) => Err(e),
+                };
+                if let Err(e) = attached {
                     tracing::info!(%id, kind, code = %e.code(), error = %e, "request failed");
                     self.send(p::error_reply(&id, &e)).await;
                 }
                 return;
             }
-            request => self.dispatch(&env.origin, request).await,
+            (Request::Detach { session_id }, Early::Detach(taken)) => match taken {
+                Ok(Some(a)) => {
+                    // Awaited so no event of this stream follows the reply.
+                    a.stop().await;
+                    Ok(json!({"sessionId": session_id, "detached": true}))
+                }
+                Ok(None) => Ok(json!({"sessionId": session_id, "detached": false})),
+                Err(e) => Err(e),
+            },
+            (request, _) => self.dispatch(&env.origin, request).await,
         };
         let reply = match result {
             Ok(result) => p::ok_reply(&id, result),
@@ -257,14 +339,22 @@ impl Host {
                 "coreRunning": core.is_running().await,
             }),
             Request::ListProviders => {
-                let r = rpc!(core, provider.list_providers(pb::ListProvidersRequest {}))?;
+                let r = rpc!(
+                    core,
+                    core::PROVIDER,
+                    provider.list_providers(pb::ListProvidersRequest {})
+                )?;
                 let providers: Vec<Value> =
                     r.get_ref().providers.iter().map(p::provider_info).collect();
                 json!({"providers": providers})
             }
             Request::GetSettings => {
                 // Only the public part: full settings hold credentials.
-                let r = rpc!(core, provider.get_settings(pb::GetSettingsRequest {}))?;
+                let r = rpc!(
+                    core,
+                    core::PROVIDER,
+                    provider.get_settings(pb::GetSettingsRequest {})
+                )?;
                 json!({"defaultProvider": r.get_ref().default_provider})
             }
             Request::CreateSession(c) => {
@@ -277,7 +367,7 @@ impl Host {
                     auto_end_on_disconnect: c.auto_end_on_disconnect,
                     workspace_path: c.workspace.map(|w| w.path),
                 };
-                let r = rpc!(core, session.create_session(req.clone()))?;
+                let r = rpc!(core, core::SESSION_PROVIDER, session.create_session(req))?;
                 let r = r.get_ref();
                 json!({
                     "sessionId": r.session_id,
@@ -286,10 +376,10 @@ impl Host {
                     "snapshot": r.snapshot.as_ref().map(p::snapshot).unwrap_or(Value::Null),
                 })
             }
-            Request::Attach(_) => unreachable!("attach answers itself"),
-            Request::Detach { session_id } => {
-                let detached = self.detach(&session_id).await;
-                json!({"sessionId": session_id, "detached": detached})
+            Request::Attach(_) | Request::Detach { .. } => {
+                return Err(HostError::Internal(
+                    "attach and detach are handled with their early part".into(),
+                ));
             }
             Request::SendText { session_id, text } => {
                 let req = pb::SendTextRequest {
@@ -297,7 +387,7 @@ impl Host {
                     origin: origin.to_string(),
                     text,
                 };
-                let r = rpc!(core, session.send_text(req.clone()))?;
+                let r = rpc!(core, core::SESSION, session.send_text(req))?;
                 json!({"operationId": r.get_ref().operation_id})
             }
             Request::Prepare { session_id } => {
@@ -305,20 +395,24 @@ impl Host {
                     session_id,
                     origin: origin.to_string(),
                 };
-                let r = rpc!(core, session.prepare(req.clone()))?;
+                let r = rpc!(core, core::SESSION, session.prepare(req))?;
                 json!({"operationId": r.get_ref().operation_id})
             }
             Request::Cancel { session_id } => {
-                let r = rpc!(core, session.cancel(thread(&session_id)))?;
+                let r = rpc!(core, core::SESSION, session.cancel(thread(&session_id)))?;
                 let op = &r.get_ref().operation_id;
                 json!({"operationId": if op.is_empty() { Value::Null } else { json!(op) }})
             }
-            Request::End { session_id } => snapshot(rpc!(core, session.end(thread(&session_id)))?),
-            Request::Reactivate { session_id } => {
-                snapshot(rpc!(core, session.reactivate(thread(&session_id)))?)
+            Request::End { session_id } => {
+                snapshot(rpc!(core, core::SESSION, session.end(thread(&session_id)))?)
             }
+            Request::Reactivate { session_id } => snapshot(rpc!(
+                core,
+                core::SESSION,
+                session.reactivate(thread(&session_id))
+            )?),
             Request::GetSession { session_id } => {
-                snapshot(rpc!(core, session.get(thread(&session_id)))?)
+                snapshot(rpc!(core, core::SESSION, session.get(thread(&session_id)))?)
             }
             Request::SubmitToolResult(s) => {
                 let outcome = match s.outcome {
@@ -341,7 +435,7 @@ impl Host {
                     tool_request_id: s.tool_request_id,
                     outcome: Some(outcome),
                 };
-                rpc!(core, session.submit_tool_result(req.clone()))?;
+                rpc!(core, core::SESSION, session.submit_tool_result(req))?;
                 json!({})
             }
             Request::CreateUploadTicket(t) => {
@@ -353,7 +447,7 @@ impl Host {
                     size_bytes: t.size_bytes,
                     content_type: t.content_type,
                 };
-                let r = rpc!(core, asset.create_upload_ticket(req.clone()))?;
+                let r = rpc!(core, core::ASSETS, asset.create_upload_ticket(req))?;
                 p::ticket(r.get_ref())
             }
             Request::CreateDownloadTicket(t) => {
@@ -362,7 +456,7 @@ impl Host {
                     origin: origin.to_string(),
                     path: t.path,
                 };
-                let r = rpc!(core, asset.create_download_ticket(req.clone()))?;
+                let r = rpc!(core, core::ASSETS, asset.create_download_ticket(req))?;
                 p::ticket(r.get_ref())
             }
             Request::ListAssets { session_id } => {
@@ -370,7 +464,7 @@ impl Host {
                     session_id,
                     origin: origin.to_string(),
                 };
-                let r = rpc!(core, asset.list(req.clone()))?;
+                let r = rpc!(core, core::ASSETS, asset.list(req))?;
                 let assets: Vec<Value> = r.get_ref().assets.iter().map(p::asset).collect();
                 json!({"assets": assets})
             }
@@ -380,15 +474,50 @@ impl Host {
     /// Opens the Attach stream, answers with its snapshot, then forwards its
     /// events until detach, the stream's end or stdin's end. A second attach
     /// of the same session replaces the first (the extension multiplexes its
-    /// routes over one native port).
+    /// routes over one native port). The session is registered before the
+    /// stream opens, so a detach sent right after the attach cancels it.
+    /// Registers an attachment as opening, replacing the session's current
+    /// one (of the same origin only).
+    async fn register(&self, origin: &str, session_id: &str) -> Result<Registration, HostError> {
+        let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
+        let (cancel, cancelled) = oneshot::channel();
+        let mut attached = self.attached.lock().await;
+        if let Some(other) = attached.get(session_id)
+            && other.origin != origin
+        {
+            return Err(access_denied(session_id));
+        }
+        let replaced = attached.insert(
+            session_id.to_string(),
+            Attachment {
+                generation,
+                origin: origin.to_string(),
+                state: Stream::Opening(cancel),
+            },
+        );
+        Ok(Registration {
+            generation,
+            cancelled,
+            replaced,
+        })
+    }
+
     async fn attach(
         self: Arc<Self>,
         id: &Value,
         origin: &str,
         attach: p::Attach,
+        reg: Registration,
     ) -> Result<(), HostError> {
         let session_id = attach.session_id;
-        let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
+        let Registration {
+            generation,
+            mut cancelled,
+            replaced,
+        } = reg;
+        if let Some(old) = replaced {
+            old.stop().await;
+        }
         let route_id = attach
             .route_id
             .filter(|r| !r.is_empty())
@@ -399,33 +528,54 @@ impl Host {
             route_id,
             after_seq: attach.after_seq,
         };
-        let core = &self.core;
-        let mut stream = rpc!(core, session.attach(req.clone()))?.into_inner();
-        let first = stream
-            .message()
-            .await
-            .map_err(|s| HostError::from_status(&s))?
-            .ok_or_else(|| HostError::Internal("Attach stream ended before its snapshot".into()))?;
-        let Some(pb::session_event::Event::Snapshot(snap)) = &first.event else {
-            return Err(HostError::Internal(
-                "Attach stream did not start with a snapshot".into(),
-            ));
+        let open = async {
+            let core = &self.core;
+            let mut stream = rpc!(core, core::SESSION, session.attach(req))?.into_inner();
+            let first = stream
+                .message()
+                .await
+                .map_err(|s| HostError::from_status(&s))?
+                .ok_or_else(|| {
+                    HostError::Internal("Attach stream ended before its snapshot".into())
+                })?;
+            match first.event {
+                Some(pb::session_event::Event::Snapshot(snap)) => Ok((stream, snap)),
+                _ => Err(HostError::Internal(
+                    "Attach stream did not start with a snapshot".into(),
+                )),
+            }
+        };
+        let opened = tokio::select! {
+            opened = open => opened,
+            _ = &mut cancelled => Err(superseded(&session_id)),
         };
         let mut attached = self.attached.lock().await;
-        if let Some(old) = attached.remove(&session_id) {
-            old.task.abort();
-            let _ = old.task.await;
-        }
-        // Queued under the lock, so no event of this stream can precede it.
+        let current = attached
+            .get(&session_id)
+            .is_some_and(|a| a.generation == generation);
+        let (stream, snap) = match opened {
+            Ok(_) if !current => return Err(superseded(&session_id)),
+            Ok(opened) => opened,
+            Err(e) => {
+                if current {
+                    attached.remove(&session_id);
+                }
+                return Err(e);
+            }
+        };
+        // Queued under the lock, so no event of this stream can precede it,
+        // and a detach waiting for the lock finds the stream forwarding.
         self.send(p::ok_reply(
             id,
-            json!({"sessionId": session_id, "snapshot": p::snapshot(snap)}),
+            json!({"sessionId": session_id, "snapshot": p::snapshot(&snap)}),
         ))
         .await;
         let host = self.clone();
         let sid = session_id.clone();
         let task = tokio::spawn(async move { host.forward(sid, generation, stream).await });
-        attached.insert(session_id, Attachment { generation, task });
+        if let Some(a) = attached.get_mut(&session_id) {
+            a.state = Stream::Forwarding(task);
+        }
         Ok(())
     }
 
@@ -460,28 +610,50 @@ impl Host {
         }
     }
 
-    async fn detach(&self, session_id: &str) -> bool {
-        let attachment = self.attached.lock().await.remove(session_id);
-        match attachment {
-            Some(a) => {
-                // Awaited so no event of this stream follows the detach reply.
-                a.task.abort();
-                let _ = a.task.await;
-                true
-            }
-            None => false,
+    /// Takes the session's attachment away (stopping it is the caller's);
+    /// None when it was not attached. Only the origin that attached may
+    /// detach: detaching can end a session (autoEndOnDisconnect).
+    async fn take(&self, origin: &str, session_id: &str) -> Result<Option<Attachment>, HostError> {
+        let mut attached = self.attached.lock().await;
+        match attached.get(session_id) {
+            None => Ok(None),
+            Some(a) if a.origin != origin => Err(access_denied(session_id)),
+            Some(_) => Ok(attached.remove(session_id)),
         }
     }
 
     async fn detach_all(&self) {
         let all: Vec<Attachment> = self.attached.lock().await.drain().map(|(_, a)| a).collect();
+        // Abort every stream first, then wait for them all.
         for a in &all {
-            a.task.abort();
+            if let Stream::Forwarding(task) = &a.state {
+                task.abort();
+            }
         }
         for a in all {
-            let _ = a.task.await;
+            a.stop().await;
         }
     }
+}
+
+fn access_denied(session_id: &str) -> HostError {
+    HostError::Service(
+        CodedError::new(
+            Code::THREAD_ACCESS_DENIED,
+            format!("session {session_id} is attached by another origin"),
+        )
+        .with_details(json!({"sessionId": session_id})),
+    )
+}
+
+fn superseded(session_id: &str) -> HostError {
+    HostError::Service(
+        CodedError::new(
+            Code::CANCELLED,
+            format!("attach of {session_id} was cancelled by a detach or a later attach"),
+        )
+        .with_details(json!({"sessionId": session_id})),
+    )
 }
 
 #[cfg(test)]

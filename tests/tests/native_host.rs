@@ -852,3 +852,212 @@ fn rss_kib(pid: u32) -> u64 {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or(0)
 }
+
+/// Review finding 1: a detach sent right after an attach (before its stream
+/// opened) used to find nothing and leave the stream running. Each pair now
+/// detaches, and no event of the session follows its detach reply.
+#[tokio::test]
+async fn back_to_back_attach_and_detach_leave_no_stream() {
+    let mut env = TestEnv::new();
+    let _launcher = services(&mut env).await;
+    let mut host = Host::spawn(&env, EXTENSION);
+    let created = host
+        .ok(
+            "create_session",
+            json!({"provider": "ollama", "autoEndOnDisconnect": false}),
+        )
+        .await;
+    let id = created["sessionId"].as_str().unwrap().to_string();
+    for i in 0..20 {
+        let (a, d) = (json!(format!("a{i}")), json!(format!("d{i}")));
+        let mut pair = frame(
+            json!({"id": a, "type": "attach", "origin": ORIGIN, "payload": {"sessionId": id}})
+                .to_string()
+                .as_bytes(),
+        );
+        pair.extend(frame(
+            json!({"id": d, "type": "detach", "origin": ORIGIN, "payload": {"sessionId": id}})
+                .to_string()
+                .as_bytes(),
+        ));
+        host.send_raw(&pair).await;
+        let detached = host.reply_to(&d).await.value;
+        assert_eq!(detached["result"]["detached"], true, "pair {i}: {detached}");
+        let attached = host.reply_to(&a).await.value;
+        assert!(
+            attached["ok"] == true || attached["error"]["code"] == "CANCELLED",
+            "pair {i}: {attached}"
+        );
+        // Whatever came after the detach reply: never an event of the session.
+        assert!(
+            !host.stash.iter().any(|r| r.value["type"] == "event"),
+            "pair {i}: an event after detach"
+        );
+    }
+    // A turn now would stream to any stream left behind.
+    host.ok("send_text", json!({"sessionId": id, "text": "@@stream 20"}))
+        .await;
+    let deadline = Instant::now() + Duration::from_millis(1500);
+    while let Ok(Some(r)) = tokio::time::timeout_at(deadline.into(), host.incoming.recv()).await {
+        let r = r.expect("good output");
+        assert_ne!(r.value["type"], "event", "event after detach: {}", r.text);
+        assert_ne!(r.value["type"], "detached", "{}", r.text);
+    }
+    let list = env
+        .session()
+        .await
+        .list(pb::ListRequest {
+            origin: Some(ORIGIN.into()),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let routes: u32 = list
+        .sessions
+        .iter()
+        .filter(|s| s.session_id == id)
+        .map(|s| s.attached_routes)
+        .sum();
+    assert_eq!(routes, 0, "{list:?}");
+}
+
+/// Review finding 2: another origin may neither detach (and so auto-end) nor
+/// take over a session attached through this host.
+#[tokio::test]
+async fn another_origin_cannot_detach_or_take_over_an_attached_session() {
+    let mut env = TestEnv::new();
+    let _launcher = services(&mut env).await;
+    let mut host = Host::spawn(&env, EXTENSION);
+    let id = open_session(&mut host).await;
+    for kind in ["detach", "attach"] {
+        host.next_id += 1;
+        let rid = json!(format!("x{}", host.next_id));
+        host.send(&json!({"id": rid, "type": kind, "origin": "https://evil.example", "payload": {"sessionId": id}}))
+            .await;
+        let reply = host.reply_to(&rid).await.value;
+        assert_eq!(reply["ok"], false, "{reply}");
+        assert_eq!(reply["error"]["code"], "THREAD_ACCESS_DENIED", "{reply}");
+    }
+    // The owner's stream still runs.
+    host.ok("send_text", json!({"sessionId": id, "text": "hello"}))
+        .await;
+    let events = host.events_until(&id, finished).await;
+    assert_eq!(events.last().unwrap()["event"]["outcome"], "completed");
+    assert_eq!(
+        host.ok("detach", json!({"sessionId": id})).await["detached"],
+        true
+    );
+}
+
+fn nested(levels: usize) -> Value {
+    let mut v = json!("leaf");
+    for _ in 0..levels {
+        v = json!({ "a": v });
+    }
+    v
+}
+
+/// Review finding 3: deep JSON is INVALID_INPUT naming the limit, before any
+/// gRPC call; a payload larger than a gRPC message may be is MESSAGE_TOO_LARGE.
+/// Neither is a core outage.
+#[tokio::test]
+async fn deep_or_oversized_payloads_are_not_core_unavailable() {
+    let mut env = TestEnv::new();
+    let _launcher = services(&mut env).await;
+    let mut host = Host::spawn(&env, EXTENSION);
+    let id = open_session(&mut host).await;
+
+    let deep = host
+        .call(
+            "submit_tool_result",
+            json!({"sessionId": id, "toolRequestId": "tr_1", "result": nested(40)}),
+        )
+        .await;
+    assert_eq!(deep["error"]["code"], "INVALID_INPUT", "{deep}");
+    let message = deep["error"]["message"].as_str().unwrap();
+    assert!(message.contains("deeper than 32 levels"), "{message}");
+    let skills = json!({"tools": [{"name": "t", "description": "d", "argsSchema": nested(40)}]});
+    let deep = host
+        .call(
+            "create_session",
+            json!({"provider": "ollama", "skills": skills}),
+        )
+        .await;
+    assert_eq!(deep["error"]["code"], "INVALID_INPUT", "{deep}");
+    assert!(
+        deep["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("deeper than 32 levels"),
+        "{deep}"
+    );
+
+    // ~12 MiB of JSON zeros is ~70 MiB as google.protobuf.Value: above the
+    // 64 MiB any gRPC message may have.
+    let zeros = 6_200_000;
+    let mut body = String::with_capacity(zeros * 2 + 200);
+    body.push_str(&format!(
+        r#"{{"id":"big","type":"submit_tool_result","origin":"{ORIGIN}","payload":{{"sessionId":"{id}","toolRequestId":"tr_1","result":["#
+    ));
+    for i in 0..zeros {
+        body.push_str(if i == 0 { "0" } else { ",0" });
+    }
+    body.push_str("]}}");
+    host.send_raw(&frame(body.as_bytes())).await;
+    drop(body);
+    let big = host.reply_to(&json!("big")).await.value;
+    assert_eq!(big["error"]["code"], "MESSAGE_TOO_LARGE", "{big}");
+
+    // The services are still known up: the next call just works.
+    let snap = host.ok("get_session", json!({"sessionId": id})).await;
+    assert_eq!(snap["snapshot"]["status"], "idle");
+    let pong = host.ok("ping", json!({})).await;
+    assert_eq!(pong["coreRunning"], true);
+}
+
+/// Review finding 4: with no pedelecd to start, concurrent requests all fail
+/// at once with CORE_UNAVAILABLE and the reason, instead of 10 s each.
+#[tokio::test]
+async fn without_pedelecd_concurrent_requests_fail_fast_with_the_reason() {
+    let mut env = TestEnv::new();
+    let lonely = env.root.path().join("bin-without-pedelecd");
+    std::fs::create_dir_all(&lonely).unwrap();
+    std::os::unix::fs::symlink(
+        bin_dir().join("pedelec-native-host"),
+        lonely.join("pedelec-native-host"),
+    )
+    .unwrap();
+    env.extra_env
+        .insert("PEDELEC_BIN_DIR".into(), lonely.display().to_string());
+    let mut host = Host::spawn(&env, EXTENSION);
+    let requests = [
+        ("list_providers", json!({})),
+        ("get_settings", json!({})),
+        ("create_session", json!({"provider": "ollama"})),
+        ("get_session", json!({"sessionId": "thr_x"})),
+        ("send_text", json!({"sessionId": "thr_x", "text": "hi"})),
+        ("list_assets", json!({"sessionId": "thr_x"})),
+        ("attach", json!({"sessionId": "thr_x"})),
+        ("end", json!({"sessionId": "thr_x"})),
+    ];
+    let started = Instant::now();
+    let mut bytes = Vec::new();
+    for (i, (kind, payload)) in requests.iter().enumerate() {
+        let msg = json!({"id": i, "type": kind, "origin": ORIGIN, "payload": payload});
+        bytes.extend(frame(msg.to_string().as_bytes()));
+    }
+    host.send_raw(&bytes).await;
+    for i in 0..requests.len() {
+        let reply = host.reply_to(&json!(i)).await.value;
+        assert_eq!(reply["error"]["code"], "CORE_UNAVAILABLE", "{reply}");
+        let message = reply["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("pedelecd not found"),
+            "the reason is given: {message}"
+        );
+    }
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+    let (code, _) = host.close_and_wait().await;
+    assert_eq!(code, Some(0));
+}
