@@ -104,3 +104,223 @@ async fn start_status_stop_and_restart_over_stale_sockets() {
     assert!(out.status.success());
     wait_until_nothing_runs(&env.runtime_dir()).await;
 }
+
+/// A private bin dir for the launcher: links to the built binaries, except
+/// `service`'s, which is the shell `script` (the real binary is beside it as
+/// `<binary>.real`; `$DIR` in the script is the bin dir). Points
+/// PEDELEC_BIN_DIR at it.
+fn wrap_service(env: &mut TestEnv, service: ServiceName, script: &str) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = env.root.path().join("bin");
+    std::fs::create_dir_all(&dir).unwrap();
+    let link = |from: &std::path::Path, to: &std::path::Path| {
+        if std::fs::hard_link(from, to).is_err() {
+            std::fs::copy(from, to).unwrap();
+        }
+    };
+    for s in ServiceName::SUPERVISED {
+        let real = bin(s.binary());
+        if s == service {
+            link(&real, &dir.join(format!("{}.real", s.binary())));
+        } else {
+            link(&real, &dir.join(s.binary()));
+        }
+    }
+    let wrapper = dir.join(service.binary());
+    std::fs::write(
+        &wrapper,
+        format!("#!/bin/sh\nDIR='{}'\n{script}\n", dir.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    env.extra_env
+        .insert("PEDELEC_BIN_DIR".into(), dir.display().to_string());
+    dir
+}
+
+/// `pedelecd up` that is not expected to get every service serving; SIGTERM
+/// (then SIGKILL of its group) on drop.
+struct Up(std::process::Child);
+
+impl Up {
+    fn start(env: &TestEnv) -> Up {
+        let mut cmd = env.command(bin("pedelecd"));
+        cmd.arg("up")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(env.root.path().join("pedelecd.stderr")).unwrap());
+        set_own_process_group(&mut cmd);
+        Up(cmd.spawn().expect("spawn pedelecd up"))
+    }
+}
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        signal(self.0.id() as i32, libc::SIGTERM);
+        let deadline = std::time::Instant::now() + PATIENCE;
+        while self.0.try_wait().unwrap().is_none() {
+            if std::time::Instant::now() > deadline {
+                signal(-(self.0.id() as i32), libc::SIGKILL);
+                let _ = self.0.wait();
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+}
+
+fn state(s: &pedelec_proto::v1::ServiceStatus) -> pedelec_proto::v1::ServiceState {
+    pedelec_proto::v1::ServiceState::try_from(s.state).unwrap()
+}
+
+/// A service that fails for about a second (a port or lock not free yet) is
+/// restarted with backoff until it serves; it is not given up on after a few
+/// quick crashes.
+#[tokio::test]
+async fn a_service_that_fails_briefly_ends_up_serving() {
+    let mut env = TestEnv::new();
+    wrap_service(
+        &mut env,
+        ServiceName::Asset,
+        r#"m="$DIR/flaky-since"
+[ -f "$m" ] || date +%s%N > "$m"
+age=$(( ($(date +%s%N) - $(cat "$m")) / 1000000 ))
+if [ "$age" -lt 1000 ]; then echo "failing on purpose, ${age}ms after the first start" >&2; exit 1; fi
+exec "$DIR/pedelec-asset.real" "$@""#,
+    );
+    let mut launcher = env.up().await;
+    let asset = env.service_status(ServiceName::Asset).await;
+    assert_eq!(state(&asset), pedelec_proto::v1::ServiceState::Serving);
+    // More crashes than the old "5 within a minute" rule allowed.
+    assert!(asset.restarts >= 5, "{asset:?}");
+    assert!(
+        asset.last_exit.contains("exit 1") && asset.last_exit.contains("in a row"),
+        "{asset:?}"
+    );
+    assert!(
+        pedelec_common::uds::is_serving(&env.socket(ServiceName::Asset), ServiceName::Asset).await
+    );
+    // The table shows it serving.
+    let table = stdout(&env.pedelecd(&["status"]));
+    let row = table.lines().find(|l| l.starts_with("asset")).unwrap();
+    assert!(row.contains("serving"), "{row}");
+    launcher.stop();
+    wait_until_nothing_runs(&env.runtime_dir()).await;
+}
+
+/// A service that never starts is restarted with growing delays, reported
+/// meanwhile (state and crash count), and marked `failed` after crashing
+/// with the delay at its 5 s cap (about 25 s); then it is left alone.
+#[tokio::test]
+async fn a_service_that_always_crashes_ends_failed() {
+    use pedelec_proto::v1::ServiceState;
+    let mut env = TestEnv::new();
+    wrap_service(
+        &mut env,
+        ServiceName::Asset,
+        r#"echo "always failing" >&2; exit 1"#,
+    );
+    let up = Up::start(&env);
+    let started = std::time::Instant::now();
+    let mut saw_backoff_with_count = false;
+    let failed = loop {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "asset never marked failed"
+        );
+        if let Ok(status) = env.supervisor_status().await {
+            let asset = status
+                .services
+                .iter()
+                .find(|s| s.name == "asset")
+                .unwrap()
+                .clone();
+            match state(&asset) {
+                ServiceState::Failed => break asset,
+                ServiceState::Backoff | ServiceState::Starting
+                    if asset.last_exit.contains("in a row") =>
+                {
+                    saw_backoff_with_count = true;
+                }
+                ServiceState::Serving => panic!("a crashing service serving: {asset:?}"),
+                _ => {}
+            }
+            // The others are unaffected.
+            for s in status.services.iter().filter(|s| s.name != "asset") {
+                assert_ne!(state(s), ServiceState::Failed, "{s:?}");
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    let took = started.elapsed();
+    assert!(saw_backoff_with_count, "the crash count was never reported");
+    assert!(
+        took >= std::time::Duration::from_secs(20),
+        "gave up after only {took:?}"
+    );
+    assert!(failed.restarts >= 10, "{failed:?}");
+    assert!(
+        failed.last_exit.contains("exit 1") && failed.last_exit.contains("gave up"),
+        "{failed:?}"
+    );
+    assert_eq!(failed.pid, 0);
+    // Not restarted any more.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let later = env.service_status(ServiceName::Asset).await;
+    assert_eq!(state(&later), ServiceState::Failed);
+    assert_eq!(later.restarts, failed.restarts);
+    let table = stdout(&env.pedelecd(&["status"]));
+    let row = table.lines().find(|l| l.starts_with("asset")).unwrap();
+    assert!(row.contains("failed"), "{row}");
+    drop(up);
+    wait_until_nothing_runs(&env.runtime_dir()).await;
+}
+
+/// SIGCONT on drop, so a failing test leaves no stopped process behind.
+struct Continue(u32);
+
+impl Drop for Continue {
+    fn drop(&mut self) {
+        signal(self.0 as i32, libc::SIGCONT);
+    }
+}
+
+/// A service that is alive but stuck (SIGSTOP) fails its periodic health
+/// checks, is reported as not serving, and is replaced by a new process.
+#[tokio::test]
+async fn a_stuck_service_is_reported_and_restarted() {
+    use pedelec_proto::v1::ServiceState;
+    let env = TestEnv::new();
+    let mut launcher = env.up().await;
+    let before = env.service_status(ServiceName::Asset).await;
+    signal(before.pid as i32, libc::SIGSTOP);
+    let _cont = Continue(before.pid);
+    // Reported as not serving once three checks (2 s apart, 1 s each) failed.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let now = env.service_status(ServiceName::Asset).await;
+        if state(&now) != ServiceState::Serving {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a stopped service still shows serving: {now:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    // Then stopped (SIGTERM, SIGKILL after the grace) and started again.
+    let after = env.wait_service_back(ServiceName::Asset, before.pid).await;
+    assert!(after.restarts > before.restarts, "{after:?}");
+    assert!(after.last_exit.contains("unresponsive"), "{after:?}");
+    assert!(!alive(before.pid), "the stuck process is still there");
+    assert!(
+        pedelec_common::uds::is_serving(&env.socket(ServiceName::Asset), ServiceName::Asset).await
+    );
+    // The others never noticed.
+    let status = env.wait_all_serving().await;
+    for s in status.services.iter().filter(|s| s.name != "asset") {
+        assert_eq!(s.restarts, 0, "{s:?}");
+    }
+    launcher.stop();
+    wait_until_nothing_runs(&env.runtime_dir()).await;
+}

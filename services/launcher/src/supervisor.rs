@@ -1,9 +1,11 @@
 //! The supervisor: owns the four service processes, one tokio task each, and
 //! restarts them when they crash. Plain Rust; the gRPC adapter sits on top.
 
+use std::future::Future;
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -23,6 +25,13 @@ pub const HEALTH_TIMEOUT: Duration = Duration::from_secs(10);
 const HEALTH_POLL: Duration = Duration::from_millis(2);
 /// SIGTERM, then SIGKILL after this long.
 pub const STOP_GRACE: Duration = Duration::from_secs(3);
+/// How often a serving service's health is checked.
+const HEALTH_INTERVAL: Duration = Duration::from_secs(2);
+/// How long one periodic health check may take.
+const HEALTH_CHECK_TIMEOUT: Duration = Duration::from_secs(1);
+/// This many failed periodic checks in a row: the service is stuck; it is
+/// reported as not serving and restarted.
+const HEALTH_FAILURES: u32 = 3;
 
 #[derive(Clone, Debug)]
 pub struct SupervisorConfig {
@@ -260,6 +269,16 @@ async fn wait_serving(socket: PathBuf, name: ServiceName) {
     }
 }
 
+/// Why [`Runner::supervise`] stopped watching a process.
+enum Interrupt {
+    Command(Option<Command>),
+    /// Alive but failing its health checks.
+    Unresponsive,
+}
+
+/// One periodic health check in flight.
+type HealthCheck = Pin<Box<dyn Future<Output = bool> + Send>>;
+
 /// How one run of a service process ended.
 enum Ended {
     Exited {
@@ -318,14 +337,25 @@ impl Runner {
                 .await
             {
                 Ended::Exited { how, healthy_for } => {
+                    let decision = tracker.on_crash(healthy_for);
+                    let crashes = tracker.crashes_in_a_row();
+                    // The status shows how it ended and, while it keeps
+                    // crashing, how many times in a row.
+                    let last_exit = match decision {
+                        Decision::GiveUp => format!("{how} (crash {crashes} in a row; gave up)"),
+                        Decision::RestartAfter(_) if crashes > 1 => {
+                            format!("{how} (crash {crashes} in a row)")
+                        }
+                        Decision::RestartAfter(_) => how.clone(),
+                    };
                     self.update(|r| {
                         r.pid = 0;
                         r.healthy_since = None;
-                        r.last_exit = how.clone();
+                        r.last_exit = last_exit;
                     });
-                    match tracker.on_crash(Instant::now(), healthy_for) {
+                    match decision {
                         Decision::RestartAfter(delay) => {
-                            tracing::warn!(service, pid, exit = %how, ?delay, "service exited; restarting");
+                            tracing::warn!(service, pid, exit = %how, crashes, ?delay, "service exited; restarting");
                             self.update(|r| r.state = ServiceState::Backoff);
                             tokio::select! {
                                 _ = tokio::time::sleep(delay) => {}
@@ -344,8 +374,9 @@ impl Runner {
                             tracing::error!(
                                 service,
                                 exit = %how,
-                                crashes = self.policy.crash_limit,
-                                window = ?self.policy.crash_window,
+                                crashes,
+                                at_max_delay = self.policy.crashes_at_cap,
+                                max_delay = ?self.policy.max_delay,
                                 "service keeps crashing; marked failed, not restarting until a Restart request"
                             );
                             self.update(|r| r.state = ServiceState::Failed);
@@ -415,7 +446,11 @@ impl Runner {
         tokio::pin!(deadline);
         let mut healthy_at: Option<Instant> = None;
         let mut gave_up_waiting = false;
-        let command = loop {
+        let mut ticker = tokio::time::interval(HEALTH_INTERVAL);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut check: Option<HealthCheck> = None;
+        let mut failed_checks = 0u32;
+        let interrupt = loop {
             tokio::select! {
                 status = child.wait() => {
                     let how = match status {
@@ -433,6 +468,34 @@ impl Runner {
                         r.healthy_since = Some(now);
                     });
                     notify(waiters);
+                    ticker.reset();
+                }
+                // Once serving, a check every HEALTH_INTERVAL: alive is not enough,
+                // a stuck process must not show `serving` forever.
+                _ = ticker.tick(), if healthy_at.is_some() && check.is_none() => {
+                    let socket = self.socket.clone();
+                    let name = self.name;
+                    check = Some(Box::pin(async move {
+                        matches!(
+                            tokio::time::timeout(HEALTH_CHECK_TIMEOUT, uds::is_serving(&socket, name)).await,
+                            Ok(true)
+                        )
+                    }));
+                }
+                ok = async { check.as_mut().expect("guarded").await }, if check.is_some() => {
+                    check = None;
+                    if ok {
+                        if failed_checks > 0 {
+                            tracing::info!(service, pid, "health checks pass again");
+                        }
+                        failed_checks = 0;
+                    } else {
+                        failed_checks += 1;
+                        tracing::warn!(service, pid, failed_checks, "health check failed");
+                        if failed_checks >= HEALTH_FAILURES {
+                            break Interrupt::Unresponsive;
+                        }
+                    }
                 }
                 _ = &mut deadline, if healthy_at.is_none() && !gave_up_waiting => {
                     // Counted as a crash once the exit is seen.
@@ -440,17 +503,41 @@ impl Runner {
                     gave_up_waiting = true;
                     signal_group(pid, libc::SIGKILL);
                 }
-                cmd = commands.recv() => break cmd,
+                cmd = commands.recv() => break Interrupt::Command(cmd),
             }
         };
         // A health check cut short holds a half-open connection; the service's
         // graceful shutdown would wait for it, so it goes before the SIGTERM.
         drop(health);
-        terminate(service, child).await;
-        match command {
-            Some(Command::Restart(reply)) => Ended::Restart(reply),
-            Some(Command::Stop(reply)) => Ended::Stop(Some(reply)),
-            None => Ended::Stop(None),
+        drop(check);
+        match interrupt {
+            Interrupt::Unresponsive => {
+                tracing::error!(
+                    service,
+                    pid,
+                    "{HEALTH_FAILURES} health checks in a row failed; restarting it"
+                );
+                // Not serving from now on, while it is being stopped.
+                self.update(|r| {
+                    r.state = ServiceState::Backoff;
+                    r.healthy_since = None;
+                });
+                let healthy_for = healthy_at.map(|t| t.elapsed());
+                let ended = terminate(service, child).await;
+                let how = format!(
+                    "unresponsive ({HEALTH_FAILURES} failed health checks), {}",
+                    ended.map_or_else(|| "gone".to_string(), describe_exit)
+                );
+                Ended::Exited { how, healthy_for }
+            }
+            Interrupt::Command(command) => {
+                terminate(service, child).await;
+                match command {
+                    Some(Command::Restart(reply)) => Ended::Restart(reply),
+                    Some(Command::Stop(reply)) => Ended::Stop(Some(reply)),
+                    None => Ended::Stop(None),
+                }
+            }
         }
     }
 
@@ -516,23 +603,24 @@ fn notify(waiters: &mut Vec<oneshot::Sender<()>>) {
     }
 }
 
-/// SIGTERM to the service's group; SIGKILL if it is still there after the grace.
-async fn terminate(service: &str, child: &mut Child) {
+/// SIGTERM to the service's group; SIGKILL if it is still there after the
+/// grace (a SIGSTOPped process, too: SIGKILL reaches it). How it ended, if known.
+async fn terminate(service: &str, child: &mut Child) -> Option<ExitStatus> {
     let Some(pid) = child.id() else {
-        return; // already reaped
+        return None; // already reaped
     };
     signal_group(pid, libc::SIGTERM);
-    if tokio::time::timeout(STOP_GRACE, child.wait())
-        .await
-        .is_err()
-    {
-        tracing::warn!(
-            service,
-            pid,
-            "did not stop within {STOP_GRACE:?}; killing it"
-        );
-        signal_group(pid, libc::SIGKILL);
-        let _ = child.wait().await;
+    match tokio::time::timeout(STOP_GRACE, child.wait()).await {
+        Ok(status) => status.ok(),
+        Err(_) => {
+            tracing::warn!(
+                service,
+                pid,
+                "did not stop within {STOP_GRACE:?}; killing it"
+            );
+            signal_group(pid, libc::SIGKILL);
+            child.wait().await.ok()
+        }
     }
 }
 
