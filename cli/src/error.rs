@@ -42,7 +42,10 @@ pub enum CliError {
 
 impl CliError {
     pub fn from_status(status: &tonic::Status) -> Self {
-        CliError::Service(CodedError::from_status(status, classify_status(status)))
+        CliError::Service(CodedError::from_status(
+            status,
+            pedelec_common::codes::classify_codeless(status),
+        ))
     }
 
     /// The Pedelec code reported for this error.
@@ -87,25 +90,6 @@ impl From<pedelec_common::CommonError> for CliError {
             Code::CORE_UNAVAILABLE => CliError::Unavailable(e.to_string()),
             _ => CliError::Service(e.into()),
         }
-    }
-}
-
-/// The Pedelec code of a status that carries none (tonic made it): a size
-/// limit is MESSAGE_TOO_LARGE, a message that does not decode (e.g. prost's
-/// recursion limit) INVALID_INPUT, a transport failure (the service went away
-/// or never answered: the same to the caller as not answering)
-/// CORE_UNAVAILABLE, anything else INTERNAL. The native host maps them alike.
-fn classify_status(status: &tonic::Status) -> Code {
-    use tonic::Code as G;
-    let message = status.message().to_ascii_lowercase();
-    let decode = message.contains("decode") || message.contains("recursion limit");
-    match status.code() {
-        G::ResourceExhausted | G::OutOfRange => Code::MESSAGE_TOO_LARGE,
-        G::InvalidArgument => Code::INVALID_INPUT,
-        G::Internal if decode => Code::INVALID_INPUT,
-        G::Unavailable | G::Unknown | G::Cancelled => Code::CORE_UNAVAILABLE,
-        G::Internal if std::error::Error::source(status).is_some() => Code::CORE_UNAVAILABLE,
-        _ => Code::INTERNAL,
     }
 }
 

@@ -76,41 +76,14 @@ impl HostError {
 
     /// A failed gRPC call. A status with a Pedelec code is the service's
     /// answer and passes unchanged; a codeless one is classified by
-    /// [`classify_status`]: only a transport failure is CORE_UNAVAILABLE.
+    /// [`pedelec_common::codes::classify_codeless`]: only a transport failure is CORE_UNAVAILABLE.
     pub fn from_status(status: &tonic::Status) -> Self {
-        let coded = CodedError::from_status(status, classify_status(status));
+        let coded =
+            CodedError::from_status(status, pedelec_common::codes::classify_codeless(status));
         if coded.code == Code::CORE_UNAVAILABLE.as_str() {
             return HostError::CoreUnavailable(coded.message);
         }
         HostError::Service(coded)
-    }
-}
-
-/// The Pedelec code of a status that carries none (tonic made it, on either
-/// side of the socket):
-/// - a size limit (`OutOfRange` "decoded/encoded message length too large", or
-///   `ResourceExhausted`) is MESSAGE_TOO_LARGE;
-/// - a message that does not decode (`InvalidArgument`, or `Internal` "failed to
-///   decode Protobuf message", e.g. prost's 100-level recursion limit) is
-///   INVALID_INPUT;
-/// - a transport failure (`Unavailable`: connect refused, no socket; a status
-///   made from a local transport error; `Unknown`/`Cancelled`: the connection
-///   broke mid-call) is CORE_UNAVAILABLE, the only one that says the services
-///   are down;
-/// - anything else is INTERNAL.
-pub fn classify_status(status: &tonic::Status) -> Code {
-    use tonic::Code as G;
-    let message = status.message().to_ascii_lowercase();
-    let decode = message.contains("decode") || message.contains("recursion limit");
-    match status.code() {
-        G::ResourceExhausted | G::OutOfRange => Code::MESSAGE_TOO_LARGE,
-        G::InvalidArgument => Code::INVALID_INPUT,
-        G::Internal if decode => Code::INVALID_INPUT,
-        G::Unavailable | G::Unknown | G::Cancelled => Code::CORE_UNAVAILABLE,
-        // h2 reports a broken connection as Internal too; only a locally made
-        // status carries the transport error as its source.
-        G::Internal if std::error::Error::source(status).is_some() => Code::CORE_UNAVAILABLE,
-        _ => Code::INTERNAL,
     }
 }
 

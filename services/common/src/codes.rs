@@ -204,6 +204,34 @@ fn strip_prefix<'a>(message: &'a str, code: &str) -> &'a str {
         .unwrap_or(message)
 }
 
+/// The Pedelec code of a status that carries none (tonic made it, on either
+/// side of the socket):
+/// - a size limit (`OutOfRange` "decoded/encoded message length too large", or
+///   `ResourceExhausted`) is MESSAGE_TOO_LARGE;
+/// - a message that does not decode (`InvalidArgument`, or `Internal` "failed to
+///   decode Protobuf message", e.g. prost's 100-level recursion limit) is
+///   INVALID_INPUT;
+/// - a transport failure (`Unavailable`: connect refused, no socket; a status
+///   made from a local transport error; `Unknown`/`Cancelled`: the connection
+///   broke mid-call) is CORE_UNAVAILABLE, the only one that says the services
+///   are down;
+/// - anything else is INTERNAL.
+pub fn classify_codeless(status: &tonic::Status) -> Code {
+    use tonic::Code as G;
+    let message = status.message().to_ascii_lowercase();
+    let decode = message.contains("decode") || message.contains("recursion limit");
+    match status.code() {
+        G::ResourceExhausted | G::OutOfRange => Code::MESSAGE_TOO_LARGE,
+        G::InvalidArgument => Code::INVALID_INPUT,
+        G::Internal if decode => Code::INVALID_INPUT,
+        G::Unavailable | G::Unknown | G::Cancelled => Code::CORE_UNAVAILABLE,
+        // h2 reports a broken connection as Internal too; only a locally made
+        // status carries the transport error as its source.
+        G::Internal if std::error::Error::source(status).is_some() => Code::CORE_UNAVAILABLE,
+        _ => Code::INTERNAL,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
