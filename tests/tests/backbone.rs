@@ -733,3 +733,68 @@ async fn text_with_a_nul_character_is_invalid_input() {
         pb::SessionStatus::Idle as i32
     );
 }
+
+/// An ended thread leaves memory after a while and is loaded again from the
+/// journal when asked for: Get, List, Attach and Reactivate still work.
+#[tokio::test]
+async fn an_evicted_ended_thread_comes_back_from_the_journal() {
+    let mut env = env_with_codex();
+    env.extra_env
+        .insert("PEDELEC_EVICT_ENDED_MS".into(), "100".into());
+    let _launcher = env.up().await;
+    let mut sessions = env.session().await;
+    let id = sessions
+        .create_session(create_session_request(Some("codex")))
+        .await
+        .unwrap()
+        .into_inner()
+        .session_id;
+    let ended = sessions
+        .end(thread_request(&id))
+        .await
+        .unwrap()
+        .into_inner();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+
+    let listed = sessions
+        .list(pb::ListRequest { origin: None })
+        .await
+        .unwrap()
+        .into_inner();
+    let summary = listed
+        .sessions
+        .iter()
+        .find(|s| s.session_id == id)
+        .expect("listed");
+    assert_eq!(
+        (summary.status, summary.last_seq),
+        (pb::SessionStatus::Ended as i32, ended.last_seq)
+    );
+    let got = snapshot(&mut sessions, &id).await;
+    assert_eq!(
+        (got.status, got.last_seq),
+        (pb::SessionStatus::Ended as i32, ended.last_seq)
+    );
+    assert_eq!(
+        code(
+            sessions
+                .get(thread_request_from(&id, "https://evil.example"))
+                .await
+        ),
+        "THREAD_ACCESS_DENIED"
+    );
+    let mut events = attach_past_snapshot(&mut sessions, &id, "r").await;
+    let back = sessions
+        .reactivate(thread_request(&id))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(back.status, pb::SessionStatus::Idle as i32);
+    let seen = events.until(|e| kind(e) == "status:idle").await;
+    assert_eq!(seen.last().unwrap().seq, ended.last_seq + 1);
+    // Ids that could name a file outside the journal are simply unknown.
+    assert_eq!(
+        code(sessions.get(thread_request("../settings")).await),
+        "THREAD_NOT_FOUND"
+    );
+}

@@ -28,10 +28,14 @@ impl Config {
             runtime_dir,
             data_dir,
             auto_end_grace: DEFAULT_AUTO_END_GRACE,
+            evict_ended_after: DEFAULT_EVICT_ENDED_AFTER,
             replay: ReplayLimits::default(),
         }
     }
 }
+
+/// How long an ended thread without routes stays in memory.
+pub const DEFAULT_EVICT_ENDED_AFTER: Duration = Duration::from_secs(600);
 
 /// Ensures the directories, loads the journal and serves until SIGTERM/SIGINT.
 pub async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {

@@ -17,6 +17,10 @@ struct Flags {
     /// Milliseconds an auto-end thread may have no attached route before it is ended.
     #[arg(long, env = "PEDELEC_AUTO_END_GRACE_MS")]
     auto_end_grace_ms: Option<u64>,
+    /// Milliseconds an ended thread without routes stays in memory (then it is
+    /// kept in the journal only and loaded again when asked for).
+    #[arg(long, env = "PEDELEC_EVICT_ENDED_MS")]
+    evict_ended_ms: Option<u64>,
 }
 
 #[tokio::main]
@@ -35,6 +39,9 @@ async fn main() -> std::process::ExitCode {
     );
     if let Some(ms) = flags.auto_end_grace_ms {
         config.auto_end_grace = Duration::from_millis(ms);
+    }
+    if let Some(ms) = flags.evict_ended_ms {
+        config.evict_ended_after = Duration::from_millis(ms);
     }
     match pedelec_session::run(config).await {
         Ok(()) => std::process::ExitCode::SUCCESS,

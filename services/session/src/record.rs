@@ -154,6 +154,28 @@ impl Journal {
         self.dir.join(format!("{session_id}.json"))
     }
 
+    /// The record of one thread, if its file exists and reads. Ids are checked
+    /// first, so a crafted id cannot name a file outside the journal.
+    pub fn load(&self, session_id: &str) -> Option<ThreadRecord> {
+        let plausible = !session_id.is_empty()
+            && session_id.len() <= 100
+            && session_id
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        if !plausible {
+            return None;
+        }
+        let bytes = std::fs::read(self.file(session_id)).ok()?;
+        match serde_json::from_slice::<ThreadRecord>(&bytes) {
+            Ok(record) if record.session_id == session_id => Some(record),
+            Ok(_) => None,
+            Err(e) => {
+                tracing::error!(session = session_id, error = %e, "unreadable journal record");
+                None
+            }
+        }
+    }
+
     pub fn save(&self, record: &ThreadRecord) -> std::io::Result<()> {
         let bytes = serde_json::to_vec_pretty(record).map_err(std::io::Error::other)?;
         pedelec_common::paths::replace_file(&self.file(&record.session_id), &bytes, 0o600, false)

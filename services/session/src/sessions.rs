@@ -27,6 +27,9 @@ pub struct Config {
     /// How long an auto-end thread may have no route before it is ended.
     pub auto_end_grace: Duration,
     pub replay: ReplayLimits,
+    /// How long an ended thread without routes stays in memory; after that it
+    /// lives in the journal only and is loaded again when asked for.
+    pub evict_ended_after: Duration,
 }
 
 pub type SharedThread = Arc<Mutex<Thread>>;
@@ -95,10 +98,34 @@ impl Sessions {
             tracing::error!(file = %path.display(), %error, "skipping unreadable journal record");
         }
         let count = records.len();
-        for mut record in records {
-            // Numbering continues above anything handed out before the restart.
-            record.last_seq = record.last_seq.max(record.seq_reserved);
-            let mut thread = Thread::new(record, self.inner.config.replay);
+        for record in records {
+            if record.status == Status::Ended {
+                continue; // loaded when asked for
+            }
+            let thread = self.restore(record);
+            let auto_end = thread.record.auto_end_on_disconnect
+                && thread.record.ever_attached
+                && thread.record.status != Status::Ended;
+            let id = thread.id().to_string();
+            let shared = Arc::new(Mutex::new(thread));
+            self.threads().insert(id, shared.clone());
+            if auto_end {
+                // Routes were lost with the old process; they have the grace period to come back.
+                self.schedule_auto_end(&shared);
+            }
+        }
+        if count > 0 {
+            tracing::info!(threads = count, "found threads in the journal");
+        }
+    }
+
+    /// A thread from its journal record, as it must be after a restart: an
+    /// operation that was running has failed with CORE_RESTARTED.
+    fn restore(&self, mut record: ThreadRecord) -> Thread {
+        // Numbering continues above anything handed out before the restart.
+        record.last_seq = record.last_seq.max(record.seq_reserved);
+        let mut thread = Thread::new(record, self.inner.config.replay);
+        {
             if let Some(op) = thread.record.active_operation.clone() {
                 let error = CodedError::new(
                     Code::CORE_RESTARTED,
@@ -116,21 +143,48 @@ impl Sessions {
             ) {
                 thread.set_status(Status::Idle);
             }
-            thread.save(&self.inner.journal);
-            let auto_end = thread.record.auto_end_on_disconnect
-                && thread.record.ever_attached
-                && thread.record.status != Status::Ended;
-            let id = thread.id().to_string();
-            let shared = Arc::new(Mutex::new(thread));
-            self.threads().insert(id, shared.clone());
-            if auto_end {
-                // Routes were lost with the old process; they have the grace period to come back.
-                self.schedule_auto_end(&shared);
+        }
+        thread.save(&self.inner.journal);
+        thread
+    }
+
+    /// The thread `id` in memory, or loaded from the journal (an ended thread
+    /// that was evicted).
+    fn lookup(&self, id: &str) -> Option<SharedThread> {
+        if let Some(thread) = self.threads().get(id) {
+            return Some(thread.clone());
+        }
+        let record = self.inner.journal.load(id)?;
+        let thread = Arc::new(Mutex::new(self.restore(record)));
+        let shared = self
+            .threads()
+            .entry(id.to_string())
+            .or_insert(thread)
+            .clone();
+        self.schedule_eviction(&shared);
+        Some(shared)
+    }
+
+    /// Drops an ended thread without routes from memory after a while; the
+    /// journal keeps it for Get, Attach and Reactivate.
+    fn schedule_eviction(&self, thread: &SharedThread) {
+        let sessions = self.clone();
+        let thread = thread.clone();
+        let after = self.inner.config.evict_ended_after;
+        tokio::spawn(async move {
+            tokio::time::sleep(after).await;
+            // The map's lock first, then the thread's (the order used
+            // everywhere), so no attach can slip in between check and removal.
+            let mut threads = sessions.threads();
+            let t = lock(&thread);
+            if t.record.status != Status::Ended || !t.routes.is_empty() {
+                return;
             }
-        }
-        if count > 0 {
-            tracing::info!(threads = count, "reloaded threads from the journal");
-        }
+            if threads.get(t.id()).is_some_and(|s| Arc::ptr_eq(s, &thread)) {
+                threads.remove(t.id());
+                tracing::debug!(session = t.id(), "ended thread evicted from memory");
+            }
+        });
     }
 
     fn threads(&self) -> MutexGuard<'_, HashMap<String, SharedThread>> {
@@ -139,7 +193,7 @@ impl Sessions {
 
     /// The thread `id` for internal callers (no origin to check).
     pub(crate) fn thread_unchecked(&self, id: &str) -> Option<SharedThread> {
-        self.threads().get(id).cloned()
+        self.lookup(id)
     }
 
     /// Clears every pending tool request (the bridge that held them is gone).
@@ -181,9 +235,7 @@ impl Sessions {
             return Err(SessionError::InvalidInput("origin is empty".into()));
         }
         let thread = self
-            .threads()
-            .get(id)
-            .cloned()
+            .lookup(id)
             .ok_or_else(|| SessionError::ThreadNotFound(id.to_string()))?;
         if lock(&thread).record.origin != origin {
             return Err(SessionError::AccessDenied(id.to_string()));
@@ -436,15 +488,21 @@ impl Sessions {
     }
 
     fn route_gone(&self, thread: &SharedThread, key: u64) {
-        let schedule = {
+        let (auto_end, evict) = {
             let mut t = lock(thread);
             t.remove_route(key);
-            t.routes.is_empty()
-                && t.record.auto_end_on_disconnect
-                && t.record.status != Status::Ended
+            let ended = t.record.status == Status::Ended;
+            let last = t.routes.is_empty();
+            (
+                last && t.record.auto_end_on_disconnect && !ended,
+                last && ended,
+            )
         };
-        if schedule {
+        if auto_end {
             self.schedule_auto_end(thread);
+        }
+        if evict {
+            self.schedule_eviction(thread);
         }
     }
 
@@ -466,6 +524,7 @@ impl Sessions {
                 }
             };
             if let Some(id) = ended {
+                sessions.schedule_eviction(&thread);
                 sessions.drop_tool_calls(id, false).await;
             }
         });
@@ -481,6 +540,7 @@ impl Sessions {
         // Awaited, so a Reactivate right after cannot have its registration
         // overtaken by this drop.
         if let Some(id) = ended {
+            self.schedule_eviction(&thread);
             self.drop_tool_calls(id, false).await;
         }
         Ok(snapshot)
@@ -558,11 +618,18 @@ impl Sessions {
 
     pub fn list(&self, origin: Option<&str>) -> Vec<pb::SessionSummary> {
         let threads: Vec<SharedThread> = self.threads().values().cloned().collect();
-        let mut out: Vec<pb::SessionSummary> = threads
-            .iter()
-            .map(|t| lock(t).summary())
-            .filter(|s| origin.is_none_or(|o| s.origin == o))
-            .collect();
+        let mut out: Vec<pb::SessionSummary> = threads.iter().map(|t| lock(t).summary()).collect();
+        // Ended threads that live in the journal only (an admin call: reading
+        // the folder is fine here).
+        let (records, _) = self.inner.journal.load_all();
+        for record in records {
+            if record.status == Status::Ended
+                && !out.iter().any(|s| s.session_id == record.session_id)
+            {
+                out.push(Thread::new(record, self.inner.config.replay).summary());
+            }
+        }
+        out.retain(|s| origin.is_none_or(|o| s.origin == o));
         out.sort_by(|a, b| {
             let key = |s: &pb::SessionSummary| s.created_at.map(|t| (t.seconds, t.nanos));
             key(a).cmp(&key(b)).then(a.session_id.cmp(&b.session_id))
