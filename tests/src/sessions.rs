@@ -173,3 +173,25 @@ pub fn settings_with_default_models(models: &[(&str, &str)]) -> pb::Settings {
     }
     settings
 }
+
+/// The text of the completed chat messages among `events`, joined.
+pub fn chat_text(events: &[pb::SessionEvent]) -> String {
+    events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Some(Event::Chat(c)) => Some(c.text.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The text of the streamed chat deltas among `events`, joined.
+pub fn delta_text(events: &[pb::SessionEvent]) -> String {
+    events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Some(Event::ChatDelta(d)) => Some(d.text.as_str()),
+            _ => None,
+        })
+        .collect()
+}

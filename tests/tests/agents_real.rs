@@ -367,26 +367,6 @@ async fn operation(events: &mut Events, cli: Cli) -> Vec<pb::SessionEvent> {
     seen
 }
 
-fn chat_text(events: &[pb::SessionEvent]) -> String {
-    events
-        .iter()
-        .filter_map(|e| match &e.event {
-            Some(Event::Chat(c)) => Some(c.text.as_str()),
-            _ => None,
-        })
-        .collect()
-}
-
-fn delta_text(events: &[pb::SessionEvent]) -> String {
-    events
-        .iter()
-        .filter_map(|e| match &e.event {
-            Some(Event::ChatDelta(d)) => Some(d.text.as_str()),
-            _ => None,
-        })
-        .collect()
-}
-
 /// A completed turn: started, running, chat (with or without deltas) whose
 /// text is the reply, usage, completed, idle.
 fn assert_completed(cli: Cli, seen: &[pb::SessionEvent], reply: &str) {

@@ -454,15 +454,28 @@ async fn session_lifecycle_errors_and_replay() {
     // The application's workspace was never Pedelec's to delete; End left it alone (removed above by the test).
 }
 
-#[tokio::test]
-async fn auto_end_waits_for_the_grace_period_and_a_returning_route() {
+/// The codex stub env with a short auto-end grace period.
+fn env_with_auto_end_grace_ms(ms: u64) -> TestEnv {
     let mut env = env_with_codex();
     env.extra_env
-        .insert("PEDELEC_AUTO_END_GRACE_MS".into(), "400".into());
+        .insert("PEDELEC_AUTO_END_GRACE_MS".into(), ms.to_string());
+    env
+}
+
+/// A codex thread that ends when its last route goes away.
+fn auto_end_request() -> pb::CreateSessionRequest {
+    pb::CreateSessionRequest {
+        auto_end_on_disconnect: true,
+        ..create_session_request(Some("codex"))
+    }
+}
+
+#[tokio::test]
+async fn auto_end_waits_for_the_grace_period_and_a_returning_route() {
+    let env = env_with_auto_end_grace_ms(400);
     let _launcher = env.up().await;
     let mut sessions = env.session().await;
-    let mut req = create_session_request(Some("codex"));
-    req.auto_end_on_disconnect = true;
+    let req = auto_end_request();
     let id = sessions
         .create_session(req)
         .await
@@ -676,13 +689,10 @@ print("served %d" % n if n else "refused")
 /// to be re-attached; one that was never attached is not ended at all.
 #[tokio::test]
 async fn after_a_restart_only_threads_that_had_routes_are_auto_ended() {
-    let mut env = env_with_codex();
-    env.extra_env
-        .insert("PEDELEC_AUTO_END_GRACE_MS".into(), "300".into());
+    let env = env_with_auto_end_grace_ms(300);
     let _launcher = env.up().await;
     let mut sessions = env.session().await;
-    let mut req = create_session_request(Some("codex"));
-    req.auto_end_on_disconnect = true;
+    let req = auto_end_request();
     let attached = sessions
         .create_session(req.clone())
         .await

@@ -140,28 +140,6 @@ fn assert_seqs_increase(events: &[pb::SessionEvent], after: u64) {
     assert_eq!(seqs, expected, "{:?}", kinds(events));
 }
 
-/// The completed chat messages' text.
-fn texts(events: &[pb::SessionEvent]) -> String {
-    events
-        .iter()
-        .filter_map(|e| match &e.event {
-            Some(Event::Chat(c)) => Some(c.text.as_str()),
-            _ => None,
-        })
-        .collect()
-}
-
-/// The streamed deltas' text.
-fn delta_texts(events: &[pb::SessionEvent]) -> String {
-    events
-        .iter()
-        .filter_map(|e| match &e.event {
-            Some(Event::ChatDelta(d)) => Some(d.text.as_str()),
-            _ => None,
-        })
-        .collect()
-}
-
 fn error_message(events: &[pb::SessionEvent]) -> (String, String) {
     events
         .iter()
@@ -207,7 +185,7 @@ async fn cursor_turn_then_resume_with_model_and_prompt() {
     let first = t.send_and_read(&id, "first question", &mut events).await;
     assert_eq!(kinds(&first), COMPLETED_WITH_CHAT);
     assert_seqs_increase(&first, 0);
-    assert_eq!(texts(&first), "CURSOR_DONE");
+    assert_eq!(chat_text(&first), "CURSOR_DONE");
 
     let second = t.send_and_read(&id, "second question", &mut events).await;
     assert_eq!(kinds(&second), kinds(&first));
@@ -250,7 +228,7 @@ EOF"#;
     let first = t.send_and_read(&id, "hello agy", &mut events).await;
     assert_eq!(kinds(&first), COMPLETED_WITH_CHAT);
     assert_seqs_increase(&first, 0);
-    assert_eq!(texts(&first), "AGY_DONE");
+    assert_eq!(chat_text(&first), "AGY_DONE");
 
     let second = t.send_and_read(&id, "again", &mut events).await;
     assert_eq!(kinds(&second), kinds(&first));
@@ -303,8 +281,8 @@ EOF"#;
     );
     assert_seqs_increase(&first, 0);
     // Deltas are the live view; the completed message still comes as chat.
-    assert_eq!(delta_texts(&first), "Hello");
-    assert_eq!(texts(&first), "Hello");
+    assert_eq!(delta_text(&first), "Hello");
+    assert_eq!(chat_text(&first), "Hello");
     let usage = first_usage(&first).unwrap();
     assert_eq!(
         (usage.input_tokens, usage.output_tokens, usage.total_tokens),
@@ -511,7 +489,7 @@ async fn prepare_obtains_a_session_and_the_next_send_resumes_it() {
     );
 
     let sent = t.send_and_read(&id, "now the task", &mut events).await;
-    assert_eq!(texts(&sent), "CURSOR_DONE");
+    assert_eq!(chat_text(&sent), "CURSOR_DONE");
     let calls = t.calls("cursor-agent");
     assert_eq!(calls.len(), 2);
     assert!(!calls[0].contains("--resume"));
