@@ -1,0 +1,47 @@
+// The slice of the chrome.* API the worker uses, as plain interfaces: the real
+// `chrome` object satisfies them, and the tests pass a fake.
+
+export type ChromeEvent<F extends (...args: never[]) => void> = {
+  addListener(listener: F): void;
+  removeListener(listener: F): void;
+};
+
+export type MessageSender = {
+  id?: string;
+  origin?: string;
+  url?: string;
+  tab?: { id?: number };
+  frameId?: number;
+};
+
+export type Port = {
+  name: string;
+  sender?: MessageSender;
+  postMessage(message: unknown): void;
+  disconnect(): void;
+  onMessage: ChromeEvent<(message: unknown, port: Port) => void>;
+  onDisconnect: ChromeEvent<(port: Port) => void>;
+};
+
+export type ChromeApi = {
+  runtime: {
+    id: string;
+    lastError?: { message?: string } | undefined;
+    onConnect: ChromeEvent<(port: Port) => void>;
+    onConnectExternal?: ChromeEvent<(port: Port) => void>;
+    connectNative(application: string): Port;
+    getURL(path: string): string;
+  };
+  storage: {
+    local: {
+      get(key: string): Promise<Record<string, unknown>>;
+      set(items: Record<string, unknown>): Promise<void>;
+    };
+  };
+  action?: { openPopup?(): Promise<void> };
+  windows: {
+    create(data: { url: string; type: "popup"; width?: number; height?: number; focused?: boolean }): Promise<{ id?: number } | undefined>;
+    remove(windowId: number): Promise<void>;
+    onRemoved?: ChromeEvent<(windowId: number) => void>;
+  };
+};

@@ -1,0 +1,23 @@
+export { Pedelec } from "./client.js";
+export type { ApprovalStatus, CreateSessionOptions, PedelecOptions, PedelecSettings, ProviderInfo } from "./client.js";
+export { PedelecSession } from "./session.js";
+export type { AssetInfo, Disposer, EndedEventContext, ErrorEventContext, PedelecEventContext, ReadAs, SessionStatus } from "./session.js";
+export { PedelecError, isPedelecError } from "./errors.js";
+export { defineTool } from "./tools.js";
+export type {
+  ArgsSchemaNode,
+  ArraySchema,
+  BooleanSchema,
+  GenericToolHandler,
+  InferArgs,
+  NumberSchema,
+  ObjectSchema,
+  OneOfSchema,
+  Skills,
+  StringSchema,
+  ToolContext,
+  ToolDefinition,
+  ToolHandler,
+} from "./tools.js";
+export type { ErrorCode, KnownErrorCode } from "./protocol/codes.js";
+export type { ProviderCode } from "./protocol/native.js";

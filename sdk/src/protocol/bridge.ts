@@ -1,0 +1,173 @@
+// The page ⇄ content script ⇄ service worker message shapes, and the fixed
+// identities and limits both sides of the bridge agree on. The native-host
+// wire shapes are in ./native.ts (generated from the schema).
+import type {
+  AttachResult,
+  CreateSessionPayload,
+  CreateDownloadTicketRequest,
+  CreateUploadTicketPayload,
+  EmptyResult,
+  EventFrame,
+  GetSettingsResult,
+  ListAssetsResult,
+  ListProvidersResult,
+  OperationResult,
+  CancelResult,
+  PendingToolRequest,
+  ProtocolVersion,
+  SessionStatus,
+  Snapshot,
+  SnapshotResult,
+  SubmitToolResultPayload,
+  Ticket,
+} from "./native.js";
+import type { ErrorCode } from "./codes.js";
+
+/** The extension's fixed id, given by the manifest `key` (docs/native-messaging.md §1). */
+export const EXTENSION_ID = "ekeclpceddngodnkncegoclkkeknaacb";
+/** The native-messaging host name, registered by the installer and the tests. */
+export const NATIVE_HOST_NAME = "dev.pedelec.host";
+/** The native protocol version the extension speaks (checked by `hello`). */
+export const NATIVE_PROTOCOL_VERSION: ProtocolVersion = 2;
+/** The host stops reading stdin above this many requests in flight; the extension queues the rest. */
+export const HOST_MAX_IN_FLIGHT = 64;
+
+/** `chrome.runtime.connect` name of an SDK route (one per `Pedelec` client). */
+export const SDK_PORT_NAME = "pedelec-sdk";
+/** `chrome.runtime.connect` name of the extension's own popup/approval page. */
+export const POPUP_PORT_NAME = "pedelec-popup";
+/** Namespace of every window.postMessage envelope, so unrelated page messages are ignored. */
+export const BRIDGE_NAMESPACE = "pedelec-sdk/1";
+
+/** `installed` means the content script answered a probe within this time. */
+export const INSTALL_PROBE_TIMEOUT_MS = 500;
+/** The SDK never waits less than this for the extension (Core may be starting: up to 10 s). */
+export const MIN_BRIDGE_TIMEOUT_MS = 15_000;
+export const DEFAULT_BRIDGE_TIMEOUT_MS = 30_000;
+/** How long the extension waits for the user to approve an origin. */
+export const APPROVAL_TIMEOUT_MS = 120_000;
+/** A tool result above this (serialized, UTF-8) is refused in the SDK. */
+export const MAX_TOOL_RESULT_BYTES = 2 * 1024 * 1024;
+/** The host refuses requests nested deeper than 32 levels; a tool result sits 2 levels down. */
+export const MAX_TOOL_RESULT_DEPTH = 30;
+/** chrome.storage.local key of the approved origins (string[]). */
+export const APPROVED_ORIGINS_KEY = "approvedOrigins";
+
+/** An error as it crosses the bridge (a PedelecError's data). */
+export type BridgeError = {
+  code: ErrorCode;
+  message: string;
+  details: unknown;
+};
+
+/** What each bridge method takes and answers. The worker adds the origin. */
+export interface BridgeCalls {
+  /** Approval state and Core reachability; never opens the approval UI. */
+  status: { params: Record<string, never>; result: { approved: boolean; origin: string; appConnected: boolean } };
+  list_providers: { params: Record<string, never>; result: ListProvidersResult };
+  get_settings: { params: Record<string, never>; result: GetSettingsResult };
+  /** create_session, then attach this route; `toolOwner`: this route answers tool requests. */
+  create_session: {
+    params: CreateSessionPayload;
+    result: { sessionId: string; provider: string; effortLevel: string; snapshot: Snapshot; toolOwner: boolean };
+  };
+  /** Attach this route to an existing session. */
+  resume_session: { params: { sessionId: string }; result: AttachResult & { toolOwner: boolean } };
+  send_text: { params: { sessionId: string; text: string }; result: OperationResult };
+  prepare: { params: { sessionId: string }; result: OperationResult };
+  cancel: { params: { sessionId: string }; result: CancelResult };
+  end: { params: { sessionId: string }; result: SnapshotResult };
+  reactivate: { params: { sessionId: string }; result: SnapshotResult };
+  get_session: { params: { sessionId: string }; result: SnapshotResult };
+  submit_tool_result: { params: SubmitToolResultPayload; result: EmptyResult };
+  create_upload_ticket: { params: CreateUploadTicketPayload; result: Ticket };
+  create_download_ticket: { params: CreateDownloadTicketRequest["payload"]; result: Ticket };
+  list_assets: { params: { sessionId: string }; result: ListAssetsResult };
+}
+export type BridgeMethod = keyof BridgeCalls;
+export type BridgeCall = { [M in BridgeMethod]: { method: M; params: BridgeCalls[M]["params"] } }[BridgeMethod];
+export const BRIDGE_METHODS: readonly BridgeMethod[] = [
+  "status", "list_providers", "get_settings", "create_session", "resume_session", "send_text", "prepare",
+  "cancel", "end", "reactivate", "get_session", "submit_tool_result", "create_upload_ticket",
+  "create_download_ticket", "list_assets",
+];
+/** Methods that act on one session: the route must have attached it. */
+export const SESSION_METHODS: ReadonlySet<BridgeMethod> = new Set<BridgeMethod>([
+  "send_text", "prepare", "cancel", "end", "reactivate", "get_session", "submit_tool_result",
+  "create_upload_ticket", "create_download_ticket", "list_assets",
+]);
+
+/** Page (SDK) → worker, through the content script and the port. */
+export type PageToWorker = { kind: "request"; requestId: number; call: BridgeCall };
+
+/** Worker → page, through the port and the content script. */
+export type WorkerToPage =
+  /** First message on a route: the origin the worker took from the port's sender. */
+  | { kind: "welcome"; origin: string }
+  | { kind: "response"; requestId: number; ok: true; result: unknown }
+  | { kind: "response"; requestId: number; ok: false; error: BridgeError }
+  /** A session event; only the tool owner route dispatches a tool_request. */
+  | { kind: "event"; frame: EventFrame; toolOwner: boolean }
+  /** The route that owned a pending tool request went away: this route answers it now. */
+  | { kind: "tool_handover"; sessionId: string; request: PendingToolRequest }
+  /** Re-attaching after a host restart failed for good (e.g. THREAD_NOT_FOUND). */
+  | { kind: "session_lost"; sessionId: string; error: BridgeError }
+  /** The approval UI opened (the SDK pauses its timeouts) or closed. */
+  | { kind: "approval"; state: "pending" | "settled" };
+
+/** Page → content script (window.postMessage). */
+export type PageToContent =
+  | { kind: "probe" }
+  | { kind: "connect" }
+  | { kind: "disconnect" }
+  | PageToWorker;
+
+/** Content script → page (window.postMessage). */
+export type ContentToPage =
+  | { kind: "probe_ack" }
+  /** The route's port closed (extension reloaded, origin refused or revoked, worker gone). */
+  | { kind: "disconnected"; reason: string }
+  | WorkerToPage;
+
+export type WindowEnvelope =
+  | { ns: typeof BRIDGE_NAMESPACE; dir: "to-extension"; clientId: string; msg: PageToContent }
+  | { ns: typeof BRIDGE_NAMESPACE; dir: "to-page"; clientId: string; msg: ContentToPage };
+
+export function isWindowEnvelope(data: unknown): data is WindowEnvelope {
+  if (typeof data !== "object" || data === null) return false;
+  const d = data as Record<string, unknown>;
+  return (
+    d.ns === BRIDGE_NAMESPACE &&
+    (d.dir === "to-extension" || d.dir === "to-page") &&
+    typeof d.clientId === "string" &&
+    typeof d.msg === "object" &&
+    d.msg !== null
+  );
+}
+
+/** The popup/approval page ⇄ worker. */
+export type PopupToWorker =
+  | { kind: "get_state" }
+  | { kind: "approve"; origin: string }
+  | { kind: "reject"; origin: string }
+  | { kind: "revoke"; origin: string };
+
+export type HostState = {
+  /** A native port is open and answered hello. */
+  connected: boolean;
+  hostVersion: string | null;
+  protocolVersion: number | null;
+  /** From hello/ping; null when the host is not connected. */
+  coreRunning: boolean | null;
+  /** The last reason the host could not be used, if any. */
+  lastError: string | null;
+};
+
+export type PopupState = {
+  host: HostState;
+  pendingApprovals: string[];
+  approvedOrigins: string[];
+  sessions: Array<{ sessionId: string; origin: string; status: SessionStatus | "unknown"; routes: number; autoEndOnDisconnect: boolean }>;
+};
+
+export type WorkerToPopup = { kind: "state"; state: PopupState };

@@ -1,0 +1,69 @@
+// Every error code a page can see (DESIGN.md §7, plus the protocol v2 codes).
+// One list, shared by the SDK, the extension and the tests.
+
+/** Codes made in the browser: by the SDK or by the extension. */
+export const BROWSER_CODES = [
+  "INVALID_INPUT",
+  "EXTENSION_UNAVAILABLE",
+  "EXTENSION_DISCONNECTED",
+  "SDK_BRIDGE_TIMEOUT",
+  "SDK_PROTOCOL_ERROR",
+  "APPROVAL_REJECTED",
+  "APPROVAL_TIMEOUT",
+  "OPEN_POPUP_FAILED",
+  "SESSION_BUSY",
+  "SESSION_ENDED",
+  "TOOL_HANDLER_NOT_FOUND",
+  "TOOL_HANDLER_ERROR",
+  "ASSET_TEXT_DECODE_FAILED",
+  "ASSET_INVALID_JSON",
+] as const;
+
+/** Codes made by the native host (or by the extension about the host). */
+export const HOST_CODES = [
+  "NATIVE_HOST_UNAVAILABLE",
+  "MESSAGE_TOO_LARGE",
+  "CORE_UNAVAILABLE",
+  "PROTOCOL_MISMATCH",
+] as const;
+
+/** Codes made by the services; passed through unchanged. */
+export const SERVICE_CODES = [
+  "DEFAULT_PROVIDER_NOT_SET",
+  "DEFAULT_PROVIDER_UNAVAILABLE",
+  "PROVIDER_NOT_FOUND",
+  "PROVIDER_FAILED",
+  "MODEL_REQUIRED",
+  "THREAD_NOT_FOUND",
+  "THREAD_ACCESS_DENIED",
+  "WORKSPACE_OPEN_FAILED",
+  "TOOLS_MANIFEST_INVALID",
+  "TOOL_NOT_FOUND",
+  "TOOL_ARGS_INVALID",
+  "TOOL_TIMEOUT",
+  "TOOL_ACCESS_DENIED",
+  "TOOL_REQUEST_NOT_PENDING",
+  "ASSET_NOT_FOUND",
+  "ASSET_TOO_LARGE",
+  "ASSET_PATH_INVALID",
+  "ASSET_TICKET_INVALID",
+  "CORE_RESTARTED",
+  "CANCELLED",
+  "INTERNAL",
+] as const;
+
+export type KnownErrorCode =
+  | (typeof BROWSER_CODES)[number]
+  | (typeof HOST_CODES)[number]
+  | (typeof SERVICE_CODES)[number];
+
+/**
+ * The `code` of a PedelecError: a known code, or any other string (a newer
+ * service's code, or a tool's own code) — kept open so the page sees it unchanged.
+ */
+export type ErrorCode = KnownErrorCode | (string & {});
+
+export const ALL_CODES: readonly KnownErrorCode[] = [...BROWSER_CODES, ...HOST_CODES, ...SERVICE_CODES];
+
+/** Shorthand so call sites name codes checked by the compiler. */
+export const Code = Object.fromEntries(ALL_CODES.map((c) => [c, c])) as { readonly [K in KnownErrorCode]: K };

@@ -1,0 +1,3 @@
+export * from "./native.js";
+export * from "./bridge.js";
+export * from "./codes.js";
