@@ -82,7 +82,10 @@ export class PedelecSession {
   #ended = false;
   #endedFired = false;
   #detached: PedelecError | null = null;
+  /** The newest event seq seen (or reflected by an attach snapshot): older frames are duplicates. */
   #lastSeq = 0;
+  /** The seq the current status reflects: an older status event arriving late must not undo it. */
+  #stateSeq = 0;
   #toolOwner: boolean;
 
   #chat = new Set<(text: string, ctx: PedelecEventContext) => void>();
@@ -113,7 +116,7 @@ export class PedelecSession {
     this.effortLevel = init.effortLevel;
     this.#toolOwner = init.toolOwner;
     this.#inlineTools = init.inlineHandlers;
-    this.#applySnapshot(init.snapshot, false);
+    this.#applySnapshot(init.snapshot, false, true);
   }
 
   getStatus(): SessionStatus {
@@ -268,7 +271,7 @@ export class PedelecSession {
     this.#endPromise ??= (async () => {
       try {
         const r = await this.#host.connection.call("end", { sessionId: this.sessionId });
-        this.#applySnapshot(r.snapshot, true);
+        this.#applySnapshot(r.snapshot, true, false);
         this.#markEnded("requested");
         this.#host.forget(this);
       } catch (e) {
@@ -293,7 +296,7 @@ export class PedelecSession {
         this.#ended = false;
         this.#endedFired = false;
         this.#host.remember(this);
-        this.#applySnapshot(r.snapshot, true);
+        this.#applySnapshot(r.snapshot, true, false);
       } finally {
         this.#resumePromise = null;
       }
@@ -405,14 +408,14 @@ export class PedelecSession {
       // Not part of the history: it reflects events up to its lastSeq.
       if (e.snapshot.lastSeq <= this.#lastSeq) return;
       this.#toolOwner = toolOwner;
-      this.#applySnapshot(e.snapshot, true);
+      this.#applySnapshot(e.snapshot, true, true);
       return;
     }
     if (frame.seq <= this.#lastSeq) return; // a duplicate (replayed after a re-attach)
     this.#lastSeq = frame.seq;
     switch (e.type) {
       case "status":
-        this.#setStatus(e.status, this.#ctx("status", frame));
+        if (frame.seq > this.#stateSeq) this.#setStatus(e.status, this.#ctx("status", frame));
         return;
       case "chat_delta":
         this.#emit(this.#chatDelta, e.text, this.#ctx("chat_delta", frame, e.operationId));
@@ -434,7 +437,7 @@ export class PedelecSession {
         return;
       }
       case "ended":
-        this.#markEnded(e.reason, frame);
+        if (frame.seq > this.#stateSeq) this.#markEnded(e.reason, frame);
         return;
       case "tool_request":
         if (toolOwner) this.#toolRequest(e, frame);
@@ -497,8 +500,12 @@ export class PedelecSession {
   }
 
   /** Reconciles authoritative state: status, operations, pending tool request, usage. */
-  #applySnapshot(s: Snapshot, emit: boolean): void {
-    if (s.lastSeq > this.#lastSeq) this.#lastSeq = s.lastSeq;
+  #applySnapshot(s: Snapshot, emit: boolean, baseline: boolean): void {
+    // An attach (or replay-gap) snapshot is the stream's starting point: events up
+    // to its lastSeq will not come. A reply snapshot (end, reactivate) is not:
+    // events it reflects may still be on their way and must not be dropped.
+    if (baseline && s.lastSeq > this.#lastSeq) this.#lastSeq = s.lastSeq;
+    if (s.lastSeq > this.#stateSeq) this.#stateSeq = s.lastSeq;
     if (s.usage) this.usage.totalTokens = s.usage.totalTokens; // a missing usage never resets it
     const finished: Operation[] = [...(s.recentOperations ?? [])];
     if (s.lastOperation) finished.push(s.lastOperation);

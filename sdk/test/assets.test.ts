@@ -1,0 +1,98 @@
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
+import { Pedelec, PedelecError, type PedelecSession } from "../src/index.js";
+import { installPage, standardHandlers, type FakeExtension } from "./fake-bridge.js";
+
+let page: ReturnType<typeof installPage>;
+let ext: FakeExtension;
+let session: PedelecSession;
+let fetchMock: ReturnType<typeof vi.fn>;
+const ticket = (kind: string, path: string) => ({ url: `http://127.0.0.1:40123/assets/${kind}/tkt_1`, token: "tok", expiresAt: 1, path });
+
+beforeEach(async () => {
+  page = installPage();
+  ext = page.ext;
+  standardHandlers(ext);
+  ext.on("create_upload_ticket", (p) => ticket("upload", p.targetPath ?? `/${p.name}`));
+  ext.on("create_download_ticket", (p) => ticket("download", p.path));
+  ext.on("list_assets", () => ({ assets: [{ name: "a.txt", path: "/a.txt", sizeBytes: 3, modifiedAt: 5 }] }));
+  fetchMock = vi.fn();
+  vi.stubGlobal("fetch", fetchMock);
+  session = await new Pedelec().createSession();
+});
+afterEach(() => {
+  vi.unstubAllGlobals();
+  page.uninstall();
+});
+
+async function rejection(p: Promise<unknown>): Promise<PedelecError> {
+  try {
+    await p;
+  } catch (e) {
+    return e as PedelecError;
+  }
+  throw new Error("expected a rejection");
+}
+
+describe("assets", () => {
+  it("uploadAsset: a ticket for the size and type, then a PUT with the bearer token; the page never sees the ticket", async () => {
+    fetchMock.mockResolvedValue(new Response(JSON.stringify({ name: "notes.txt", path: "/docs/notes.txt", sizeBytes: 5, modifiedAt: 7 }), { status: 201 }));
+    const info = await session.uploadAsset(new Blob(["hello"], { type: "text/plain" }), { path: "/docs/notes.txt" });
+    expect(info).toEqual({ name: "notes.txt", path: "/docs/notes.txt", sizeBytes: 5, modifiedAt: 7 });
+    expect(ext.callsOf("create_upload_ticket")).toEqual([{ sessionId: "thr_1", name: "notes.txt", sizeBytes: 5, contentType: "text/plain", targetPath: "/docs/notes.txt" }]);
+    const [url, init] = fetchMock.mock.calls[0]!;
+    expect(url).toBe("http://127.0.0.1:40123/assets/upload/tkt_1");
+    expect(init.method).toBe("PUT");
+    expect(init.headers.authorization).toBe("Bearer tok");
+    expect(await (init.body as Blob).text()).toBe("hello");
+  });
+
+  it("uploadAsset takes a string and a File too", async () => {
+    fetchMock.mockImplementation(async () => new Response("{}", { status: 201 }));
+    await session.uploadAsset("héllo");
+    await session.uploadAsset(new File(["x"], "pic.png", { type: "image/png" }));
+    expect(ext.callsOf("create_upload_ticket")).toEqual([
+      { sessionId: "thr_1", name: "text.txt", sizeBytes: 6, contentType: "text/plain;charset=utf-8" },
+      { sessionId: "thr_1", name: "pic.png", sizeBytes: 1, contentType: "image/png" },
+    ]);
+    expect((await rejection(session.uploadAsset(42 as never))).code).toBe("INVALID_INPUT");
+  });
+
+  it("listAssets", async () => {
+    expect(await session.listAssets()).toEqual([{ name: "a.txt", path: "/a.txt", sizeBytes: 3, modifiedAt: 5 }]);
+  });
+
+  it("readAsset as text, json and file", async () => {
+    fetchMock.mockImplementation(async () => new Response('{"a":1}', { status: 200, headers: { "content-type": "application/json" } }));
+    expect(await session.readAsset("/d.json")).toBe('{"a":1}');
+    expect(await session.readAsset("/d.json", "json")).toEqual({ a: 1 });
+    const file = await session.readAsset("/dir/d.json", "file");
+    expect(file).toBeInstanceOf(File);
+    expect([file.name, await file.text()]).toEqual(["d.json", '{"a":1}']);
+    expect(fetchMock.mock.calls[0]![1].headers.authorization).toBe("Bearer tok");
+  });
+
+  it("ASSET_TEXT_DECODE_FAILED and ASSET_INVALID_JSON", async () => {
+    fetchMock.mockImplementation(async () => new Response(new Uint8Array([0xff, 0xfe, 0x00]), { status: 200 }));
+    expect((await rejection(session.readAsset("/bin", "text"))).code).toBe("ASSET_TEXT_DECODE_FAILED");
+    fetchMock.mockImplementation(async () => new Response("{nope", { status: 200 }));
+    expect((await rejection(session.readAsset("/x.json", "json"))).code).toBe("ASSET_INVALID_JSON");
+    expect((await rejection(session.readAsset("/x", "xml" as never))).code).toBe("INVALID_INPUT");
+  });
+
+  it("the transfer server's error code reaches the page; an unreachable server is CORE_UNAVAILABLE", async () => {
+    fetchMock.mockResolvedValueOnce(new Response(JSON.stringify({ code: "ASSET_NOT_FOUND", message: "no /x" }), { status: 404 }));
+    const e = await rejection(session.readAsset("/x"));
+    expect([e.code, e.message, e.details]).toEqual(["ASSET_NOT_FOUND", "no /x", { status: 404 }]);
+    fetchMock.mockRejectedValueOnce(new TypeError("Failed to fetch"));
+    expect((await rejection(session.uploadAsset("x"))).code).toBe("CORE_UNAVAILABLE");
+  });
+
+  it("an ended handle has no asset access", async () => {
+    await session.end();
+    for (const p of [session.uploadAsset("x"), session.listAssets(), session.readAsset("/a")]) {
+      expect((await rejection(p)).code).toBe("SESSION_ENDED");
+    }
+    expect(ext.callsOf("create_upload_ticket")).toEqual([]);
+    expect(fetchMock).not.toHaveBeenCalled();
+  });
+});
