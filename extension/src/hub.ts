@@ -245,9 +245,13 @@ export class Hub {
     session.autoEnd = snapshot.autoEndOnDisconnect;
     session.status = snapshot.status;
     this.#trackPendingTool(session, snapshot.pendingToolRequest);
-    const held = session.held ?? [];
-    session.held = null;
-    for (const frame of held) this.#onEvent(frame);
+    // After the page has its reply (posted before this task ends), so its
+    // handle exists when the first events arrive.
+    setTimeout(() => {
+      const held = session.held ?? [];
+      session.held = null;
+      for (const frame of held) this.#onEvent(frame);
+    }, 0);
   }
 
   async #createSession(route: Route, payload: BridgeCalls["create_session"]["params"]): Promise<BridgeCalls["create_session"]["result"]> {

@@ -53,6 +53,8 @@ export class NativeLink {
   #nextId = 1;
   #inFlight = new Map<number, InFlight>();
   #queue: Queued[] = [];
+  /** Requests waiting for hello before they can be written. */
+  #waitingForHello = 0;
   #chunks: string[] = [];
   #chunkId: number | null = null;
 
@@ -66,7 +68,7 @@ export class NativeLink {
   }
 
   get busy(): boolean {
-    return this.#inFlight.size > 0 || this.#queue.length > 0;
+    return this.#inFlight.size > 0 || this.#queue.length > 0 || this.#waitingForHello > 0;
   }
 
   /** Opens the port (if needed) and waits for hello. */
@@ -106,7 +108,12 @@ export class NativeLink {
 
   /** Sends a request once hello is done; the result's shape follows the request type. */
   async request<T extends Exclude<NativeType, "hello">>(type: T, origin: string | undefined, payload: PayloadOf<T>): Promise<ResultByType[T]> {
-    await this.connect();
+    this.#waitingForHello++;
+    try {
+      await this.connect();
+    } finally {
+      this.#waitingForHello--;
+    }
     return (await this.#send(type, origin, payload, false)) as ResultByType[T];
   }
 

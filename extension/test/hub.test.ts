@@ -1,0 +1,491 @@
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { Hub } from "../src/hub.js";
+import { APPROVED_ORIGINS_KEY } from "../../sdk/src/protocol/bridge.js";
+import { call, FakeChrome, HostFailure, NO_REPLY, settle, snapshot, start, type FakePort } from "./fake-chrome.js";
+
+const ORIGIN = "https://app.example";
+let chrome: FakeChrome;
+let hub: Hub;
+
+function startHub(approved: string[] = [ORIGIN], approvalTimeoutMs = 5_000): void {
+  chrome = new FakeChrome();
+  chrome.stored[APPROVED_ORIGINS_KEY] = approved;
+  hub = new Hub(chrome, { approvalTimeoutMs, backoffMs: [5, 10] });
+  hub.start();
+}
+
+afterEach(() => {
+  // Every frame the worker wrote to any host followed the schema.
+  for (const h of chrome?.hosts ?? []) expect(h.invalid).toEqual([]);
+});
+
+async function page(origin = ORIGIN): Promise<FakePort> {
+  const p = chrome.connectPage(origin);
+  await settle();
+  return p;
+}
+
+async function createSession(p: FakePort, params: Record<string, unknown> = {}): Promise<string> {
+  const r = await call(p, "create_session", params);
+  expect(r.ok).toBe(true);
+  return r.result.sessionId as string;
+}
+
+describe("routes", () => {
+  beforeEach(() => startHub());
+
+  it.each([undefined, "null", "chrome-extension://abcdefghijklmnopabcdefghijklmnop", "file://", "ftp://x.example"])("refuses a port from origin %s", async (origin) => {
+    const p = chrome.connectPage(origin);
+    await settle();
+    expect(p.closed).toBe(true);
+    expect(p.of("welcome")).toEqual([]);
+  });
+
+  it("welcomes an http(s) page with the origin Chrome gave the port", async () => {
+    for (const origin of ["https://app.example", "http://127.0.0.1:8080"]) {
+      const p = await page(origin);
+      expect(p.of("welcome")).toEqual([{ kind: "welcome", origin }]);
+      expect(p.closed).toBe(false);
+    }
+  });
+
+  it("accepts the popup port only from the extension's own pages", async () => {
+    const popup = chrome.connectPopup();
+    await settle();
+    expect(popup.of("state")).toHaveLength(1);
+    const fake = chrome.connectPage("https://evil.example", "pedelec-popup");
+    await settle();
+    expect(fake.closed).toBe(true);
+  });
+
+  it("a session call on a session this route did not attach is INVALID_INPUT", async () => {
+    const p = await page();
+    const r = await call(p, "send_text", { sessionId: "thr_other", text: "x" });
+    expect(r.error.code).toBe("INVALID_INPUT");
+    expect(chrome.hosts.flatMap((h) => h.of("send_text"))).toEqual([]);
+  });
+});
+
+describe("native port", () => {
+  beforeEach(() => startHub());
+
+  it("hello goes first; status pings without ever opening the approval UI", async () => {
+    startHub([]);
+    const p = await page();
+    const r = await call(p, "status");
+    expect(r.result).toEqual({ approved: false, origin: ORIGIN, appConnected: true });
+    expect(chrome.host.frames.map((f) => f.type)).toEqual(["hello", "ping"]);
+    expect(chrome.host.frames[0]!.payload).toEqual({ protocolVersion: 2, client: "pedelec-extension/0.1.0" });
+    expect(chrome.openPopupCalls + chrome.windowsCreated.length).toBe(0);
+  });
+
+  it("status says appConnected false when the host is not installed", async () => {
+    chrome.hostInstalled = false;
+    const p = await page();
+    expect((await call(p, "status")).result).toEqual({ approved: true, origin: ORIGIN, appConnected: false });
+  });
+
+  it("a host that is not installed is NATIVE_HOST_UNAVAILABLE", async () => {
+    chrome.hostInstalled = false;
+    const p = await page();
+    const r = await call(p, "list_providers");
+    expect(r.error.code).toBe("NATIVE_HOST_UNAVAILABLE");
+    expect(r.error.message).toContain("not found");
+    expect(hub.native.state.lastError).toContain("not found");
+  });
+
+  it("PROTOCOL_MISMATCH on hello fails the request and is not retried in a loop", async () => {
+    chrome.hostHandlers.hello = () => {
+      throw new HostFailure("PROTOCOL_MISMATCH", "host speaks 3");
+    };
+    const p = await page();
+    const r = await call(p, "list_providers");
+    expect(r.error.code).toBe("PROTOCOL_MISMATCH");
+    await new Promise((res) => setTimeout(res, 40));
+    expect(chrome.hosts).toHaveLength(1);
+  });
+
+  it("a host answering hello with another protocolVersion is PROTOCOL_MISMATCH", async () => {
+    chrome.hostHandlers.hello = () => ({ hostVersion: "9", protocolVersion: 3, capabilities: [], coreRunning: true });
+    const p = await page();
+    expect((await call(p, "get_settings")).error.code).toBe("PROTOCOL_MISMATCH");
+  });
+
+  it("the origin in every frame is the port's, never the page's", async () => {
+    const p = await page();
+    await call(p, "create_session", { provider: "codex", origin: "https://evil.example" });
+    for (const f of chrome.host.frames.filter((f) => f.type !== "hello")) expect(f.origin).toBe(ORIGIN);
+  });
+
+  it("queues above 64 requests in flight and sends the rest as replies come", async () => {
+    const p = await page();
+    const sessionId = await createSession(p);
+    chrome.host.autoReply = false;
+    const pending = Array.from({ length: 70 }, () => start(p, "get_session", { sessionId }));
+    await settle();
+    expect(chrome.host.of("get_session")).toHaveLength(64);
+    chrome.host.autoReply = true;
+    for (const f of chrome.host.of("get_session")) chrome.host.reply(f);
+    await settle(20);
+    expect(chrome.host.of("get_session")).toHaveLength(70);
+    expect(pending.every((get) => get()?.ok)).toBe(true);
+  });
+
+  it("reassembles chunked messages; a broken chunk sequence is dropped without harm", async () => {
+    const p = await page();
+    const sessionId = await createSession(p);
+    const big = "x".repeat(3000);
+    const text = JSON.stringify({ type: "event", sessionId, seq: 1, at: 1, event: { type: "chat", operationId: "op_1", messageId: "m", text: big } });
+    const parts = [text.slice(0, 1000), text.slice(1000, 2000), text.slice(2000)];
+    parts.forEach((data, index) => chrome.host.send({ type: "chunk", chunkId: 1, index, count: 3, data }));
+    // chunk 2 of 3 missing its first part: dropped
+    chrome.host.send({ type: "chunk", chunkId: 2, index: 1, count: 3, data: "zzz" });
+    chrome.host.event(sessionId, 2, { type: "chat", operationId: "op_1", messageId: "n", text: "after" });
+    await settle();
+    const events = p.of("event").map((m) => (m.frame as { event: { text: string } }).event.text);
+    expect(events).toEqual([big, "after"]);
+  });
+});
+
+describe("approval", () => {
+  beforeEach(() => startHub([]));
+
+  it("opens the action popup once, tells the route, and proceeds on approve; the origin is stored", async () => {
+    const p = await page();
+    const popup = chrome.connectPopup();
+    const get = start(p, "list_providers");
+    await settle();
+    expect(chrome.openPopupCalls).toBe(1);
+    expect(p.of("approval")).toEqual([{ kind: "approval", state: "pending" }]);
+    expect(hub.state().pendingApprovals).toEqual([ORIGIN]);
+    expect(get()).toBeUndefined();
+    popup.postMessage({ kind: "approve", origin: ORIGIN });
+    await settle();
+    expect(get()?.ok).toBe(true);
+    expect(p.of("approval").at(-1)).toEqual({ kind: "approval", state: "settled" });
+    expect(chrome.stored[APPROVED_ORIGINS_KEY]).toEqual([ORIGIN]);
+    await call(p, "get_settings");
+    expect(chrome.openPopupCalls).toBe(1);
+    const last = popup.of("state").at(-1)!.state as { approvedOrigins: string[]; pendingApprovals: string[] };
+    expect(last.approvedOrigins).toEqual([ORIGIN]);
+    expect(last.pendingApprovals).toEqual([]);
+  });
+
+  it("one pending approval per origin, shared by its routes", async () => {
+    const a = await page();
+    const b = await page();
+    const ra = start(a, "list_providers");
+    const rb = start(b, "create_session");
+    await settle();
+    expect(chrome.openPopupCalls).toBe(1);
+    await hub.approve(ORIGIN);
+    await settle();
+    expect(ra()?.ok).toBe(true);
+    expect(rb()?.ok).toBe(true);
+  });
+
+  it("reject → APPROVAL_REJECTED, nothing reaches the host", async () => {
+    const p = await page();
+    const r = start(p, "create_session");
+    await settle();
+    hub.reject(ORIGIN);
+    await settle();
+    expect(r()?.error.code).toBe("APPROVAL_REJECTED");
+    expect(chrome.hosts.flatMap((h) => h.of("create_session"))).toEqual([]);
+  });
+
+  it("no decision in time → APPROVAL_TIMEOUT", async () => {
+    startHub([], 30);
+    const p = await page();
+    const r = start(p, "list_providers");
+    await new Promise((res) => setTimeout(res, 60));
+    await settle();
+    expect(r()?.error.code).toBe("APPROVAL_TIMEOUT");
+  });
+
+  it("falls back to a popup window when openPopup fails; closing it rejects", async () => {
+    chrome.openPopupFails = true;
+    const p = await page();
+    const r = start(p, "list_providers");
+    await settle();
+    expect(chrome.windowsCreated).toEqual([{ url: `chrome-extension://ekeclpceddngodnkncegoclkkeknaacb/popup.html?approve=${encodeURIComponent(ORIGIN)}`, id: 100 }]);
+    chrome.windows.onRemoved.fire(100);
+    await settle();
+    expect(r()?.error.code).toBe("APPROVAL_REJECTED");
+  });
+
+  it("approving closes the window it opened", async () => {
+    chrome.openPopupFails = true;
+    const p = await page();
+    const r = start(p, "list_providers");
+    await settle();
+    await hub.approve(ORIGIN);
+    await settle();
+    expect(r()?.ok).toBe(true);
+    expect(chrome.windowsRemoved).toEqual([100]);
+  });
+
+  it("OPEN_POPUP_FAILED when neither the popup nor a window opens", async () => {
+    chrome.openPopupFails = true;
+    chrome.windowsCreateFails = true;
+    const p = await page();
+    expect((await call(p, "list_providers")).error.code).toBe("OPEN_POPUP_FAILED");
+  });
+
+  it("approved origins survive a worker restart (chrome.storage.local)", async () => {
+    const p = await page();
+    const r = start(p, "get_settings");
+    await settle();
+    await hub.approve(ORIGIN);
+    await settle();
+    expect(r()?.ok).toBe(true);
+    const stored = chrome.stored;
+    chrome = new FakeChrome();
+    chrome.stored = stored;
+    hub = new Hub(chrome);
+    hub.start();
+    const q = await page();
+    expect((await call(q, "get_settings")).ok).toBe(true);
+    expect(chrome.openPopupCalls).toBe(0);
+  });
+
+  it("revoking an origin detaches its routes, auto-ends their sessions and keeps other origins", async () => {
+    startHub([ORIGIN, "https://other.example"]);
+    const p = await page();
+    const other = await page("https://other.example");
+    const sessionId = await createSession(p);
+    await createSession(other);
+    await hub.revoke(ORIGIN);
+    await settle();
+    expect(p.closed).toBe(true);
+    expect(other.closed).toBe(false);
+    expect(chrome.host.of("end").map((f) => f.payload)).toEqual([{ sessionId, reason: "auto_end" }]);
+    expect(chrome.stored[APPROVED_ORIGINS_KEY]).toEqual(["https://other.example"]);
+    const again = await page();
+    const r = start(again, "list_providers");
+    await settle();
+    expect(chrome.openPopupCalls).toBe(1);
+    expect(r()).toBeUndefined();
+  });
+});
+
+describe("sessions, fan-out and tool owners", () => {
+  beforeEach(() => startHub());
+
+  it("create_session then attach; the route gets the attach snapshot and owns tools", async () => {
+    const p = await page();
+    const r = await call(p, "create_session", { provider: "codex", autoEndOnDisconnect: true });
+    expect(chrome.host.frames.map((f) => f.type)).toEqual(["hello", "create_session", "attach"]);
+    expect(chrome.host.of("attach")[0]!.payload).toEqual({ sessionId: r.result.sessionId });
+    expect(r.result).toMatchObject({ sessionId: "thr_1", provider: "codex", effortLevel: "default", toolOwner: true });
+  });
+
+  it("a second route of the session joins the one stream (get_session, no second attach) and both get events", async () => {
+    const a = await page();
+    const b = await page();
+    const sessionId = await createSession(a);
+    const r = await call(b, "resume_session", { sessionId });
+    expect(r.result).toMatchObject({ sessionId, toolOwner: false });
+    expect(chrome.host.of("attach")).toHaveLength(1);
+    chrome.host.event(sessionId, 1, { type: "chat", operationId: "op_1", messageId: "m", text: "hi" });
+    await settle();
+    expect(a.of("event")).toHaveLength(1);
+    expect(b.of("event")).toHaveLength(1);
+  });
+
+  it("resuming a session of another origin is Core's THREAD_ACCESS_DENIED", async () => {
+    startHub([ORIGIN, "https://other.example"]);
+    chrome.hostHandlers.get_session = (f) => {
+      if (f.origin !== ORIGIN) throw new HostFailure("THREAD_ACCESS_DENIED");
+      return { snapshot: snapshot() };
+    };
+    const a = await page();
+    const sessionId = await createSession(a);
+    const other = await page("https://other.example");
+    expect((await call(other, "resume_session", { sessionId })).error.code).toBe("THREAD_ACCESS_DENIED");
+  });
+
+  it("THREAD_NOT_FOUND on resume leaves nothing behind", async () => {
+    chrome.hostHandlers.attach = () => {
+      throw new HostFailure("THREAD_NOT_FOUND");
+    };
+    const p = await page();
+    expect((await call(p, "resume_session", { sessionId: "thr_gone" })).error.code).toBe("THREAD_NOT_FOUND");
+    expect(hub.state().sessions).toEqual([]);
+  });
+
+  it("a tool request goes to the route that started the operation; when it leaves, the other route takes over", async () => {
+    const a = await page();
+    const b = await page();
+    const sessionId = await createSession(a);
+    await call(b, "resume_session", { sessionId });
+    const sent = await call(b, "send_text", { sessionId, text: "go" });
+    const operationId = sent.result.operationId as string;
+    chrome.host.event(sessionId, 1, { type: "tool_request", toolRequestId: "tr_1", tool: "t", args: {}, operationId, timeoutMs: 1000, deadlineAt: 5 });
+    await settle();
+    expect(a.of("event").map((m) => m.toolOwner)).toEqual([false]);
+    expect(b.of("event").map((m) => m.toolOwner)).toEqual([true]);
+    b.disconnect();
+    await settle();
+    expect(a.of("tool_handover")).toEqual([
+      { kind: "tool_handover", sessionId, request: { toolRequestId: "tr_1", tool: "t", args: {}, operationId, timeoutMs: 1000, deadlineAt: 5 } },
+    ]);
+    expect(chrome.host.of("end")).toEqual([]);
+  });
+
+  it("events for a session are held while its attach is in flight and delivered after", async () => {
+    chrome.hostHandlers.attach = (f, h) => {
+      h.event(f.payload!.sessionId as string, 1, { type: "status", status: "running" });
+      setTimeout(() => h.send({ id: f.id, ok: true, result: { sessionId: f.payload!.sessionId, snapshot: snapshot({ sessionId: f.payload!.sessionId as string }) } }), 5);
+      return NO_REPLY;
+    };
+    const p = await page();
+    const r = await call(p, "resume_session", { sessionId: "thr_9" });
+    expect(r.ok).toBe(true);
+    await settle();
+    const respIdx = p.received.findIndex((m) => (m as { kind: string }).kind === "response");
+    const evIdx = p.received.findIndex((m) => (m as { kind: string }).kind === "event");
+    expect(evIdx).toBeGreaterThan(respIdx);
+  });
+});
+
+describe("auto-end and the native port's life", () => {
+  beforeEach(() => startHub());
+
+  it("the last route going ends an auto-end session at once (reason auto_end), detaches, and closes the native port", async () => {
+    const p = await page();
+    const sessionId = await createSession(p);
+    const host = chrome.host;
+    p.disconnect();
+    await settle();
+    expect(host.of("end").map((f) => f.payload)).toEqual([{ sessionId, reason: "auto_end" }]);
+    expect(host.of("detach").map((f) => f.payload)).toEqual([{ sessionId }]);
+    expect(host.port.closed).toBe(true);
+    expect(hub.native.open).toBe(false);
+  });
+
+  it("autoEndOnDisconnect false: only detach", async () => {
+    const p = await page();
+    const sessionId = await createSession(p, { autoEndOnDisconnect: false });
+    p.disconnect();
+    await settle();
+    expect(chrome.host.of("end")).toEqual([]);
+    expect(chrome.host.of("detach").map((f) => f.payload)).toEqual([{ sessionId }]);
+  });
+
+  it("not the last route: nothing is ended", async () => {
+    const a = await page();
+    const b = await page();
+    const sessionId = await createSession(a);
+    await call(b, "resume_session", { sessionId });
+    a.disconnect();
+    await settle();
+    expect(chrome.host.of("end")).toEqual([]);
+    expect(chrome.host.of("detach")).toEqual([]);
+    expect(hub.native.open).toBe(true);
+  });
+
+  it("an ended session is not ended again when its page goes", async () => {
+    const p = await page();
+    const sessionId = await createSession(p);
+    await call(p, "end", { sessionId });
+    expect(chrome.host.of("end").map((f) => f.payload)).toEqual([{ sessionId, reason: "requested" }]);
+    p.disconnect();
+    await settle();
+    expect(chrome.host.of("end")).toHaveLength(1);
+  });
+
+  it("the port stays while any route exists, even without sessions", async () => {
+    const p = await page();
+    await call(p, "list_providers");
+    expect(hub.native.open).toBe(true);
+    p.disconnect();
+    await settle();
+    expect(hub.native.open).toBe(false);
+  });
+});
+
+describe("native port loss", () => {
+  beforeEach(() => startHub());
+
+  it("in-flight requests fail with NATIVE_HOST_UNAVAILABLE and are never resent; reconnect, hello, re-attach with the last seq", async () => {
+    const p = await page();
+    const sessionId = await createSession(p);
+    const first = chrome.host;
+    first.event(sessionId, 1, { type: "status", status: "running" });
+    first.event(sessionId, 2, { type: "chat", operationId: "op_1", messageId: "m", text: "a" });
+    await settle();
+    first.autoReply = false;
+    const sent = start(p, "send_text", { sessionId, text: "ambiguous" });
+    await settle();
+    first.crash(chrome);
+    await settle();
+    expect(sent()?.error.code).toBe("NATIVE_HOST_UNAVAILABLE");
+    await new Promise((r) => setTimeout(r, 30));
+    await settle();
+    expect(chrome.hosts).toHaveLength(2);
+    const second = chrome.host;
+    expect(second.frames.map((f) => f.type)).toEqual(["hello", "attach"]);
+    expect(second.of("attach")[0]!.payload).toEqual({ sessionId, afterSeq: 2 });
+    // replayed duplicates are dropped, new events delivered
+    second.event(sessionId, 2, { type: "chat", operationId: "op_1", messageId: "m", text: "a" });
+    second.event(sessionId, 3, { type: "chat", operationId: "op_1", messageId: "m2", text: "b" });
+    await settle();
+    expect(p.of("event").map((m) => (m.frame as { seq: number }).seq)).toEqual([1, 2, 3]);
+    expect(chrome.hosts.flatMap((h) => h.of("send_text"))).toHaveLength(1);
+    expect(p.closed).toBe(false);
+  });
+
+  it("a re-attach that gets THREAD_NOT_FOUND tells the routes", async () => {
+    const p = await page();
+    const sessionId = await createSession(p);
+    chrome.hostHandlers.attach = () => {
+      throw new HostFailure("THREAD_NOT_FOUND", "gone");
+    };
+    chrome.host.crash(chrome);
+    await new Promise((r) => setTimeout(r, 30));
+    await settle();
+    expect(p.of("session_lost")).toEqual([{ kind: "session_lost", sessionId, error: { code: "THREAD_NOT_FOUND", message: "gone", details: null } }]);
+    expect(hub.state().sessions).toEqual([]);
+  });
+
+  it("a detached frame (stream ended by Core) re-attaches that session with its last seq", async () => {
+    const p = await page();
+    const sessionId = await createSession(p);
+    chrome.host.event(sessionId, 1, { type: "status", status: "running" });
+    await settle();
+    chrome.host.send({ type: "detached", sessionId, reason: "stream_failed", error: { code: "CORE_UNAVAILABLE", message: "restarting", details: null } });
+    await new Promise((r) => setTimeout(r, 20));
+    await settle();
+    expect(chrome.host.of("attach").map((f) => f.payload)).toEqual([{ sessionId }, { sessionId, afterSeq: 1 }]);
+  });
+
+  it("a replay-gap snapshot event reaches the routes", async () => {
+    const p = await page();
+    const sessionId = await createSession(p);
+    chrome.host.event(sessionId, 50, { type: "snapshot", snapshot: snapshot({ sessionId, lastSeq: 50, replayGap: true }) });
+    await settle();
+    expect(p.of("event").map((m) => (m.frame as { event: { type: string } }).event.type)).toEqual(["snapshot"]);
+  });
+
+  it("no route left: no reconnect", async () => {
+    const p = await page();
+    await call(p, "list_providers");
+    p.disconnect();
+    await settle();
+    await new Promise((r) => setTimeout(r, 30));
+    expect(chrome.hosts).toHaveLength(1);
+  });
+});
+
+describe("popup state", () => {
+  it("shows host and Core state, approved origins, live sessions per origin", async () => {
+    startHub([ORIGIN]);
+    const p = await page();
+    await createSession(p);
+    const s = hub.state();
+    expect(s.host).toMatchObject({ connected: true, hostVersion: "0.1.0", protocolVersion: 2, coreRunning: true });
+    expect(s.approvedOrigins).toEqual([ORIGIN]);
+    expect(s.sessions).toEqual([{ sessionId: "thr_1", origin: ORIGIN, status: "idle", routes: 1, autoEndOnDisconnect: true }]);
+  });
+});
