@@ -15,6 +15,7 @@ use tonic::transport::Channel;
 
 use crate::error::{CliError, EXIT_OK};
 use crate::output;
+use pedelec_common::wire;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AdminCommand {
@@ -78,7 +79,7 @@ fn execute(command: AdminCommand) -> Result<String, CliError> {
                     .into_inner();
                 Ok(if json {
                     output::pretty(&Json::Array(
-                        resp.sessions.iter().map(output::summary_json).collect(),
+                        resp.sessions.iter().map(wire::summary).collect(),
                     ))
                 } else {
                     output::sessions_table(&resp.sessions)
@@ -91,7 +92,7 @@ fn execute(command: AdminCommand) -> Result<String, CliError> {
                     .await
                     .map_err(|s| CliError::from_status(&s))?
                     .into_inner();
-                Ok(output::pretty(&output::snapshot_json(&snapshot)))
+                Ok(output::pretty(&wire::snapshot(&snapshot)))
             }
             AdminCommand::Providers { json } => {
                 let mut client = provider_client(&runtime_dir).await?;
@@ -102,7 +103,7 @@ fn execute(command: AdminCommand) -> Result<String, CliError> {
                     .into_inner();
                 Ok(if json {
                     output::pretty(&Json::Array(
-                        resp.providers.iter().map(output::provider_json).collect(),
+                        resp.providers.iter().map(wire::provider_info).collect(),
                     ))
                 } else {
                     output::providers_table(&resp.providers)
@@ -111,7 +112,7 @@ fn execute(command: AdminCommand) -> Result<String, CliError> {
             AdminCommand::SettingsGet => {
                 let mut client = provider_client(&runtime_dir).await?;
                 let settings = full_settings(&mut client).await?;
-                Ok(output::pretty(&output::settings_json(&settings)))
+                Ok(output::pretty(&wire::settings(&settings)))
             }
             AdminCommand::SettingsSet(change) => {
                 let mut client = provider_client(&runtime_dir).await?;
@@ -124,7 +125,7 @@ fn execute(command: AdminCommand) -> Result<String, CliError> {
                     .await
                     .map_err(|s| CliError::from_status(&s))?
                     .into_inner();
-                Ok(output::pretty(&output::settings_json(&updated)))
+                Ok(output::pretty(&wire::settings(&updated)))
             }
         }
     })

@@ -145,7 +145,7 @@ async fn tool_spec(
         .get_tool_spec(req)
         .await
         .map_err(|s| CliError::from_status(&s))?;
-    Ok(output::tool_spec_json(spec.get_ref()))
+    Ok(pedelec_common::wire::tool_spec(spec.get_ref()))
 }
 
 async fn tool_call(

@@ -21,6 +21,11 @@ pub enum HostError {
     /// The calling extension is not one this host was installed for.
     #[error("extension origin {origin:?} is not allowed to use this host")]
     NotAllowed { origin: String },
+    /// `hello` from an extension that speaks another protocol version.
+    #[error(
+        "the extension speaks native-messaging protocol {client}, this host speaks {host}: update the one that is older"
+    )]
+    ProtocolMismatch { host: u32, client: u32 },
     /// A service answered with a Pedelec error; passed on unchanged.
     #[error("{0}")]
     Service(CodedError),
@@ -43,6 +48,7 @@ impl HostError {
             HostError::MessageTooLarge { .. } => Code::MESSAGE_TOO_LARGE.to_string(),
             HostError::CoreUnavailable(_) => Code::CORE_UNAVAILABLE.to_string(),
             HostError::NotAllowed { .. } => Code::NATIVE_HOST_UNAVAILABLE.to_string(),
+            HostError::ProtocolMismatch { .. } => Code::PROTOCOL_MISMATCH.to_string(),
             HostError::Service(e) => e.code.clone(),
             HostError::Internal(_) => Code::INTERNAL.to_string(),
         }
@@ -53,6 +59,9 @@ impl HostError {
             HostError::InvalidInput { details, .. } => details.clone().unwrap_or(Value::Null),
             HostError::MessageTooLarge { len, limit } => json!({"length": len, "limit": limit}),
             HostError::NotAllowed { origin } => json!({"extensionOrigin": origin}),
+            HostError::ProtocolMismatch { host, client } => {
+                json!({"hostProtocolVersion": host, "clientProtocolVersion": client})
+            }
             HostError::Service(e) => e.details.clone().unwrap_or(Value::Null),
             HostError::CoreUnavailable(_) | HostError::Internal(_) => Value::Null,
         }

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use pedelec_common::json as pjson;
+use pedelec_common::wire;
 use pedelec_common::{Code, CodedError};
 use pedelec_proto::v1 as pb;
 use serde_json::{Value, json};
@@ -330,8 +331,22 @@ impl Host {
             origin: origin.to_string(),
         };
         let snapshot =
-            |s: tonic::Response<pb::Snapshot>| json!({"snapshot": p::snapshot(s.get_ref())});
+            |s: tonic::Response<pb::Snapshot>| json!({"snapshot": wire::snapshot(s.get_ref())});
         Ok(match request {
+            Request::Hello { protocol_version } => {
+                if protocol_version != p::PROTOCOL_VERSION {
+                    return Err(HostError::ProtocolMismatch {
+                        host: p::PROTOCOL_VERSION,
+                        client: protocol_version,
+                    });
+                }
+                json!({
+                    "hostVersion": env!("CARGO_PKG_VERSION"),
+                    "protocolVersion": p::PROTOCOL_VERSION,
+                    "capabilities": p::CAPABILITIES,
+                    "coreRunning": core.is_running().await,
+                })
+            }
             Request::Ping => json!({
                 "pong": true,
                 "version": env!("CARGO_PKG_VERSION"),
@@ -344,8 +359,12 @@ impl Host {
                     core::PROVIDER,
                     provider.list_providers(pb::ListProvidersRequest {})
                 )?;
-                let providers: Vec<Value> =
-                    r.get_ref().providers.iter().map(p::provider_info).collect();
+                let providers: Vec<Value> = r
+                    .get_ref()
+                    .providers
+                    .iter()
+                    .map(wire::provider_info)
+                    .collect();
                 json!({"providers": providers})
             }
             Request::GetSettings => {
@@ -373,7 +392,7 @@ impl Host {
                     "sessionId": r.session_id,
                     "provider": r.provider,
                     "effortLevel": r.effort_level,
-                    "snapshot": r.snapshot.as_ref().map(p::snapshot).unwrap_or(Value::Null),
+                    "snapshot": r.snapshot.as_ref().map(wire::snapshot).unwrap_or(Value::Null),
                 })
             }
             Request::Attach(_) | Request::Detach { .. } => {
@@ -403,8 +422,13 @@ impl Host {
                 let op = &r.get_ref().operation_id;
                 json!({"operationId": if op.is_empty() { Value::Null } else { json!(op) }})
             }
-            Request::End { session_id } => {
-                snapshot(rpc!(core, core::SESSION, session.end(thread(&session_id)))?)
+            Request::End { session_id, reason } => {
+                let req = pb::EndRequest {
+                    session_id,
+                    origin: origin.to_string(),
+                    reason: reason as i32,
+                };
+                snapshot(rpc!(core, core::SESSION, session.end(req))?)
             }
             Request::Reactivate { session_id } => snapshot(rpc!(
                 core,
@@ -448,7 +472,7 @@ impl Host {
                     content_type: t.content_type,
                 };
                 let r = rpc!(core, core::ASSETS, asset.create_upload_ticket(req))?;
-                p::ticket(r.get_ref())
+                wire::ticket(r.get_ref())
             }
             Request::CreateDownloadTicket(t) => {
                 let req = pb::CreateDownloadTicketRequest {
@@ -457,7 +481,7 @@ impl Host {
                     path: t.path,
                 };
                 let r = rpc!(core, core::ASSETS, asset.create_download_ticket(req))?;
-                p::ticket(r.get_ref())
+                wire::ticket(r.get_ref())
             }
             Request::ListAssets { session_id } => {
                 let req = pb::ListAssetsRequest {
@@ -465,7 +489,7 @@ impl Host {
                     origin: origin.to_string(),
                 };
                 let r = rpc!(core, core::ASSETS, asset.list(req))?;
-                let assets: Vec<Value> = r.get_ref().assets.iter().map(p::asset).collect();
+                let assets: Vec<Value> = r.get_ref().assets.iter().map(wire::asset).collect();
                 json!({"assets": assets})
             }
         })
@@ -538,8 +562,11 @@ impl Host {
                 .ok_or_else(|| {
                     HostError::Internal("Attach stream ended before its snapshot".into())
                 })?;
-            match first.event {
-                Some(pb::session_event::Event::Snapshot(snap)) => Ok((stream, snap)),
+            match &first.event {
+                Some(pb::session_event::Event::Snapshot(snap)) => {
+                    let gap = snap.replay_gap.then(|| first.clone());
+                    Ok((stream, snap.clone(), gap))
+                }
                 _ => Err(HostError::Internal(
                     "Attach stream did not start with a snapshot".into(),
                 )),
@@ -553,7 +580,7 @@ impl Host {
         let current = attached
             .get(&session_id)
             .is_some_and(|a| a.generation == generation);
-        let (stream, snap) = match opened {
+        let (stream, snap, gap) = match opened {
             Ok(_) if !current => return Err(superseded(&session_id)),
             Ok(opened) => opened,
             Err(e) => {
@@ -567,9 +594,14 @@ impl Host {
         // and a detach waiting for the lock finds the stream forwarding.
         self.send(p::ok_reply(
             id,
-            json!({"sessionId": session_id, "snapshot": p::snapshot(&snap)}),
+            json!({"sessionId": session_id, "snapshot": wire::snapshot(&snap)}),
         ))
         .await;
+        // Events the route asked for are gone: say so as an event too, where a
+        // client following the event stream reconciles (docs §4).
+        if let Some(frame) = gap.as_ref().and_then(p::event_frame) {
+            self.send(frame).await;
+        }
         let host = self.clone();
         let sid = session_id.clone();
         let task = tokio::spawn(async move { host.forward(sid, generation, stream).await });

@@ -3,7 +3,10 @@
 //! (independent of prost's field names, so the contract cannot drift with the
 //! generated code). docs/native-messaging.md shows every message.
 
+#[cfg(test)]
 use pedelec_common::json as pjson;
+use pedelec_common::wire;
+#[cfg(test)]
 use pedelec_proto::prost_types::Timestamp;
 use pedelec_proto::v1 as pb;
 use serde::Deserialize;
@@ -12,8 +15,20 @@ use serde_json::{Map, Value, json};
 
 use crate::error::HostError;
 
-/// Bumped when a shape changes incompatibly; `ping` reports it.
-pub const PROTOCOL_VERSION: u32 = 1;
+/// Bumped when a shape changes incompatibly; `hello` checks it and `ping`
+/// reports it. 2: hello, end reasons, message ids, recent operations, tool
+/// deadlines, operation ids on error events.
+pub const PROTOCOL_VERSION: u32 = 2;
+
+/// What this host offers beyond the base protocol, for `hello`.
+pub const CAPABILITIES: &[&str] = &[
+    "chunks",
+    "end_reason",
+    "message_id",
+    "recent_operations",
+    "tool_deadline",
+    "replay_gap_event",
+];
 
 /// A parsed request: the id to answer with, the page origin and what to do.
 #[derive(Debug, PartialEq)]
@@ -35,27 +50,49 @@ pub struct Rejected {
 
 #[derive(Debug, PartialEq)]
 pub enum Request {
+    Hello {
+        protocol_version: u32,
+    },
     Ping,
     ListProviders,
     GetSettings,
     CreateSession(CreateSession),
     Attach(Attach),
-    Detach { session_id: String },
-    SendText { session_id: String, text: String },
-    Prepare { session_id: String },
-    Cancel { session_id: String },
-    End { session_id: String },
-    Reactivate { session_id: String },
-    GetSession { session_id: String },
+    Detach {
+        session_id: String,
+    },
+    SendText {
+        session_id: String,
+        text: String,
+    },
+    Prepare {
+        session_id: String,
+    },
+    Cancel {
+        session_id: String,
+    },
+    End {
+        session_id: String,
+        reason: pb::EndReason,
+    },
+    Reactivate {
+        session_id: String,
+    },
+    GetSession {
+        session_id: String,
+    },
     SubmitToolResult(SubmitToolResult),
     CreateUploadTicket(UploadTicket),
     CreateDownloadTicket(DownloadTicket),
-    ListAssets { session_id: String },
+    ListAssets {
+        session_id: String,
+    },
 }
 
 impl Request {
     pub fn type_name(&self) -> &'static str {
         match self {
+            Request::Hello { .. } => "hello",
             Request::Ping => "ping",
             Request::ListProviders => "list_providers",
             Request::GetSettings => "get_settings",
@@ -145,6 +182,19 @@ pub struct DownloadTicket {
 #[serde(rename_all = "camelCase")]
 struct ThreadPayload {
     session_id: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct HelloPayload {
+    protocol_version: u32,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct EndPayload {
+    session_id: String,
+    reason: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -268,7 +318,7 @@ pub fn parse(body: &[u8]) -> Result<Envelope, Rejected> {
     let request = request(&kind, payload).map_err(|m| invalid(&id, m))?;
     let needs_origin = !matches!(
         request,
-        Request::Ping | Request::ListProviders | Request::GetSettings
+        Request::Hello { .. } | Request::Ping | Request::ListProviders | Request::GetSettings
     );
     if needs_origin && origin.is_empty() {
         return Err(invalid(
@@ -294,6 +344,9 @@ fn payload<T: DeserializeOwned>(kind: &str, map: Map<String, Value>) -> Result<T
 fn request(kind: &str, mut map: Map<String, Value>) -> Result<Request, String> {
     let thread = |map| payload::<ThreadPayload>(kind, map).map(|p| p.session_id);
     Ok(match kind {
+        "hello" => Request::Hello {
+            protocol_version: payload::<HelloPayload>(kind, map)?.protocol_version,
+        },
         "ping" => Request::Ping,
         "list_providers" => Request::ListProviders,
         "get_settings" => Request::GetSettings,
@@ -315,9 +368,21 @@ fn request(kind: &str, mut map: Map<String, Value>) -> Result<Request, String> {
         "cancel" => Request::Cancel {
             session_id: thread(map)?,
         },
-        "end" => Request::End {
-            session_id: thread(map)?,
-        },
+        "end" => {
+            let p: EndPayload = payload(kind, map)?;
+            let reason = match p.reason.as_deref() {
+                None => pb::EndReason::Requested,
+                Some(word) => wire::parse_end_reason(word).ok_or_else(|| {
+                    format!(
+                        "bad payload for end: reason {word:?} is not one of \"requested\", \"auto_end\""
+                    )
+                })?,
+            };
+            Request::End {
+                session_id: p.session_id,
+                reason,
+            }
+        }
         "reactivate" => Request::Reactivate {
             session_id: thread(map)?,
         },
@@ -370,171 +435,14 @@ pub fn error_reply(id: &Value, error: &HostError) -> String {
     json!({"id": id, "ok": false, "error": error.to_json()}).to_string()
 }
 
-// ---- Shapes of results and events ----
-
-/// Milliseconds since the Unix epoch, or null.
-pub fn millis(ts: Option<&Timestamp>) -> Value {
-    match ts {
-        Some(t) => json!(t.seconds * 1000 + i64::from(t.nanos / 1_000_000)),
-        None => Value::Null,
-    }
-}
-
-pub fn status_word(status: i32) -> &'static str {
-    match pb::SessionStatus::try_from(status) {
-        Ok(pb::SessionStatus::Idle) => "idle",
-        Ok(pb::SessionStatus::Running) => "running",
-        Ok(pb::SessionStatus::WaitingToolResult) => "waiting_tool_result",
-        Ok(pb::SessionStatus::Ended) => "ended",
-        Ok(pb::SessionStatus::Error) => "error",
-        // Never set on a real thread; said plainly rather than guessed.
-        _ => "unknown",
-    }
-}
-
-fn kind_word(kind: i32) -> &'static str {
-    match pb::OperationKind::try_from(kind) {
-        Ok(pb::OperationKind::SendText) => "send_text",
-        Ok(pb::OperationKind::Prepare) => "prepare",
-        _ => "unknown",
-    }
-}
-
-/// Null while the operation runs.
-fn outcome_word(outcome: i32) -> Value {
-    match pb::OperationOutcome::try_from(outcome) {
-        Ok(pb::OperationOutcome::Completed) => json!("completed"),
-        Ok(pb::OperationOutcome::Failed) => json!("failed"),
-        Ok(pb::OperationOutcome::Cancelled) => json!("cancelled"),
-        _ => Value::Null,
-    }
-}
-
-pub fn error(e: &pb::PedelecError) -> Value {
-    let source = match pb::ErrorSource::try_from(e.source) {
-        Ok(pb::ErrorSource::Provider) => "provider",
-        _ => "core",
-    };
-    json!({
-        "code": e.code,
-        "message": e.message,
-        "details": e.details.as_ref().map(pjson::from_value).unwrap_or(Value::Null),
-        "source": source,
-    })
-}
-
-fn opt_error(e: Option<&pb::PedelecError>) -> Value {
-    e.map(error).unwrap_or(Value::Null)
-}
-
-fn operation(op: Option<&pb::Operation>) -> Value {
-    match op {
-        Some(op) => json!({
-            "operationId": op.operation_id,
-            "kind": kind_word(op.kind),
-            "outcome": outcome_word(op.outcome),
-            "error": opt_error(op.error.as_ref()),
-        }),
-        None => Value::Null,
-    }
-}
-
-fn tool_request(t: &pb::ToolRequest) -> Value {
-    json!({
-        "toolRequestId": t.tool_request_id,
-        "tool": t.tool,
-        "args": t.args.as_ref().map(pjson::from_value).unwrap_or(Value::Null),
-        "operationId": t.operation_id,
-    })
-}
-
-pub fn usage(u: &pb::Usage) -> Value {
-    json!({
-        "totalTokens": u.total_tokens,
-        "inputTokens": u.input_tokens,
-        "outputTokens": u.output_tokens,
-    })
-}
-
-pub fn snapshot(s: &pb::Snapshot) -> Value {
-    json!({
-        "sessionId": s.session_id,
-        "status": status_word(s.status),
-        "activeOperation": operation(s.active_operation.as_ref()),
-        "lastOperation": operation(s.last_operation.as_ref()),
-        "pendingToolRequest": s.pending_tool_request.as_ref().map(tool_request).unwrap_or(Value::Null),
-        "usage": s.usage.as_ref().map(usage).unwrap_or(Value::Null),
-        "provider": s.provider,
-        "effortLevel": s.effort_level,
-        "model": s.model,
-        "autoEndOnDisconnect": s.auto_end_on_disconnect,
-        "workspacePath": s.workspace_path,
-        "createdAt": millis(s.created_at.as_ref()),
-        "lastSeq": s.last_seq,
-        "replayGap": s.replay_gap,
-    })
-}
-
-/// The `event` member of an event frame: `{type, …}`.
-pub fn event_body(e: &pb::session_event::Event) -> Value {
-    use pb::session_event::Event as E;
-    match e {
-        E::Snapshot(s) => json!({"type": "snapshot", "snapshot": snapshot(s)}),
-        E::Status(s) => json!({"type": "status", "status": status_word(s.status)}),
-        E::ChatDelta(d) => {
-            json!({"type": "chat_delta", "operationId": d.operation_id, "text": d.text})
-        }
-        E::Chat(c) => json!({"type": "chat", "operationId": c.operation_id, "text": c.text}),
-        E::ToolRequest(t) => {
-            let mut v = tool_request(t);
-            v["type"] = json!("tool_request");
-            v
-        }
-        E::ToolRequestCleared(c) => json!({
-            "type": "tool_request_cleared",
-            "toolRequestId": c.tool_request_id,
-            "reason": c.reason,
-        }),
-        E::Usage(u) => {
-            let mut v = usage(u);
-            v["type"] = json!("usage");
-            v
-        }
-        E::OperationStarted(o) => json!({
-            "type": "operation_started",
-            "operationId": o.operation_id,
-            "kind": kind_word(o.kind),
-        }),
-        E::OperationFinished(o) => json!({
-            "type": "operation_finished",
-            "operationId": o.operation_id,
-            "kind": kind_word(o.kind),
-            "outcome": outcome_word(o.outcome),
-            "error": opt_error(o.error.as_ref()),
-        }),
-        E::Error(e) => {
-            let mut v = error(e);
-            v["type"] = json!("error");
-            v
-        }
-        E::Ended(e) => json!({"type": "ended", "reason": e.reason}),
-    }
-}
+// ---- Frames (the shapes inside them live in pedelec_common::wire) ----
 
 /// A whole event frame, serialized: `{type:"event", sessionId, seq, at, event}`.
 /// `None` for an event without a body (a newer service's kind we do not know).
 pub fn event_frame(e: &pb::SessionEvent) -> Option<String> {
-    let body = event_body(e.event.as_ref()?);
-    Some(
-        json!({
-            "type": "event",
-            "sessionId": e.session_id,
-            "seq": e.seq,
-            "at": millis(e.at.as_ref()),
-            "event": body,
-        })
-        .to_string(),
-    )
+    let mut frame = wire::event(e)?;
+    frame["type"] = json!("event");
+    Some(frame.to_string())
 }
 
 /// Sent when an attached stream stops without a `detach` (the service went
@@ -547,34 +455,6 @@ pub fn detached_frame(session_id: &str, reason: &str, error: Option<&HostError>)
         "error": error.map(HostError::to_json).unwrap_or(Value::Null),
     })
     .to_string()
-}
-
-pub fn provider_info(p: &pb::ProviderInfo) -> Value {
-    json!({
-        "name": p.name,
-        "code": p.code,
-        "available": p.available,
-        "isDefault": p.is_default,
-        "error": p.error,
-    })
-}
-
-pub fn ticket(t: &pb::Ticket) -> Value {
-    json!({
-        "url": t.url,
-        "token": t.token,
-        "expiresAt": millis(t.expires_at.as_ref()),
-        "path": t.path,
-    })
-}
-
-pub fn asset(a: &pb::Asset) -> Value {
-    json!({
-        "name": a.name,
-        "path": a.path,
-        "sizeBytes": a.size_bytes,
-        "modifiedAt": millis(a.modified_at.as_ref()),
-    })
 }
 
 #[cfg(test)]
@@ -670,6 +550,7 @@ mod tests {
     fn every_type_parses() {
         let s = r#""sessionId":"s""#;
         for (kind, payload) in [
+            ("hello", r#"{"protocolVersion":2}"#.to_string()),
             ("ping", "{}".to_string()),
             ("list_providers", "{}".into()),
             ("get_settings", "{}".into()),
@@ -735,9 +616,10 @@ mod tests {
         assert_eq!(
             frame(E::ChatDelta(pb::ChatDelta {
                 operation_id: "op_1".into(),
-                text: "Hel".into()
+                text: "Hel".into(),
+                message_id: "msg_1_1".into(),
             })),
-            json!({"type": "chat_delta", "operationId": "op_1", "text": "Hel"})
+            json!({"type": "chat_delta", "operationId": "op_1", "messageId": "msg_1_1", "text": "Hel"})
         );
         assert_eq!(
             frame(E::Status(pb::StatusChanged {
@@ -751,8 +633,11 @@ mod tests {
                 tool: "get_page".into(),
                 args: Some(pjson::to_value(&json!({"q": [1, "x"]}))),
                 operation_id: "op_1".into(),
+                timeout_ms: 30_000,
+                deadline_at: at,
             })),
-            json!({"type": "tool_request", "toolRequestId": "tr_1", "tool": "get_page", "args": {"q": [1, "x"]}, "operationId": "op_1"})
+            json!({"type": "tool_request", "toolRequestId": "tr_1", "tool": "get_page", "args": {"q": [1, "x"]},
+                   "operationId": "op_1", "timeoutMs": 30_000, "deadlineAt": 1_764_524_403_123i64})
         );
         assert_eq!(
             frame(E::OperationFinished(pb::OperationFinished {
@@ -763,7 +648,8 @@ mod tests {
                     code: "PROVIDER_FAILED".into(),
                     message: "m".into(),
                     details: None,
-                    source: pb::ErrorSource::Provider as i32
+                    source: pb::ErrorSource::Provider as i32,
+                    operation_id: String::new(),
                 }),
             })),
             json!({"type": "operation_finished", "operationId": "op_1", "kind": "send_text", "outcome": "failed",

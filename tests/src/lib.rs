@@ -18,7 +18,10 @@ use tonic::transport::Channel;
 
 pub use pedelec_common::code_of_status;
 
+mod native_host;
+pub mod schema;
 mod sessions;
+pub use native_host::*;
 pub use sessions::*;
 
 /// A generous ceiling for things that should happen quickly; tests never

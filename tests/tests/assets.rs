@@ -952,7 +952,7 @@ async fn an_ended_or_foreign_thread_is_refused() {
     f.env
         .session()
         .await
-        .end(thread_request(&t.id))
+        .end(pedelec_proto::v1::EndRequest::from(thread_request(&t.id)))
         .await
         .unwrap();
 

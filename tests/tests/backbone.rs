@@ -299,7 +299,10 @@ async fn session_lifecycle_errors_and_replay() {
     assert_eq!(
         code(
             sessions
-                .end(thread_request_from(&id, "https://evil.example"))
+                .end(pedelec_proto::v1::EndRequest::from(thread_request_from(
+                    &id,
+                    "https://evil.example"
+                )))
                 .await
         ),
         "THREAD_ACCESS_DENIED"
@@ -370,7 +373,7 @@ async fn session_lifecycle_errors_and_replay() {
     assert_eq!(first.seq, 0);
 
     let ended = sessions
-        .end(thread_request(&id))
+        .end(pedelec_proto::v1::EndRequest::from(thread_request(&id)))
         .await
         .unwrap()
         .into_inner();
@@ -382,7 +385,7 @@ async fn session_lifecycle_errors_and_replay() {
     assert_eq!(seen.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2]);
     // End is idempotent and adds no events.
     let again = sessions
-        .end(thread_request(&id))
+        .end(pedelec_proto::v1::EndRequest::from(thread_request(&id)))
         .await
         .unwrap()
         .into_inner();
@@ -439,7 +442,9 @@ async fn session_lifecycle_errors_and_replay() {
 
     // Reactivate fails once the recorded workspace is gone.
     sessions
-        .end(thread_request(&explicit.session_id))
+        .end(pedelec_proto::v1::EndRequest::from(thread_request(
+            &explicit.session_id,
+        )))
         .await
         .unwrap();
     std::fs::remove_dir(&app_dir).unwrap();
@@ -535,7 +540,10 @@ async fn kill_9_of_each_service_recovers_and_threads_survive() {
     let mut sessions = env.session().await;
     let active = new_codex_thread(&mut sessions).await;
     let ended = new_codex_thread(&mut sessions).await;
-    sessions.end(thread_request(&ended)).await.unwrap();
+    sessions
+        .end(pedelec_proto::v1::EndRequest::from(thread_request(&ended)))
+        .await
+        .unwrap();
     let before = statuses_and_seqs(&mut sessions).await;
     assert_eq!(before[&ended], (pb::SessionStatus::Ended as i32, 2));
 
@@ -760,7 +768,7 @@ async fn an_evicted_ended_thread_comes_back_from_the_journal() {
         .into_inner()
         .session_id;
     let ended = sessions
-        .end(thread_request(&id))
+        .end(pedelec_proto::v1::EndRequest::from(thread_request(&id)))
         .await
         .unwrap()
         .into_inner();

@@ -298,14 +298,14 @@ async fn a_tool_call_waits_for_the_page_and_returns_its_result() {
     // A result for an unknown or already settled request changes nothing.
     assert_eq!(
         code(s.submit("treq_nope", tool_result(&json!(1))).await),
-        "INVALID_INPUT"
+        "TOOL_REQUEST_NOT_PENDING"
     );
     assert_eq!(
         code(
             s.submit(&request.tool_request_id, tool_result(&json!(1)))
                 .await
         ),
-        "INVALID_INPUT"
+        "TOOL_REQUEST_NOT_PENDING"
     );
     let snapshot = s.snapshot().await;
     assert_eq!(snapshot.status, pb::SessionStatus::Running as i32);
@@ -430,7 +430,7 @@ async fn bad_tool_calls_are_refused_with_their_codes() {
     match &seen[0].event {
         Some(Event::ToolRequestCleared(c)) => {
             assert_eq!(c.tool_request_id, request.tool_request_id);
-            assert_eq!(c.reason, "timeout");
+            assert_eq!(c.reason, pb::ToolSettleReason::Timeout as i32);
         }
         other => panic!("expected tool_request_cleared, got {other:?}"),
     }
@@ -622,7 +622,10 @@ async fn a_tool_call_outside_an_operation_fails_at_once() {
 async fn tools_survive_end_then_immediate_reactivate() {
     let mut s = setup().await;
     for _ in 0..5 {
-        s.sessions.end(s.thread()).await.unwrap();
+        s.sessions
+            .end(pedelec_proto::v1::EndRequest::from(s.thread()))
+            .await
+            .unwrap();
         s.sessions.reactivate(s.thread()).await.unwrap();
         let (exit, doc) = s
             .agent

@@ -373,7 +373,10 @@ async fn end_kills_a_running_turn() {
         pid,
         child,
     } = hanging_cursor_turn().await;
-    t.sessions.end(thread_request(&id)).await.unwrap();
+    t.sessions
+        .end(pedelec_proto::v1::EndRequest::from(thread_request(&id)))
+        .await
+        .unwrap();
     let seen = events
         .until(|e| matches!(e.event, Some(Event::Ended(_))))
         .await;

@@ -51,6 +51,7 @@ codes! {
     NATIVE_HOST_UNAVAILABLE => Unavailable,
     MESSAGE_TOO_LARGE => ResourceExhausted,
     CORE_UNAVAILABLE => Unavailable,
+    PROTOCOL_MISMATCH => FailedPrecondition,
     DEFAULT_PROVIDER_NOT_SET => FailedPrecondition,
     DEFAULT_PROVIDER_UNAVAILABLE => FailedPrecondition,
     PROVIDER_NOT_FOUND => NotFound,
@@ -64,6 +65,7 @@ codes! {
     TOOL_ARGS_INVALID => InvalidArgument,
     TOOL_TIMEOUT => DeadlineExceeded,
     TOOL_ACCESS_DENIED => Unauthenticated,
+    TOOL_REQUEST_NOT_PENDING => FailedPrecondition,
     ASSET_NOT_FOUND => NotFound,
     ASSET_TOO_LARGE => ResourceExhausted,
     ASSET_PATH_INVALID => InvalidArgument,
@@ -145,6 +147,7 @@ impl CodedError {
             message: self.message.clone(),
             details: self.details.as_ref().map(crate::json::to_value),
             source,
+            operation_id: String::new(),
         }
     }
 }

@@ -9,6 +9,7 @@ pub mod json;
 pub mod paths;
 pub mod telemetry;
 pub mod uds;
+pub mod wire;
 
 pub use codes::{Code, CodedError, code_of_status, status_with_code};
 pub use error::CommonError;
@@ -117,5 +118,19 @@ pub fn to_timestamp(t: std::time::SystemTime) -> prost_types::Timestamp {
     prost_types::Timestamp {
         seconds: d.as_secs() as i64,
         nanos: d.subsec_nanos() as i32,
+    }
+}
+
+/// Milliseconds since the Unix epoch: the one timestamp form on the wire
+/// (docs/native-messaging.md); times before 1970 count as 0.
+pub fn timestamp_ms(t: &prost_types::Timestamp) -> u64 {
+    let ms = t.seconds.saturating_mul(1000) + i64::from(t.nanos / 1_000_000);
+    ms.max(0) as u64
+}
+
+pub fn ms_to_timestamp(ms: u64) -> prost_types::Timestamp {
+    prost_types::Timestamp {
+        seconds: (ms / 1000) as i64,
+        nanos: ((ms % 1000) * 1_000_000) as i32,
     }
 }

@@ -1,98 +1,16 @@
 //! `settings.json`: its on-disk form, validation and atomic replacement.
 
-use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use pedelec_proto::v1::{EffortProfile, ProviderProfiles, PublicSettings, Settings};
-use serde::{Deserialize, Serialize};
+use pedelec_proto::v1::{PublicSettings, Settings};
 
 use crate::catalog;
 use crate::error::ProviderError;
 
-/// The file form: camelCase, sorted keys, every field optional on read so a
-/// hand-written or older file loads. Unknown fields are ignored on read.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
-struct SettingsFile {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    default_provider: Option<String>,
-    profiles: BTreeMap<String, ProfilesFile>,
-    ollama_endpoint: String,
-    ollama_api_key: String,
-    tavily_api_key: String,
-}
-
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
-struct ProfilesFile {
-    levels: BTreeMap<String, LevelFile>,
-}
-
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
-struct LevelFile {
-    model: String,
-    effort: String,
-}
-
-impl From<SettingsFile> for Settings {
-    fn from(f: SettingsFile) -> Settings {
-        Settings {
-            default_provider: f.default_provider,
-            profiles: f
-                .profiles
-                .into_iter()
-                .map(|(code, p)| {
-                    let levels = p
-                        .levels
-                        .into_iter()
-                        .map(|(level, l)| {
-                            let profile = EffortProfile {
-                                model: l.model,
-                                effort: l.effort,
-                            };
-                            (level, profile)
-                        })
-                        .collect::<HashMap<_, _>>();
-                    (code, ProviderProfiles { levels })
-                })
-                .collect(),
-            ollama_endpoint: f.ollama_endpoint,
-            ollama_api_key: f.ollama_api_key,
-            tavily_api_key: f.tavily_api_key,
-        }
-    }
-}
-
-impl From<&Settings> for SettingsFile {
-    fn from(s: &Settings) -> SettingsFile {
-        SettingsFile {
-            default_provider: s.default_provider.clone(),
-            profiles: s
-                .profiles
-                .iter()
-                .map(|(code, p)| {
-                    let levels = p
-                        .levels
-                        .iter()
-                        .map(|(level, l)| {
-                            let file = LevelFile {
-                                model: l.model.clone(),
-                                effort: l.effort.clone(),
-                            };
-                            (level.clone(), file)
-                        })
-                        .collect();
-                    (code.clone(), ProfilesFile { levels })
-                })
-                .collect(),
-            ollama_endpoint: s.ollama_endpoint.clone(),
-            ollama_api_key: s.ollama_api_key.clone(),
-            tavily_api_key: s.tavily_api_key.clone(),
-        }
-    }
-}
+/// The file form is the settings document of the wire module (one shape for
+/// the file and for `pedelec-cli settings get`).
+use pedelec_common::wire::SettingsDoc as SettingsFile;
 
 /// The public part: what a web page may see.
 pub fn public_part(s: &Settings) -> PublicSettings {
@@ -267,6 +185,7 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
 
     use super::*;
+    use pedelec_proto::v1::{EffortProfile, ProviderProfiles};
 
     fn level(model: &str, effort: &str) -> EffortProfile {
         EffortProfile {

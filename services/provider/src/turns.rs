@@ -583,6 +583,7 @@ impl TurnState {
                 message: format!("the agent printed a line over {MAX_LINE} bytes; it was dropped"),
                 details: Some(json::to_value(&json!({ "droppedLines": dropped }))),
                 source: pb::ErrorSource::Provider as i32,
+                ..Default::default()
             };
             self.sink.send(Out::Warning(warning)).await?;
         }
@@ -713,6 +714,7 @@ fn error_event(code: Code, message: String, details: Option<Json>) -> Out {
         message,
         details: details.as_ref().map(json::to_value),
         source: pb::ErrorSource::Provider as i32,
+        ..Default::default()
     })
 }
 

@@ -16,7 +16,9 @@ pub enum SessionError {
     Ended(String),
     #[error("workspace {path}: {reason}")]
     Workspace { path: String, reason: String },
-    #[error("no tool request {0} is pending on this thread")]
+    #[error(
+        "tool request {0} is not pending on this thread (unknown, already answered, timed out or cleared)"
+    )]
     UnknownToolRequest(String),
     #[error("the tool result is {0} bytes; the limit is {1}")]
     TooLarge(usize, usize),
@@ -30,9 +32,8 @@ pub enum SessionError {
 impl SessionError {
     pub fn code(&self) -> Code {
         match self {
-            SessionError::InvalidInput(_) | SessionError::UnknownToolRequest(_) => {
-                Code::INVALID_INPUT
-            }
+            SessionError::InvalidInput(_) => Code::INVALID_INPUT,
+            SessionError::UnknownToolRequest(_) => Code::TOOL_REQUEST_NOT_PENDING,
             SessionError::ThreadNotFound(_) => Code::THREAD_NOT_FOUND,
             SessionError::TooLarge(..) => Code::MESSAGE_TOO_LARGE,
             SessionError::AccessDenied(_) => Code::THREAD_ACCESS_DENIED,

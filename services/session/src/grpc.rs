@@ -48,9 +48,12 @@ impl SessionService for SessionGrpc {
         Ok(Response::new(pb::CancelResponse { operation_id }))
     }
 
-    async fn end(&self, request: Request<pb::ThreadRequest>) -> Reply<pb::Snapshot> {
+    async fn end(&self, request: Request<pb::EndRequest>) -> Reply<pb::Snapshot> {
         let r = request.into_inner();
-        Ok(Response::new(self.0.end(&r.session_id, &r.origin).await?))
+        let reason = pb::EndReason::try_from(r.reason).unwrap_or(pb::EndReason::Unspecified);
+        Ok(Response::new(
+            self.0.end(&r.session_id, &r.origin, reason).await?,
+        ))
     }
 
     async fn reactivate(&self, request: Request<pb::ThreadRequest>) -> Reply<pb::Snapshot> {

@@ -86,6 +86,16 @@ pub struct ToolRequestRecord {
     pub tool: String,
     pub args: serde_json::Value,
     pub operation_id: String,
+    #[serde(default)]
+    pub timeout_ms: u32,
+    /// When the agent's call times out, ms since the Unix epoch.
+    #[serde(default)]
+    pub deadline_at_ms: u64,
+    /// The page's answer is on its way to the agent (SubmitToolResult passed
+    /// its checks): the request counts as resolved from here on, whichever of
+    /// the bridge's reply and the agent's next output comes first.
+    #[serde(default, skip_serializing)]
+    pub answered: bool,
 }
 
 /// Everything about a thread that must survive a restart of SessionService.
@@ -125,8 +135,9 @@ pub struct ThreadRecord {
     pub tool_token: Option<String>,
     #[serde(default)]
     pub active_operation: Option<OperationRecord>,
+    /// Finished operations, oldest first, at most `RECENT_OPERATIONS`.
     #[serde(default)]
-    pub last_operation: Option<OperationRecord>,
+    pub recent_operations: Vec<OperationRecord>,
     #[serde(default)]
     pub pending_tool_request: Option<ToolRequestRecord>,
     /// The seq of the newest event.
@@ -136,6 +147,9 @@ pub struct ThreadRecord {
     #[serde(default)]
     pub seq_reserved: u64,
 }
+
+/// How many finished operations a thread remembers for snapshots.
+pub const RECENT_OPERATIONS: usize = 16;
 
 /// How many seqs one journal write reserves for events that do not change the
 /// record (chat deltas), so a delta stream is not a stream of file writes.
@@ -244,7 +258,7 @@ mod tests {
             manifest: None,
             tool_token: None,
             active_operation: None,
-            last_operation: None,
+            recent_operations: Vec::new(),
             pending_tool_request: None,
             last_seq: 7,
             seq_reserved: 0,

@@ -206,7 +206,7 @@ impl Sessions {
             };
             t.emit(Event::ToolRequestCleared(pb::ToolRequestCleared {
                 tool_request_id: pending.tool_request_id,
-                reason: "dropped".into(),
+                reason: pb::ToolSettleReason::Dropped as i32,
             }));
             if t.record.status == Status::WaitingToolResult {
                 t.set_status(Status::Running);
@@ -323,7 +323,7 @@ impl Sessions {
             manifest,
             tool_token,
             active_operation: None,
-            last_operation: None,
+            recent_operations: Vec::new(),
             pending_tool_request: None,
             last_seq: 0,
             seq_reserved: 0,
@@ -518,7 +518,7 @@ impl Sessions {
                 let mut t = lock(&thread);
                 if t.routes.is_empty() && t.route_generation == generation {
                     tracing::info!(session = t.id(), "last route gone: auto-ending");
-                    sessions.end_locked(&mut t, "auto_end")
+                    sessions.end_locked(&mut t, pb::EndReason::AutoEnd)
                 } else {
                     None
                 }
@@ -530,11 +530,20 @@ impl Sessions {
         });
     }
 
-    pub async fn end(&self, id: &str, origin: &str) -> Result<pb::Snapshot, SessionError> {
+    pub async fn end(
+        &self,
+        id: &str,
+        origin: &str,
+        reason: pb::EndReason,
+    ) -> Result<pb::Snapshot, SessionError> {
         let thread = self.thread(id, origin)?;
+        let reason = match reason {
+            pb::EndReason::Unspecified => pb::EndReason::Requested,
+            given => given,
+        };
         let (snapshot, ended) = {
             let mut t = lock(&thread);
-            let ended = self.end_locked(&mut t, "requested");
+            let ended = self.end_locked(&mut t, reason);
             (t.snapshot(), ended)
         };
         // Awaited, so a Reactivate right after cannot have its registration
@@ -548,7 +557,7 @@ impl Sessions {
 
     /// Moves a thread to Ended (idempotent). Returns its id when it did, so the
     /// caller can release the provider and the tool calls outside the lock.
-    fn end_locked(&self, t: &mut Thread, reason: &str) -> Option<String> {
+    fn end_locked(&self, t: &mut Thread, reason: pb::EndReason) -> Option<String> {
         if t.record.status == Status::Ended {
             return None;
         }
@@ -565,7 +574,7 @@ impl Sessions {
             None => t.set_status(Status::Ended),
         }
         t.emit(Event::Ended(pb::Ended {
-            reason: reason.to_string(),
+            reason: reason as i32,
         }));
         t.replay.keep_last(ENDED_REPLAY_EVENTS);
         t.save(&self.inner.journal);
@@ -714,13 +723,6 @@ impl Sessions {
         req: pb::SubmitToolResultRequest,
     ) -> Result<(), SessionError> {
         let thread = self.thread(&req.session_id, &req.origin)?;
-        {
-            let t = lock(&thread);
-            let pending = t.record.pending_tool_request.as_ref();
-            if pending.is_none_or(|p| p.tool_request_id != req.tool_request_id) {
-                return Err(SessionError::UnknownToolRequest(req.tool_request_id));
-            }
-        }
         let size = match &req.outcome {
             Some(pb::submit_tool_result_request::Outcome::Result(v)) => {
                 prost::Message::encoded_len(v)
@@ -740,6 +742,19 @@ impl Sessions {
                 crate::tools::MAX_TOOL_RESULT_BYTES,
             ));
         }
+        // Marked answered before the bridge hands the answer to the agent, so
+        // whatever the agent prints next finds the request settled (not
+        // dropped), however late the bridge's reply or Watch event arrives.
+        {
+            let mut t = lock(&thread);
+            match t.record.pending_tool_request.as_mut() {
+                Some(p) if p.tool_request_id == req.tool_request_id && !p.answered => {
+                    p.answered = true;
+                }
+                _ => return Err(SessionError::UnknownToolRequest(req.tool_request_id)),
+            }
+        }
+        let tool_request_id = req.tool_request_id.clone();
         let outcome = req.outcome.map(|o| match o {
             pb::submit_tool_result_request::Outcome::Result(v) => {
                 pb::resolve_tool_request::Outcome::Result(v)
@@ -748,7 +763,8 @@ impl Sessions {
                 pb::resolve_tool_request::Outcome::Error(e)
             }
         });
-        self.inner
+        let resolved = self
+            .inner
             .tools
             .clone()
             .resolve(pb::ResolveToolRequest {
@@ -756,9 +772,26 @@ impl Sessions {
                 tool_request_id: req.tool_request_id,
                 outcome,
             })
-            .await
-            .map_err(upstream)?;
-        Ok(())
+            .await;
+        let mut t = lock(&thread);
+        match resolved {
+            Ok(_) => {
+                if t.clear_answered(&tool_request_id) {
+                    t.cover_seqs(&self.inner.journal);
+                }
+                Ok(())
+            }
+            Err(status) => {
+                // Not delivered (timed out in between, bridge down): the
+                // request is as it was, for the page to see cleared or retry.
+                if let Some(p) = t.record.pending_tool_request.as_mut()
+                    && p.tool_request_id == tool_request_id
+                {
+                    p.answered = false;
+                }
+                Err(upstream(status))
+            }
+        }
     }
 }
 

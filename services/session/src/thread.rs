@@ -6,14 +6,14 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use pb::session_event::Event;
-use pedelec_common::{CodedError, json, now_timestamp};
+use pedelec_common::{CodedError, json, ms_to_timestamp, now_timestamp};
 use pedelec_proto::v1 as pb;
 use prost::Message;
 use tokio::sync::{Notify, watch};
 
 use crate::record::{
-    ErrorRecord, Journal, OpKind, OperationRecord, Outcome, SEQ_RESERVATION, Status, ThreadRecord,
-    ToolRequestRecord, UsageRecord,
+    ErrorRecord, Journal, OpKind, OperationRecord, Outcome, RECENT_OPERATIONS, SEQ_RESERVATION,
+    Status, ThreadRecord, ToolRequestRecord, UsageRecord,
 };
 
 /// Bounds of a thread's replay buffer.
@@ -35,14 +35,23 @@ impl Default for ReplayLimits {
     }
 }
 
-/// The most recent events of a thread, bounded by count and bytes.
+/// The most recent events of a thread, bounded by count and bytes. Events are
+/// held encoded: a chat delta costs its ~60 protobuf bytes instead of a
+/// decoded struct with several heap strings (about 10x less memory), and is
+/// decoded again only for a route that asks for it.
 pub struct ReplayBuffer {
-    /// Each event with its encoded size and the running byte total up to and
-    /// including it (since the buffer was created).
-    events: VecDeque<(pb::SessionEvent, usize, u64)>,
+    events: VecDeque<HeldEvent>,
     bytes: usize,
     total: u64,
     limits: ReplayLimits,
+}
+
+struct HeldEvent {
+    seq: u64,
+    encoded: Box<[u8]>,
+    /// The running byte total up to and including this event (since the
+    /// buffer was created).
+    total: u64,
 }
 
 impl ReplayBuffer {
@@ -55,17 +64,25 @@ impl ReplayBuffer {
         }
     }
 
-    pub fn push(&mut self, event: pb::SessionEvent) {
-        let size = event.encoded_len();
-        self.bytes += size;
-        self.total += size as u64;
-        self.events.push_back((event, size, self.total));
+    pub fn push(&mut self, event: &pb::SessionEvent) {
+        let encoded = event.encode_to_vec().into_boxed_slice();
+        self.bytes += encoded.len();
+        self.total += encoded.len() as u64;
+        self.events.push_back(HeldEvent {
+            seq: event.seq,
+            encoded,
+            total: self.total,
+        });
         while self.events.len() > self.limits.max_events
             || (self.bytes > self.limits.max_bytes && self.events.len() > 1)
         {
-            if let Some((_, size, _)) = self.events.pop_front() {
-                self.bytes -= size;
-            }
+            self.pop_oldest();
+        }
+    }
+
+    fn pop_oldest(&mut self) {
+        if let Some(held) = self.events.pop_front() {
+            self.bytes -= held.encoded.len();
         }
     }
 
@@ -73,9 +90,7 @@ impl ReplayBuffer {
     /// worth its memory; a route further behind reconciles from a snapshot).
     pub fn keep_last(&mut self, n: usize) {
         while self.events.len() > n {
-            if let Some((_, size, _)) = self.events.pop_front() {
-                self.bytes -= size;
-            }
+            self.pop_oldest();
         }
         self.events.shrink_to_fit();
     }
@@ -83,18 +98,18 @@ impl ReplayBuffer {
     /// Whether the events after `seq` fill more than half of the buffer (by
     /// count or bytes): a route at `seq` is then at risk of a replay gap.
     pub fn half_full_after(&self, seq: u64) -> bool {
-        let Some(oldest) = self.events.front().map(|(e, _, _)| e.seq) else {
+        let Some(oldest) = self.events.front().map(|h| h.seq) else {
             return false;
         };
         if seq + 1 < oldest {
             return true; // already lost some
         }
         let start = (seq + 1 - oldest) as usize;
-        let Some((_, size, end)) = self.events.get(start) else {
+        let Some(first) = self.events.get(start) else {
             return false; // nothing after seq
         };
         let count = self.events.len() - start;
-        let bytes = self.total - (end - *size as u64);
+        let bytes = self.total - (first.total - first.encoded.len() as u64);
         count > self.limits.max_events / 2 || bytes > (self.limits.max_bytes / 2) as u64
     }
 
@@ -104,7 +119,7 @@ impl ReplayBuffer {
         if after >= last_seq {
             return Some(Vec::new());
         }
-        let oldest = self.events.front().map(|(e, _, _)| e.seq)?;
+        let oldest = self.events.front().map(|h| h.seq)?;
         if oldest > after + 1 {
             return None;
         }
@@ -114,7 +129,8 @@ impl ReplayBuffer {
             self.events
                 .range(start..)
                 .take(max)
-                .map(|(e, _, _)| e.clone())
+                // Encoded here from a valid message: decoding cannot fail.
+                .filter_map(|h| pb::SessionEvent::decode(&h.encoded[..]).ok())
                 .collect(),
         )
     }
@@ -134,6 +150,10 @@ pub struct Thread {
     pub route_generation: u64,
     /// Signalled to stop the running operation's task (cancel or end).
     pub stop_operation: Arc<Notify>,
+    /// The assistant message being streamed now, if any, and how many
+    /// messages the running operation has had (for their ids).
+    open_message: Option<String>,
+    messages: u32,
 }
 
 impl Thread {
@@ -148,6 +168,8 @@ impl Thread {
             progress: Arc::new(Notify::new()),
             route_generation: 0,
             stop_operation: Arc::new(Notify::new()),
+            open_message: None,
+            messages: 0,
         }
     }
 
@@ -189,7 +211,7 @@ impl Thread {
     pub fn emit(&mut self, event: Event) {
         self.record.last_seq += 1;
         let seq = self.record.last_seq;
-        self.replay.push(pb::SessionEvent {
+        self.replay.push(&pb::SessionEvent {
             session_id: self.record.session_id.clone(),
             seq,
             at: Some(now_timestamp()),
@@ -204,6 +226,96 @@ impl Thread {
     pub fn emit_streamed(&mut self, event: Event, journal: &Journal) {
         self.emit(event);
         self.cover_seqs(journal);
+    }
+
+    /// Emits a piece of the assistant's text. Deltas up to the message's
+    /// completed text share one message id; the next delta starts a new one.
+    pub fn emit_chat_delta(&mut self, operation_id: &str, text: String, journal: &Journal) {
+        let message_id = self.message_id(operation_id, false);
+        self.emit_streamed(
+            Event::ChatDelta(pb::ChatDelta {
+                operation_id: operation_id.to_string(),
+                text,
+                message_id,
+            }),
+            journal,
+        );
+    }
+
+    /// Emits a completed assistant message: the one its deltas streamed, or a
+    /// new one when there were none.
+    pub fn emit_chat(&mut self, operation_id: &str, text: String, journal: &Journal) {
+        let message_id = self.message_id(operation_id, true);
+        self.emit_streamed(
+            Event::Chat(pb::Chat {
+                operation_id: operation_id.to_string(),
+                text,
+                message_id,
+            }),
+            journal,
+        );
+    }
+
+    fn message_id(&mut self, operation_id: &str, completes: bool) -> String {
+        let id = match self.open_message.take() {
+            Some(id) => id,
+            None => {
+                self.messages += 1;
+                format!(
+                    "msg_{}_{}",
+                    operation_id.trim_start_matches("op_"),
+                    self.messages
+                )
+            }
+        };
+        if !completes {
+            self.open_message = Some(id.clone());
+        }
+        id
+    }
+
+    /// Emits a thread error (a provider warning, or an operation's failure),
+    /// naming the operation it belongs to.
+    pub fn emit_error(&mut self, mut error: pb::PedelecError, operation_id: &str) {
+        error.operation_id = operation_id.to_string();
+        self.emit(Event::Error(error));
+    }
+
+    /// Clears the pending tool request `id` as resolved once the page's answer
+    /// is known to have reached the agent; the thread runs on. False when it
+    /// was not pending.
+    pub fn clear_answered(&mut self, id: &str) -> bool {
+        if self
+            .record
+            .pending_tool_request
+            .as_ref()
+            .is_none_or(|p| p.tool_request_id != id)
+        {
+            return false;
+        }
+        self.record.pending_tool_request = None;
+        self.emit(Event::ToolRequestCleared(pb::ToolRequestCleared {
+            tool_request_id: id.to_string(),
+            reason: pb::ToolSettleReason::Resolved as i32,
+        }));
+        if self.record.status == Status::WaitingToolResult {
+            self.set_status(Status::Running);
+        }
+        true
+    }
+
+    /// The agent printed something after the page answered its tool call: the
+    /// answer reached it, so the request is settled before that output shows.
+    pub fn settle_answered_before_output(&mut self) {
+        if let Some(id) = self
+            .record
+            .pending_tool_request
+            .as_ref()
+            .filter(|p| p.answered)
+            .map(|p| p.tool_request_id.clone())
+        {
+            self.clear_answered(&id);
+        }
     }
 
     /// Makes sure every seq handed out is covered by the journal, writing it
@@ -248,6 +360,8 @@ impl Thread {
             error: None,
         });
         self.stop_operation = Arc::new(Notify::new());
+        self.open_message = None;
+        self.messages = 0;
         self.emit(Event::OperationStarted(pb::OperationStarted {
             operation_id,
             kind: kind_to_pb(kind) as i32,
@@ -277,13 +391,19 @@ impl Thread {
             .as_ref()
             .map(|(e, source)| ErrorRecord::new(e, *source == pb::ErrorSource::Provider));
         if let Some((e, source)) = &error {
-            self.emit(Event::Error(e.to_proto(*source as i32)));
+            self.emit_error(e.to_proto(*source as i32), operation_id);
         }
-        // A pending tool request dies with its operation; the bridge is told separately.
+        // A pending tool request dies with its operation (the bridge is told
+        // separately), unless the page's answer was already on its way.
         if let Some(pending) = self.record.pending_tool_request.take() {
+            let reason = if pending.answered {
+                pb::ToolSettleReason::Resolved
+            } else {
+                pb::ToolSettleReason::Dropped
+            };
             self.emit(Event::ToolRequestCleared(pb::ToolRequestCleared {
                 tool_request_id: pending.tool_request_id,
-                reason: "dropped".to_string(),
+                reason: reason as i32,
             }));
         }
         self.emit(Event::OperationFinished(pb::OperationFinished {
@@ -292,7 +412,11 @@ impl Thread {
             outcome: outcome_to_pb(outcome) as i32,
             error: error.as_ref().map(|(e, source)| e.to_proto(*source as i32)),
         }));
-        self.record.last_operation = Some(op);
+        let recent = &mut self.record.recent_operations;
+        recent.push(op);
+        if recent.len() > RECENT_OPERATIONS {
+            recent.remove(0);
+        }
         if self.record.status != Status::Ended {
             self.set_status(next);
         }
@@ -306,7 +430,9 @@ impl Thread {
             session_id: r.session_id.clone(),
             status: status_to_pb(r.status) as i32,
             active_operation: r.active_operation.as_ref().map(operation_to_pb),
-            last_operation: r.last_operation.as_ref().map(operation_to_pb),
+            last_operation: r.recent_operations.last().map(operation_to_pb),
+            recent_operations: r.recent_operations.iter().map(operation_to_pb).collect(),
+            workspace_explicit: !r.managed_workspace,
             pending_tool_request: r.pending_tool_request.as_ref().map(tool_request_to_pb),
             usage: r.usage.map(usage_to_pb),
             provider: r.provider.clone(),
@@ -397,6 +523,8 @@ pub fn tool_request_to_pb(t: &ToolRequestRecord) -> pb::ToolRequest {
         tool: t.tool.clone(),
         args: Some(json::to_value(&t.args)),
         operation_id: t.operation_id.clone(),
+        timeout_ms: t.timeout_ms,
+        deadline_at: Some(ms_to_timestamp(t.deadline_at_ms)),
     }
 }
 
@@ -406,13 +534,6 @@ pub fn usage_to_pb(u: UsageRecord) -> pb::Usage {
         input_tokens: u.input,
         output_tokens: u.output,
         cumulative: false,
-    }
-}
-
-fn ms_to_timestamp(ms: u64) -> prost_types::Timestamp {
-    prost_types::Timestamp {
-        seconds: (ms / 1000) as i64,
-        nanos: ((ms % 1000) * 1_000_000) as i32,
     }
 }
 
@@ -428,6 +549,7 @@ mod tests {
             event: Some(Event::Chat(pb::Chat {
                 operation_id: "op".into(),
                 text: "x".repeat(10),
+                message_id: "m".into(),
             })),
         }
     }
@@ -439,7 +561,7 @@ mod tests {
             max_bytes: 1 << 20,
         });
         for seq in 1..=5 {
-            buf.push(event(seq));
+            buf.push(&event(seq));
         }
         // holds 3, 4, 5
         let seqs = |v: Vec<pb::SessionEvent>| v.into_iter().map(|e| e.seq).collect::<Vec<_>>();
@@ -460,7 +582,7 @@ mod tests {
             max_bytes: 1 << 20,
         });
         for seq in 1..=6 {
-            buf.push(event(seq));
+            buf.push(&event(seq));
         }
         assert!(!buf.half_full_after(6)); // nothing pending
         assert!(!buf.half_full_after(3)); // 3 of 8 pending
@@ -471,7 +593,7 @@ mod tests {
             max_bytes: size * 4,
         });
         for seq in 1..=4 {
-            by_bytes.push(event(seq));
+            by_bytes.push(&event(seq));
         }
         assert!(!by_bytes.half_full_after(2));
         assert!(by_bytes.half_full_after(1));
@@ -485,7 +607,7 @@ mod tests {
             max_bytes: size * 2,
         });
         for seq in 1..=10 {
-            buf.push(event(seq));
+            buf.push(&event(seq));
         }
         // two events fit: 9 and 10
         assert_eq!(buf.after(8, 10, usize::MAX).unwrap().len(), 2);

@@ -115,6 +115,11 @@ fn apply(sessions: &Sessions, event: pb::ToolEvent) {
                     .map(json::from_value)
                     .unwrap_or(serde_json::Value::Null),
                 operation_id,
+                timeout_ms: requested.timeout_ms,
+                deadline_at_ms: requested
+                    .deadline_at
+                    .map_or(0, |t| pedelec_common::timestamp_ms(&t)),
+                answered: false,
             };
             t.emit(Event::ToolRequest(crate::thread::tool_request_to_pb(
                 &record,
@@ -130,7 +135,7 @@ fn apply(sessions: &Sessions, event: pb::ToolEvent) {
             let mut t = lock(&thread);
             let pending = t.record.pending_tool_request.as_ref();
             if pending.is_none_or(|p| p.tool_request_id != settled.tool_request_id) {
-                return; // already cleared (operation finished or thread ended)
+                return; // already cleared (answered, operation finished or thread ended)
             }
             t.record.pending_tool_request = None;
             t.emit(Event::ToolRequestCleared(pb::ToolRequestCleared {

@@ -189,6 +189,15 @@ async fn stream_turn(
             return Ok(()); // finished elsewhere (cancel, end)
         }
         let mut must_save = false;
+        if matches!(
+            event,
+            ProviderEvent::ChatDelta(_)
+                | ProviderEvent::Chat(_)
+                | ProviderEvent::Usage(_)
+                | ProviderEvent::Exited(_)
+        ) {
+            t.settle_answered_before_output();
+        }
         match event {
             ProviderEvent::Started(started) => {
                 tracing::debug!(session = t.id(), pid = started.pid, "provider started");
@@ -203,18 +212,10 @@ async fn stream_turn(
                 must_save = true;
             }
             ProviderEvent::ChatDelta(text) if kind == OpKind::SendText => {
-                let delta = Event::ChatDelta(pb::ChatDelta {
-                    operation_id: operation_id.to_string(),
-                    text,
-                });
-                t.emit_streamed(delta, &sessions.inner.journal);
+                t.emit_chat_delta(operation_id, text, &sessions.inner.journal);
             }
             ProviderEvent::Chat(text) if kind == OpKind::SendText => {
-                let chat = Event::Chat(pb::Chat {
-                    operation_id: operation_id.to_string(),
-                    text,
-                });
-                t.emit_streamed(chat, &sessions.inner.journal);
+                t.emit_chat(operation_id, text, &sessions.inner.journal);
             }
             ProviderEvent::ChatDelta(_) | ProviderEvent::Chat(_) => {}
             ProviderEvent::Usage(usage) => {
@@ -235,7 +236,8 @@ async fn stream_turn(
             }
             ProviderEvent::Exited(exited) => exit = Some(exited),
             ProviderEvent::Warning(warning) => {
-                t.emit_streamed(Event::Error(warning), &sessions.inner.journal)
+                t.emit_error(warning, operation_id);
+                t.cover_seqs(&sessions.inner.journal);
             }
         }
         if must_save {

@@ -21,7 +21,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use pedelec_common::{Code, CodedError, ids};
 use serde_json::{Map, Value as Json, json};
@@ -54,6 +54,18 @@ pub enum SettleReason {
 }
 
 impl SettleReason {
+    pub fn to_pb(self) -> pedelec_proto::v1::ToolSettleReason {
+        use pedelec_proto::v1::ToolSettleReason as Pb;
+        match self {
+            SettleReason::Resolved => Pb::Resolved,
+            SettleReason::Failed => Pb::Failed,
+            SettleReason::Timeout => Pb::Timeout,
+            SettleReason::Dropped => Pb::Dropped,
+            SettleReason::CallerGone => Pb::CallerGone,
+        }
+    }
+
+    /// For logs.
     pub fn as_str(self) -> &'static str {
         match self {
             SettleReason::Resolved => "resolved",
@@ -73,6 +85,10 @@ pub enum BridgeEvent {
         tool_request_id: String,
         tool: String,
         args: Json,
+        /// The call's effective timeout and when it runs out, so the page can
+        /// show how long it has.
+        timeout_ms: u32,
+        deadline: SystemTime,
     },
     Settled {
         session_id: String,
@@ -108,6 +124,8 @@ struct Pending {
     id: String,
     tool: String,
     args: Json,
+    timeout_ms: u32,
+    deadline: SystemTime,
     reply: oneshot::Sender<Outcome>,
 }
 
@@ -274,6 +292,8 @@ impl ToolBridge {
                 id: id.clone(),
                 tool: req.tool.clone(),
                 args: req.args,
+                timeout_ms,
+                deadline: SystemTime::now() + Duration::from_millis(timeout_ms.into()),
                 reply,
             });
             self.expose_next(&req.session_id, thread);
@@ -479,6 +499,8 @@ fn requested(session_id: &str, p: &Pending) -> BridgeEvent {
         tool_request_id: p.id.clone(),
         tool: p.tool.clone(),
         args: p.args.clone(),
+        timeout_ms: p.timeout_ms,
+        deadline: p.deadline,
     }
 }
 
@@ -632,7 +654,7 @@ mod tests {
         assert_eq!(task.await.unwrap().unwrap(), Ok(json!({"echo": 1})));
         // Already settled: a clear error, nothing changes.
         let err = bridge.resolve(SID, &id, Ok(json!(2))).unwrap_err();
-        assert_eq!(err.code(), Code::INVALID_INPUT);
+        assert_eq!(err.code(), Code::TOOL_REQUEST_NOT_PENDING);
         assert!(err.to_string().contains("no pending tool request"));
     }
 
@@ -716,7 +738,7 @@ mod tests {
         // A late answer to the timed-out request is refused, nothing changes.
         assert_eq!(
             bridge.resolve(SID, &id1, Ok(json!(1))).unwrap_err().code(),
-            Code::INVALID_INPUT
+            Code::TOOL_REQUEST_NOT_PENDING
         );
         bridge.resolve(SID, &id2, Ok(json!("ok"))).unwrap();
         assert_eq!(second.await.unwrap().unwrap(), Ok(json!("ok")));
@@ -764,7 +786,7 @@ mod tests {
         let (bridge, _) = bridge_with_tools();
         for (sid, id) in [(SID, "treq_nope"), ("thr_other", "treq_nope"), (SID, "")] {
             let err = bridge.resolve(sid, id, Ok(json!(1))).unwrap_err();
-            assert_eq!(err.code(), Code::INVALID_INPUT);
+            assert_eq!(err.code(), Code::TOOL_REQUEST_NOT_PENDING);
         }
     }
 
@@ -975,14 +997,32 @@ mod tests {
         let task = spawn_call(&bridge, &token, call("echo", json!({"n": 7}), None));
         let (id, ..) = next_requested(&mut early).await;
         let (current, _) = bridge.subscribe();
+        let [
+            BridgeEvent::Requested {
+                session_id,
+                tool_request_id,
+                tool,
+                args,
+                timeout_ms,
+                deadline,
+            },
+        ] = &current[..]
+        else {
+            panic!("expected one Requested, got {current:?}");
+        };
         assert_eq!(
-            current,
-            vec![BridgeEvent::Requested {
-                session_id: SID.into(),
-                tool_request_id: id.clone(),
-                tool: "echo".into(),
-                args: json!({"n": 7}),
-            }]
+            (session_id.as_str(), tool_request_id, tool.as_str(), args),
+            (SID, &id, "echo", &json!({"n": 7}))
+        );
+        // The echo tool has the default timeout; the deadline lies that far ahead.
+        let ahead = deadline.duration_since(SystemTime::now()).unwrap();
+        assert!(
+            ahead <= Duration::from_millis((*timeout_ms).into()),
+            "{ahead:?}"
+        );
+        assert!(
+            ahead > Duration::from_millis(u64::from(*timeout_ms) / 2),
+            "{ahead:?}"
         );
         bridge.resolve(SID, &id, Ok(json!(null))).unwrap();
         assert_eq!(task.await.unwrap().unwrap(), Ok(Json::Null));

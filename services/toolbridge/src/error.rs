@@ -47,9 +47,8 @@ impl ToolBridgeError {
     pub fn code(&self) -> Code {
         match self {
             ToolBridgeError::Common(e) => e.code(),
-            ToolBridgeError::InvalidInput(_) | ToolBridgeError::NoPendingRequest(_) => {
-                Code::INVALID_INPUT
-            }
+            ToolBridgeError::InvalidInput(_) => Code::INVALID_INPUT,
+            ToolBridgeError::NoPendingRequest(_) => Code::TOOL_REQUEST_NOT_PENDING,
             ToolBridgeError::ManifestInvalid(_) => Code::TOOLS_MANIFEST_INVALID,
             ToolBridgeError::AccessDenied => Code::TOOL_ACCESS_DENIED,
             ToolBridgeError::ToolNotFound(_) => Code::TOOL_NOT_FOUND,

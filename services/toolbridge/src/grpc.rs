@@ -52,11 +52,15 @@ fn to_event(event: BridgeEvent) -> pb::ToolEvent {
             tool_request_id,
             tool,
             args,
+            timeout_ms,
+            deadline,
         } => Event::Requested(pb::ToolRequested {
             session_id,
             tool_request_id,
             tool,
             args: Some(to_value(&args)),
+            timeout_ms,
+            deadline_at: Some(pedelec_common::to_timestamp(deadline)),
         }),
         BridgeEvent::Settled {
             session_id,
@@ -65,7 +69,7 @@ fn to_event(event: BridgeEvent) -> pb::ToolEvent {
         } => Event::Settled(pb::ToolSettled {
             session_id,
             tool_request_id,
-            reason: reason.as_str().to_string(),
+            reason: reason.to_pb() as i32,
         }),
     };
     pb::ToolEvent { event: Some(event) }

@@ -178,7 +178,7 @@ async fn register_render_spec_call_resolve() {
     let pb::tool_event::Event::Settled(settled) = next_event(&mut watch).await else {
         panic!("expected settled");
     };
-    assert_eq!(settled.reason, "resolved");
+    assert_eq!(settled.reason, pb::ToolSettleReason::Resolved as i32);
     let resp = task.await.unwrap().unwrap().into_inner();
     match resp.outcome.unwrap() {
         pb::call_tool_response::Outcome::Result(v) => assert_eq!(from_value(&v), json!({"got": 5})),
@@ -196,7 +196,10 @@ async fn register_render_spec_call_resolve() {
         })
         .await
         .unwrap_err();
-    assert_eq!(code_of_status(&again).as_deref(), Some("INVALID_INPUT"));
+    assert_eq!(
+        code_of_status(&again).as_deref(),
+        Some("TOOL_REQUEST_NOT_PENDING")
+    );
 
     // A timeout is an outcome of a valid call: OK with outcome.error.
     let resp = s
@@ -236,7 +239,7 @@ async fn a_caller_that_hangs_up_settles_as_caller_gone() {
         panic!("expected settled");
     };
     assert_eq!(settled.tool_request_id, req.tool_request_id);
-    assert_eq!(settled.reason, "caller_gone");
+    assert_eq!(settled.reason, pb::ToolSettleReason::CallerGone as i32);
 }
 
 #[tokio::test]

@@ -863,7 +863,9 @@ async fn lifecycle_grpc(cfg: &Config, sessions: &mut Sessions) -> Result<Vec<Row
         }
         let t = Instant::now();
         sessions
-            .end(thread(&created.session_id))
+            .end(pedelec_proto::v1::EndRequest::from(thread(
+                &created.session_id,
+            )))
             .await
             .map_err(|e| format!("End: {e}"))?;
         let e = t.elapsed();
@@ -1171,7 +1173,9 @@ async fn tool_calls(
     let call_grpc = calltool_calls(env, &agent, n_call, &stamps, Some(&emits)).await;
     answerer.abort();
     let startup = cli_startup(env, &agent, cfg.n(200, 20)).await;
-    let _ = sessions.end(thread(&id)).await;
+    let _ = sessions
+        .end(pedelec_proto::v1::EndRequest::from(thread(&id)))
+        .await;
     let (cli_grpc, call_grpc, (cli_help, cli_unreachable)) = (cli_grpc?, call_grpc?, startup?);
     Ok(vec![
         Row::latency("tool_call.host", "`pedelec-cli tool-call` start -> result printed, answered through the native host's stdio", cli_host)
@@ -1426,7 +1430,9 @@ async fn deltas(
     }
     drop(stream);
     let grpc_result = grpc.finish(n);
-    let _ = sessions.end(thread(&id)).await;
+    let _ = sessions
+        .end(pedelec_proto::v1::EndRequest::from(thread(&id)))
+        .await;
 
     let mut rows = vec![
         Row::value("deltas.host", format!("chat deltas, stub agent -> native host stdout, {n} in one turn (delivered, first to last)"), "events/s", host_result.rate, n as usize)
