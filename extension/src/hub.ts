@@ -245,6 +245,7 @@ export class Hub {
     session.autoEnd = snapshot.autoEndOnDisconnect;
     session.status = snapshot.status;
     this.#trackPendingTool(session, snapshot.pendingToolRequest);
+    this.#pushPopupState();
     // After the page has its reply (posted before this task ends), so its
     // handle exists when the first events arrive.
     setTimeout(() => {
@@ -286,6 +287,7 @@ export class Hub {
       }
       existing.routes.add(route.id);
       route.sessions.add(sessionId);
+      this.#pushPopupState();
       try {
         const r = await this.native.request("get_session", route.origin, { sessionId });
         return { sessionId, snapshot: r.snapshot, toolOwner: this.#ownerOf(existing, r.snapshot.pendingToolRequest?.operationId) === route.id };

@@ -489,3 +489,19 @@ describe("popup state", () => {
     expect(s.sessions).toEqual([{ sessionId: "thr_1", origin: ORIGIN, status: "idle", routes: 1, autoEndOnDisconnect: true }]);
   });
 });
+
+describe("popup updates", () => {
+  it("an open popup is told about new sessions and routes as they come", async () => {
+    startHub([ORIGIN]);
+    const popup = chrome.connectPopup();
+    const a = await page();
+    const sessionId = await createSession(a);
+    await settle();
+    const latest = () => (popup.of("state").at(-1)!.state as { sessions: Array<{ sessionId: string; routes: number }> }).sessions;
+    expect(latest()).toEqual([expect.objectContaining({ sessionId, routes: 1 })]);
+    const b = await page();
+    await call(b, "resume_session", { sessionId });
+    await settle();
+    expect(latest()).toEqual([expect.objectContaining({ sessionId, routes: 2 })]);
+  });
+});

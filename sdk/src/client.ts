@@ -135,15 +135,7 @@ export class Pedelec {
   }
 
   #adopt(connection: Connection, init: ConstructorParameters<typeof PedelecSession>[1]): PedelecSession {
-    const host: SessionHost = {
-      connection,
-      forget: (s) => {
-        if (this.#sessions.get(s.sessionId) === s) this.#sessions.delete(s.sessionId);
-      },
-      remember: (s) => {
-        if (!s.detached) this.#sessions.set(s.sessionId, s);
-      },
-    };
+    const host: SessionHost = { connection };
     const session = new PedelecSession(host, init);
     // A second handle of the same session on this client replaces the first for events.
     this.#sessions.set(session.sessionId, session);

@@ -34,12 +34,12 @@ export type AssetInfo = Asset;
 
 type Deferred = { resolve: () => void; reject: (e: PedelecError) => void };
 
-/** What a session needs from its client. */
+/**
+ * What a session needs from its client. An ended handle stays registered with
+ * its client: it may be resume()d, and a lost route must still detach it.
+ */
 export type SessionHost = {
   connection: Connection;
-  /** Called after a successful end() so the client stops routing to it. */
-  forget(session: PedelecSession): void;
-  remember(session: PedelecSession): void;
 };
 
 export type SessionInit = {
@@ -273,7 +273,6 @@ export class PedelecSession {
         const r = await this.#host.connection.call("end", { sessionId: this.sessionId });
         this.#applySnapshot(r.snapshot, true, false);
         this.#markEnded("requested");
-        this.#host.forget(this);
       } catch (e) {
         const error = e instanceof PedelecError ? e : new PedelecError("INTERNAL", String(e));
         this.#sdkError(error);
@@ -295,7 +294,6 @@ export class PedelecSession {
         const r = await this.#host.connection.call("reactivate", { sessionId: this.sessionId });
         this.#ended = false;
         this.#endedFired = false;
-        this.#host.remember(this);
         this.#applySnapshot(r.snapshot, true, false);
       } finally {
         this.#resumePromise = null;

@@ -336,6 +336,14 @@ describe("disconnect", () => {
     expect(chats).toEqual(["to the new one"]);
   });
 
+  it("an ended handle is detached by a lost route too: its resume() rejects", async () => {
+    await session.end();
+    ext.dropAll();
+    await settle();
+    expect((await rejection(session.resume())).code).toBe("EXTENSION_DISCONNECTED");
+    expect(ext.callsOf("reactivate")).toEqual([]);
+  });
+
   it("a session lost at re-attach (THREAD_NOT_FOUND) is reported and detached", async () => {
     const errors: string[] = [];
     session.onError((e) => errors.push(e.code));

@@ -1,0 +1,230 @@
+// The browser smoke test (issue 12): a page on 127.0.0.1 served here, the
+// unpacked built extension in Debian's Chromium, the real pedelec-native-host
+// registered in the temp profile, and the real pedelecd (started by the host,
+// as in production) on temp dirs. Approve in the popup window, listProviders,
+// createSession, end.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { createServer } from "node:http";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, extname, join, normalize, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { chromium } from "playwright-core";
+
+const here = dirname(fileURLToPath(import.meta.url));
+const repo = resolve(here, "../..");
+const sdkDist = join(repo, "sdk/dist");
+const extensionDir = join(repo, "extension/dist");
+const binDir = resolve(process.env.PEDELEC_BIN_DIR ?? join(repo, "target/debug"));
+const chromiumPath = process.env.PEDELEC_CHROMIUM ?? "/usr/bin/chromium";
+const EXTENSION_ID = "ekeclpceddngodnkncegoclkkeknaacb";
+const HOST_NAME = "dev.pedelec.host";
+// Generous ceilings for hangs, not performance assertions (TESTING.md §4).
+const STEP_MS = 45_000;
+
+const PAGE = `<!doctype html><html><head><title>Pedelec smoke</title></head><body>
+<p id="status">loading</p>
+<script type="module">
+  import { Pedelec, defineTool } from "/sdk/index.js";
+  window.Pedelec = Pedelec;
+  window.defineTool = defineTool;
+  document.getElementById("status").textContent = "ready";
+</script></body></html>`;
+
+function serve() {
+  const server = createServer((req, res) => {
+    const url = new URL(req.url ?? "/", "http://x");
+    if (url.pathname === "/") {
+      res.writeHead(200, { "content-type": "text/html" }).end(PAGE);
+      return;
+    }
+    if (url.pathname.startsWith("/sdk/")) {
+      const file = normalize(join(sdkDist, url.pathname.slice("/sdk/".length)));
+      if (file.startsWith(sdkDist) && existsSync(file)) {
+        const type = extname(file) === ".js" ? "text/javascript" : "application/json";
+        res.writeHead(200, { "content-type": type }).end(readFileSync(file));
+        return;
+      }
+    }
+    res.writeHead(404).end();
+  });
+  return new Promise((r) => server.listen(0, "127.0.0.1", () => r(server)));
+}
+
+function withTimeout(promise, what, ms = STEP_MS) {
+  let timer;
+  return Promise.race([
+    promise.finally(() => clearTimeout(timer)),
+    new Promise((_, reject) => (timer = setTimeout(() => reject(new Error(`timed out: ${what}`)), ms))),
+  ]);
+}
+
+test("a page approves, lists providers, creates and ends a session through the real host", { timeout: 180_000 }, async (t) => {
+  for (const bin of ["pedelec-native-host", "pedelecd"]) {
+    assert.ok(existsSync(join(binDir, bin)), `${bin} missing in ${binDir}: cargo build --workspace --bins`);
+  }
+  assert.ok(existsSync(join(extensionDir, "manifest.json")), "extension not built");
+  assert.ok(existsSync(join(sdkDist, "index.js")), "sdk not built");
+
+  // Short base: the runtime dir holds Unix sockets (path length limit).
+  const base = mkdtempSync(join(tmpdir(), "pdl-e2e-"));
+  const env = {
+    PEDELEC_RUNTIME_DIR: join(base, "run"),
+    PEDELEC_HOME: join(base, "home"),
+    HOME: join(base, "user"),
+    PEDELEC_BIN_DIR: binDir,
+    PEDELEC_LOG: "info",
+  };
+  for (const d of [env.PEDELEC_HOME, env.HOME]) mkdirSync(d, { recursive: true });
+  const profile = join(base, "profile");
+  mkdirSync(join(profile, "NativeMessagingHosts"), { recursive: true });
+  writeFileSync(
+    join(profile, "NativeMessagingHosts", `${HOST_NAME}.json`),
+    JSON.stringify({
+      name: HOST_NAME,
+      description: "Pedelec native host (e2e)",
+      path: join(binDir, "pedelec-native-host"),
+      type: "stdio",
+      allowed_origins: [`chrome-extension://${EXTENSION_ID}/`],
+    }),
+  );
+
+  const server = await serve();
+  const origin = `http://127.0.0.1:${server.address().port}`;
+  let context;
+  t.after(async () => {
+    await context?.close().catch(() => undefined);
+    server.close();
+    // The host started pedelecd detached (setsid): stop it by its own command.
+    spawnSync(join(binDir, "pedelecd"), ["stop"], { env: { ...process.env, ...env }, stdio: "inherit", timeout: 20_000 });
+    if (process.env.PEDELEC_E2E_KEEP) console.log(`kept ${base}`);
+    else rmSync(base, { recursive: true, force: true });
+  });
+
+  context = await chromium.launchPersistentContext(profile, {
+    executablePath: chromiumPath,
+    headless: true,
+    env: { ...process.env, ...env },
+    ignoreDefaultArgs: ["--disable-extensions"],
+    args: [
+      "--no-sandbox",
+      "--disable-gpu",
+      `--disable-extensions-except=${extensionDir}`,
+      `--load-extension=${extensionDir}`,
+      "--disable-background-networking",
+      "--disable-component-update",
+      "--disable-sync",
+      "--no-first-run",
+    ],
+  });
+  const worker = context.serviceWorkers()[0] ?? (await withTimeout(context.waitForEvent("serviceworker"), "extension service worker"));
+  assert.equal(new URL(worker.url()).host, EXTENSION_ID, "the manifest key gives the fixed extension id");
+
+  const page = await context.newPage();
+  page.on("console", (m) => console.log(`[page] ${m.type()}: ${m.text()}`));
+  await page.goto(`${origin}/`);
+  await page.waitForFunction(() => document.getElementById("status")?.textContent === "ready");
+
+  const status = await withTimeout(page.evaluate(async () => new window.Pedelec().getApprovalStatus()), "getApprovalStatus");
+  assert.deepEqual({ ...status, appConnected: typeof status.appConnected }, { installed: true, approved: false, origin, appConnected: "boolean" });
+
+  // The first request that needs approval opens the approval UI. Headless
+  // Chromium opens chrome.action.openPopup()'s popup as a DevTools target that
+  // Playwright does not list as a page (TESTING.md §1): see that it opened, then
+  // approve in the same popup page opened the way a user opens it from the
+  // toolbar. (A chrome.windows.create fallback window would be a normal page.)
+  const cdp = await context.newCDPSession(page);
+  const popupUrl = `chrome-extension://${EXTENSION_ID}/popup.html`;
+  await page.evaluate(() => {
+    window.pedelec = new window.Pedelec();
+    window.providersPromise = window.pedelec.listProviders().then(
+      (v) => ({ ok: v }),
+      (e) => ({ error: { code: e.code, message: e.message } }),
+    );
+  });
+  const opened = await withTimeout(
+    (async () => {
+      for (;;) {
+        const { targetInfos } = await cdp.send("Target.getTargets");
+        const ui = targetInfos.find((i) => i.url.startsWith(popupUrl));
+        if (ui) return ui;
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    })(),
+    "the extension opening its approval UI",
+  );
+  console.log(`approval UI opened as a ${opened.type} target: ${opened.url}`);
+  const popup = context.pages().find((p) => p.url().startsWith(popupUrl)) ?? (await context.newPage());
+  if (!popup.url().startsWith(popupUrl)) await popup.goto(popupUrl);
+  const approve = popup.locator(`#pending .row[data-origin="${origin}"] button[data-action="approve"]`);
+  await withTimeout(approve.waitFor(), "approve button");
+  await approve.click();
+
+  const providers = await withTimeout(page.evaluate(() => window.providersPromise), "listProviders");
+  assert.ok(providers.ok, `listProviders failed: ${JSON.stringify(providers.error)}`);
+  assert.deepEqual(providers.ok.map((p) => p.code).sort(), ["antigravity", "claude", "codex", "cursor", "ollama", "opencode"]);
+  for (const p of providers.ok) assert.deepEqual(Object.keys(p).sort(), ["available", "code", "error", "isDefault", "name"]);
+
+  const after = await page.evaluate(() => window.pedelec.getApprovalStatus());
+  assert.deepEqual(after, { installed: true, approved: true, origin, appConnected: true });
+
+  const created = await withTimeout(
+    page.evaluate(async () => {
+      try {
+        const session = await window.pedelec.createSession({
+          provider: "codex",
+          skills: {
+            guidance: "Use get_current_page for page context.",
+            tools: [
+              window.defineTool({
+                name: "get_current_page",
+                description: "Read the page title and URL.",
+                argsSchema: { type: "object", properties: {}, required: [] },
+                handler: () => ({ url: location.href, title: document.title }),
+              }),
+            ],
+          },
+        });
+        window.session = session;
+        window.endedEvents = [];
+        session.onEnded((ctx) => window.endedEvents.push(ctx.reason));
+        return { sessionId: session.sessionId, provider: session.provider, effortLevel: session.effortLevel, status: session.getStatus() };
+      } catch (e) {
+        return { error: { code: e.code, message: e.message } };
+      }
+    }),
+    "createSession",
+  );
+  assert.ok(!created.error, `createSession failed: ${JSON.stringify(created.error)}`);
+  assert.match(created.sessionId, /^thr_/);
+  assert.deepEqual({ provider: created.provider, effortLevel: created.effortLevel, status: created.status }, { provider: "codex", effortLevel: "default", status: "idle" });
+
+  // The popup lists the live session under its origin.
+  await withTimeout(popup.locator("#sessions li", { hasText: created.sessionId }).waitFor(), "session in popup");
+  assert.match(await popup.locator("#host-state").textContent(), /Native host 0\.1\.0 \(protocol 2\)/);
+
+  const ended = await withTimeout(
+    page.evaluate(async () => {
+      await window.session.end();
+      await window.session.end(); // idempotent
+      await new Promise((r) => setTimeout(r, 300));
+      return { status: window.session.getStatus(), endedEvents: window.endedEvents };
+    }),
+    "end",
+  );
+  assert.deepEqual(ended, { status: "ended", endedEvents: ["requested"] });
+
+  // Revoking in the popup detaches the page's route.
+  await popup.locator(`#approved .row[data-origin="${origin}"] button[data-action="revoke"]`).click();
+  const revoked = await withTimeout(
+    page.evaluate(async () => {
+      for (let i = 0; i < 50 && !window.session.detached; i++) await new Promise((r) => setTimeout(r, 100));
+      const status = await window.pedelec.getApprovalStatus();
+      return { detached: window.session.detached, approved: status.approved };
+    }),
+    "revoke",
+  );
+  assert.deepEqual(revoked, { detached: true, approved: false });
+});
