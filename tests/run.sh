@@ -41,4 +41,28 @@ cargo test --workspace -- --test-threads="${PEDELEC_TEST_THREADS:-2}" 2>&1 | tee
 # cargo ends on its last (often empty) doc-test binary; close with the totals.
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) g += $i } }
      END { printf "tests: %d passed, %d failed, %d skipped\n", p, f, g }' "$log"
+# --- web (sdk, extension, browser smoke) ---
+# The TypeScript SDK, the Chrome extension and the real-Chromium smoke test
+# (docs/sdk-extension.md). Uses the binaries built above ($PEDELEC_BIN_DIR).
+step "web: sdk, extension, browser smoke"
+tests/e2e/ensure-chromium.sh
+web_log=$(mktemp)
+trap 'rm -f "$log" "$web_log"' EXIT
+web_failed=()
+for dir in sdk extension tests/e2e; do
+  printf '\n-- %s\n' "$dir"
+  rc=0
+  (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error && npm test) 2>&1 | tee -a "$web_log" || rc=$?
+  [ "$rc" -eq 0 ] || web_failed+=("$dir")
+done
+printf '\n-- web summary\n'
+# vitest: "Tests  N passed (N)"; node --test: "ℹ pass N" / "ℹ fail N".
+grep -E '^ +Tests +[0-9]|^ℹ (pass|fail) [0-9]' "$web_log" || true
+if [ "${#web_failed[@]}" -gt 0 ]; then
+  printf 'web: FAILED in %s\n' "${web_failed[*]}"
+  status=1
+else
+  printf 'web: all passed\n'
+fi
+# --- end web ---
 exit "$status"
