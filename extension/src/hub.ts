@@ -220,13 +220,14 @@ export class Hub {
 
   // ---- sessions ----
 
-  #newSession(sessionId: string, origin: string, route: Route): HubSession {
+  /** `autoEnd` until the attach snapshot says: never end a session whose setting is unknown. */
+  #newSession(sessionId: string, origin: string, route: Route, autoEnd: boolean): HubSession {
     const session: HubSession = {
       sessionId,
       origin,
       routes: new Set([route.id]),
       lastSeq: 0,
-      autoEnd: true,
+      autoEnd,
       status: "idle",
       opOwner: new Map(),
       pendingTool: null,
@@ -257,8 +258,7 @@ export class Hub {
 
   async #createSession(route: Route, payload: BridgeCalls["create_session"]["params"]): Promise<BridgeCalls["create_session"]["result"]> {
     const created = await this.native.request("create_session", route.origin, payload);
-    const session = this.#newSession(created.sessionId, route.origin, route);
-    session.autoEnd = payload.autoEndOnDisconnect !== false;
+    const session = this.#newSession(created.sessionId, route.origin, route, created.snapshot.autoEndOnDisconnect);
     try {
       const attached = await this.native.request("attach", route.origin, { sessionId: created.sessionId });
       this.#attached(session, attached.snapshot);
@@ -301,7 +301,7 @@ export class Hub {
       await this.native.request("get_session", route.origin, { sessionId });
       throw bridgeError("THREAD_ACCESS_DENIED", "the session belongs to another origin", { sessionId });
     }
-    const session = this.#newSession(sessionId, route.origin, route);
+    const session = this.#newSession(sessionId, route.origin, route, false);
     try {
       const attached = await this.native.request("attach", route.origin, { sessionId });
       this.#attached(session, attached.snapshot);
@@ -431,7 +431,10 @@ export class Hub {
       session.held = null;
     }
     this.#pushPopupState();
-    if (this.#routes.size === 0 || error.code === "PROTOCOL_MISMATCH") return;
+    // Reconnecting is for the sessions' streams; without any, the next request
+    // reconnects (so a missing or refusing host is not respawned in a loop).
+    // A version mismatch does not heal by retrying.
+    if (this.#routes.size === 0 || this.#sessions.size === 0 || error.code === "PROTOCOL_MISMATCH") return;
     this.#scheduleReconnect();
   }
 

@@ -385,6 +385,17 @@ describe("auto-end and the native port's life", () => {
     expect(hub.native.open).toBe(true);
   });
 
+  it("a page that leaves while its resume is attaching never ends a session whose setting is unknown", async () => {
+    chrome.hostHandlers.attach = () => NO_REPLY;
+    const p = await page();
+    start(p, "resume_session", { sessionId: "thr_kept" });
+    await settle();
+    expect(chrome.host.of("attach")).toHaveLength(1);
+    p.disconnect();
+    await settle();
+    expect(chrome.host.of("end")).toEqual([]);
+  });
+
   it("an ended session is not ended again when its page goes", async () => {
     const p = await page();
     const sessionId = await createSession(p);
@@ -466,6 +477,17 @@ describe("native port loss", () => {
     chrome.host.event(sessionId, 50, { type: "snapshot", snapshot: snapshot({ sessionId, lastSeq: 50, replayGap: true }) });
     await settle();
     expect(p.of("event").map((m) => (m.frame as { event: { type: string } }).event.type)).toEqual(["snapshot"]);
+  });
+
+  it("routes without sessions: no reconnect until the next request, which reconnects", async () => {
+    const p = await page();
+    await call(p, "list_providers");
+    chrome.host.crash(chrome);
+    await new Promise((r) => setTimeout(r, 30));
+    expect(chrome.hosts).toHaveLength(1);
+    expect((await call(p, "get_settings")).ok).toBe(true);
+    expect(chrome.hosts).toHaveLength(2);
+    expect(chrome.host.frames.map((f) => f.type)).toEqual(["hello", "get_settings"]);
   });
 
   it("no route left: no reconnect", async () => {

@@ -176,9 +176,11 @@ export class Connection {
         this.#welcome = null;
         return;
       case "disconnected": {
-        const error = new PedelecError("EXTENSION_DISCONNECTED", `the extension connection was interrupted: ${msg.reason}`, {
-          reason: msg.reason,
-        });
+        // Closed before the welcome: the extension refused this page (e.g. an
+        // opaque origin) or could not start; nothing was ever connected.
+        const error = this.#welcome
+          ? new PedelecError("EXTENSION_UNAVAILABLE", `the extension did not accept this page: ${msg.reason}`, { reason: msg.reason })
+          : new PedelecError("EXTENSION_DISCONNECTED", `the extension connection was interrupted: ${msg.reason}`, { reason: msg.reason });
         this.close(error);
         return;
       }

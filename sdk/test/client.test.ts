@@ -293,6 +293,15 @@ describe("the route", () => {
     expect(chats).toEqual([]);
   });
 
+  it("a route the extension refuses before its welcome is EXTENSION_UNAVAILABLE", async () => {
+    ext.welcome = false;
+    const p = new Pedelec().listProviders();
+    await settle();
+    ext.dropAll("origin null is not allowed");
+    const e = await rejection(p);
+    expect([e.code, e.details]).toEqual(["EXTENSION_UNAVAILABLE", { reason: "origin null is not allowed" }]);
+  });
+
   it("a lost route is re-opened for the client's next call", async () => {
     const pedelec = new Pedelec();
     await pedelec.createSession();
