@@ -1,13 +1,14 @@
 // The browser smoke test (issue 12): a page on 127.0.0.1 served here, the
 // unpacked built extension in Debian's Chromium, the real pedelec-native-host
 // registered in the temp profile, and the real pedelecd (started by the host,
-// as in production) on temp dirs. Approve in the popup window, listProviders,
-// createSession, end.
+// as in production) on temp dirs. Approve in the popup, listProviders,
+// createSession, a native host restart under a live session, end, auto-end
+// when the last page of a session closes, revoke.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { createServer } from "node:http";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, extname, join, normalize, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -51,6 +52,32 @@ function serve() {
     res.writeHead(404).end();
   });
   return new Promise((r) => server.listen(0, "127.0.0.1", () => r(server)));
+}
+
+/** Pids of the native hosts this test's Chromium started (told apart by their runtime dir). */
+function ourHosts(runtimeDir) {
+  const pids = [];
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const cmd = readFileSync(`/proc/${entry}/cmdline`, "utf8").split("\0")[0];
+      if (!cmd.endsWith("/pedelec-native-host")) continue;
+      if (readFileSync(`/proc/${entry}/environ`, "utf8").split("\0").includes(`PEDELEC_RUNTIME_DIR=${runtimeDir}`)) pids.push(Number(entry));
+    } catch {
+      // gone meanwhile, or not ours to read
+    }
+  }
+  return pids;
+}
+
+async function until(what, check, ms = STEP_MS) {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const value = await check();
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error(`timed out: ${what}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
 }
 
 function withTimeout(promise, what, ms = STEP_MS) {
@@ -205,6 +232,24 @@ test("a page approves, lists providers, creates and ends a session through the r
   await withTimeout(popup.locator("#sessions li", { hasText: created.sessionId }).waitFor(), "session in popup");
   assert.match(await popup.locator("#host-state").textContent(), /Native host 0\.1\.0 \(protocol 2\)/);
 
+  // The native host dies: the extension reconnects, says hello and re-attaches;
+  // the page's handle stays attached and usable (no EXTENSION_DISCONNECTED).
+  const [hostPid] = ourHosts(env.PEDELEC_RUNTIME_DIR);
+  assert.ok(hostPid, "the native host Chromium started");
+  process.kill(hostPid, "SIGKILL");
+  await until("a new native host", () => ourHosts(env.PEDELEC_RUNTIME_DIR).find((p) => p !== hostPid));
+  await until("the worker reconnected", () => worker.evaluate(() => globalThis.pedelecHub.native.state.connected));
+  const afterRestart = await withTimeout(
+    page.evaluate(async () => {
+      const errors = [];
+      window.session.onError((e) => errors.push(e.code));
+      await window.session.cancel(); // a real request on the re-attached session
+      return { detached: window.session.detached, status: window.session.getStatus(), errors };
+    }),
+    "the session after a host restart",
+  );
+  assert.deepEqual(afterRestart, { detached: false, status: "idle", errors: [] });
+
   const ended = await withTimeout(
     page.evaluate(async () => {
       await window.session.end();
@@ -215,6 +260,24 @@ test("a page approves, lists providers, creates and ends a session through the r
     "end",
   );
   assert.deepEqual(ended, { status: "ended", endedEvents: ["requested"] });
+
+  // autoEndOnDisconnect (the default): closing the last page of a session ends it.
+  const other = await context.newPage();
+  await other.goto(`${origin}/`);
+  await other.waitForFunction(() => document.getElementById("status")?.textContent === "ready");
+  const pageScoped = await withTimeout(other.evaluate(async () => (await new window.Pedelec().createSession({ provider: "codex" })).sessionId), "second session");
+  await other.close();
+  // The worker drops the session when the port of the closed page goes (and sends end then).
+  await until("the worker saw the page go", () =>
+    worker.evaluate((id) => !globalThis.pedelecHub.state().sessions.some((x) => x.sessionId === id), pageScoped),
+  );
+  const autoEnded = await until("the closed page's session ended", () =>
+    page.evaluate(async (id) => {
+      const s = await window.pedelec.resumeSession(id);
+      return s.getStatus() === "ended" ? s.getStatus() : null;
+    }, pageScoped),
+  );
+  assert.equal(autoEnded, "ended");
 
   // Revoking in the popup detaches the page's route.
   await popup.locator(`#approved .row[data-origin="${origin}"] button[data-action="revoke"]`).click();
