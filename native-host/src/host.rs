@@ -97,6 +97,7 @@ where
         }
     });
     let mut reader = FrameReader::new(stdin);
+    pedelec_common::memory::spawn_trimmer();
     if allowed {
         serve(&mut reader, core, out).await;
     } else {

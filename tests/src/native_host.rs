@@ -269,7 +269,8 @@ pub fn env_bin_dir(env: &TestEnv) -> PathBuf {
 
 /// The stub agent. The user's text picks the behaviour:
 /// `@@stream N` prints N chat deltas; `@@two` streams two messages; `@@fail`
-/// reports a model error; `@@tool` calls the page's `get_page` tool
+/// reports a model error; `@@load D T` streams D deltas with T page tool
+/// calls between them (exit 3 if one fails); `@@tool` calls the page's `get_page` tool
 /// and reports pedelec-cli's output as its chat; `@@big` calls `big_tool` with the
 /// args in `<root>/big.json` (read from stdin: too large for argv).
 pub fn agent_script(env: &TestEnv) -> String {
@@ -304,6 +305,17 @@ case "$prompt" in
   *"@@fail"*)
     echo '{{"type":"error","message":"the model is not loaded","details":{{"model":"llama3.2"}}}}'
     exit 1
+    ;;
+  *"@@load "*)
+    set -- $(printf '%s' "$prompt" | /bin/sed -n 's/.*@@load \([0-9]*\) \([0-9]*\).*/\1 \2/p' | /usr/bin/tail -n 1)
+    per=$(( $1 / $2 )); i=0; k=0
+    while [ $k -lt $2 ]; do
+      /usr/bin/awk -v s=$i -v n=$per 'BEGIN {{ for (j = s; j < s + n; j++) printf "{{\"type\":\"chat_delta\",\"text\":\"d%d \"}}\n", j }}'
+      i=$((i + per))
+      {cli} --thread-id "$PEDELEC_THREAD_ID" tool-call get_page "{{\"q\":\"$k\"}}" > /dev/null || exit 3
+      k=$((k + 1))
+    done
+    echo '{{"type":"usage","input":10,"output":5}}'
     ;;
   *"@@tool"*)
     report "$({cli} --thread-id "$PEDELEC_THREAD_ID" tool-call get_page '{{"q":"title"}}')"

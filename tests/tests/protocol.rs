@@ -342,3 +342,66 @@ async fn the_host_and_pedelec_cli_print_identical_snapshots() {
     assert_eq!(from_cli, from_host);
     assert!(from_host["recentOperations"].as_array().unwrap().len() == 1);
 }
+
+/// SessionService killed mid-turn: the host says the stream failed, the
+/// re-attached route learns that the interrupted operation failed with
+/// CORE_RESTARTED (from the replay-gap snapshot's recent operations), and the
+/// next turn works.
+#[tokio::test]
+async fn after_a_session_service_kill_the_reattached_route_learns_the_outcome() {
+    let mut env = TestEnv::new();
+    let _launcher = services(&mut env).await;
+    let mut c = Checked::new(&env).await;
+    let id = create(&mut c, json!({})).await;
+    let op = c
+        .ok(
+            "send_text",
+            json!({"sessionId": id, "text": "@@paced 100000 50"}),
+        )
+        .await["operationId"]
+        .clone();
+    let streaming = c.events_until(&id, |e| e["type"] == "chat_delta").await;
+    let last_seq = streaming.last().unwrap()["seq"].as_u64().unwrap();
+
+    let old = env
+        .service_status(pedelec_common::ServiceName::Session)
+        .await;
+    signal(old.pid as i32, libc::SIGKILL);
+    // The host tells the extension the stream broke (events before it are
+    // still in flight and are skipped here).
+    let detached = loop {
+        let r = c.host.recv().await.value;
+        if r["type"] == "detached" {
+            break r;
+        }
+    };
+    c.schema.assert_valid("DetachedFrame", &detached);
+    assert_eq!(detached["sessionId"], id.as_str());
+    assert_eq!(detached["reason"], "stream_failed");
+    env.wait_service_back(pedelec_common::ServiceName::Session, old.pid)
+        .await;
+
+    let reattached = c
+        .ok("attach", json!({"sessionId": id, "afterSeq": last_seq}))
+        .await;
+    let snapshot = &reattached["snapshot"];
+    assert_eq!(snapshot["replayGap"], true, "{snapshot}");
+    let gap = c.events_until(&id, |e| e["type"] == "snapshot").await;
+    let from_event = &gap.last().unwrap()["event"]["snapshot"];
+    for s in [snapshot, from_event] {
+        let outcome = s["recentOperations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["operationId"] == op)
+            .unwrap_or_else(|| panic!("{op} not in {s}"));
+        assert_eq!(outcome["outcome"], "failed");
+        assert_eq!(outcome["error"]["code"], "CORE_RESTARTED");
+        assert_eq!(s["status"], "error");
+    }
+    let (_, events) = c.turn(&id, "hello").await;
+    assert_eq!(
+        of_kind(&events, "operation_finished")[0]["outcome"],
+        "completed"
+    );
+}

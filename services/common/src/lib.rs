@@ -6,6 +6,7 @@ pub mod codes;
 pub mod error;
 pub mod ids;
 pub mod json;
+pub mod memory;
 pub mod paths;
 pub mod telemetry;
 pub mod uds;

@@ -53,7 +53,8 @@ pub fn peer_is_same_user(stream: &UnixStream) -> bool {
 }
 
 /// Serves `routes` plus gRPC health and reflection (v1 and v1alpha) on the
-/// service's socket until `shutdown` resolves, then removes the socket.
+/// service's socket until `shutdown` resolves, then removes the socket. Every
+/// service process gets the memory trimmer here too.
 pub async fn serve(
     path: &Path,
     service: ServiceName,
@@ -61,6 +62,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), CommonError> {
     let listener = bind(path)?;
+    crate::memory::spawn_trimmer();
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter
         .set_service_status(service.grpc_name(), ServingStatus::Serving)

@@ -4,6 +4,7 @@
 mod error;
 mod grpc;
 mod record;
+mod replay;
 mod sessions;
 mod thread;
 mod tools;
@@ -15,8 +16,8 @@ use pedelec_common::{DataDir, RuntimeDir, ServiceName};
 use pedelec_proto::v1::session_service_server::SessionServiceServer;
 
 pub use error::SessionError;
+pub use replay::ReplayLimits;
 pub use sessions::{Config, Sessions};
-pub use thread::ReplayLimits;
 
 /// The grace period before an auto-end thread without routes is ended: long
 /// enough for the extension to reconnect a dropped native port and re-attach.

@@ -16,7 +16,8 @@ use tonic::transport::Channel;
 
 use crate::error::{SessionError, upstream};
 use crate::record::{Journal, OpKind, Outcome, Status, ThreadRecord, UsageRecord};
-use crate::thread::{ReplayLimits, Thread};
+use crate::replay::ReplayLimits;
+use crate::thread::Thread;
 use crate::turn;
 
 /// What a SessionService process needs to know.

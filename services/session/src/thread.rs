@@ -2,139 +2,19 @@
 //! wakes attached routes. All mutation happens under the thread's mutex, so
 //! seq order is the order of state changes.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use pb::session_event::Event;
 use pedelec_common::{CodedError, json, ms_to_timestamp, now_timestamp};
 use pedelec_proto::v1 as pb;
-use prost::Message;
 use tokio::sync::{Notify, watch};
 
 use crate::record::{
     ErrorRecord, Journal, OpKind, OperationRecord, Outcome, RECENT_OPERATIONS, SEQ_RESERVATION,
     Status, ThreadRecord, ToolRequestRecord, UsageRecord,
 };
-
-/// Bounds of a thread's replay buffer.
-#[derive(Clone, Copy, Debug)]
-pub struct ReplayLimits {
-    pub max_events: usize,
-    pub max_bytes: usize,
-}
-
-impl Default for ReplayLimits {
-    fn default() -> Self {
-        // Bytes are the real bound; the count is generous so a burst of small
-        // chat deltas (~60 bytes each) from a fast agent fits while a route
-        // catches up, instead of turning into a replay gap.
-        ReplayLimits {
-            max_events: 1 << 15,
-            max_bytes: 8 << 20,
-        }
-    }
-}
-
-/// The most recent events of a thread, bounded by count and bytes. Events are
-/// held encoded: a chat delta costs its ~60 protobuf bytes instead of a
-/// decoded struct with several heap strings (about 10x less memory), and is
-/// decoded again only for a route that asks for it.
-pub struct ReplayBuffer {
-    events: VecDeque<HeldEvent>,
-    bytes: usize,
-    total: u64,
-    limits: ReplayLimits,
-}
-
-struct HeldEvent {
-    seq: u64,
-    encoded: Box<[u8]>,
-    /// The running byte total up to and including this event (since the
-    /// buffer was created).
-    total: u64,
-}
-
-impl ReplayBuffer {
-    pub fn new(limits: ReplayLimits) -> Self {
-        ReplayBuffer {
-            events: VecDeque::new(),
-            bytes: 0,
-            total: 0,
-            limits,
-        }
-    }
-
-    pub fn push(&mut self, event: &pb::SessionEvent) {
-        let encoded = event.encode_to_vec().into_boxed_slice();
-        self.bytes += encoded.len();
-        self.total += encoded.len() as u64;
-        self.events.push_back(HeldEvent {
-            seq: event.seq,
-            encoded,
-            total: self.total,
-        });
-        while self.events.len() > self.limits.max_events
-            || (self.bytes > self.limits.max_bytes && self.events.len() > 1)
-        {
-            self.pop_oldest();
-        }
-    }
-
-    fn pop_oldest(&mut self) {
-        if let Some(held) = self.events.pop_front() {
-            self.bytes -= held.encoded.len();
-        }
-    }
-
-    /// Keeps only the newest `n` events (an ended thread's history is no longer
-    /// worth its memory; a route further behind reconciles from a snapshot).
-    pub fn keep_last(&mut self, n: usize) {
-        while self.events.len() > n {
-            self.pop_oldest();
-        }
-        self.events.shrink_to_fit();
-    }
-
-    /// Whether the events after `seq` fill more than half of the buffer (by
-    /// count or bytes): a route at `seq` is then at risk of a replay gap.
-    pub fn half_full_after(&self, seq: u64) -> bool {
-        let Some(oldest) = self.events.front().map(|h| h.seq) else {
-            return false;
-        };
-        if seq + 1 < oldest {
-            return true; // already lost some
-        }
-        let start = (seq + 1 - oldest) as usize;
-        let Some(first) = self.events.get(start) else {
-            return false; // nothing after seq
-        };
-        let count = self.events.len() - start;
-        let bytes = self.total - (first.total - first.encoded.len() as u64);
-        count > self.limits.max_events / 2 || bytes > (self.limits.max_bytes / 2) as u64
-    }
-
-    /// Up to `max` events with seq > `after`, or None when some of them are no
-    /// longer held (`last_seq` is the newest seq handed out).
-    pub fn after(&self, after: u64, last_seq: u64, max: usize) -> Option<Vec<pb::SessionEvent>> {
-        if after >= last_seq {
-            return Some(Vec::new());
-        }
-        let oldest = self.events.front().map(|h| h.seq)?;
-        if oldest > after + 1 {
-            return None;
-        }
-        // Seqs in the buffer are contiguous, so the start is an index, not a search.
-        let start = (after + 1 - oldest) as usize;
-        Some(
-            self.events
-                .range(start..)
-                .take(max)
-                // Encoded here from a valid message: decoding cannot fail.
-                .filter_map(|h| pb::SessionEvent::decode(&h.encoded[..]).ok())
-                .collect(),
-        )
-    }
-}
+use crate::replay::{ReplayBuffer, ReplayLimits};
 
 pub struct Thread {
     pub record: ThreadRecord,
@@ -160,8 +40,8 @@ impl Thread {
     pub fn new(record: ThreadRecord, limits: ReplayLimits) -> Self {
         let (notify, _) = watch::channel(record.last_seq);
         Thread {
+            replay: ReplayBuffer::new(&record.session_id, limits),
             record,
-            replay: ReplayBuffer::new(limits),
             notify,
             routes: HashMap::new(),
             next_route: 0,
@@ -534,83 +414,5 @@ pub fn usage_to_pb(u: UsageRecord) -> pb::Usage {
         input_tokens: u.input,
         output_tokens: u.output,
         cumulative: false,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn event(seq: u64) -> pb::SessionEvent {
-        pb::SessionEvent {
-            session_id: "t".into(),
-            seq,
-            at: None,
-            event: Some(Event::Chat(pb::Chat {
-                operation_id: "op".into(),
-                text: "x".repeat(10),
-                message_id: "m".into(),
-            })),
-        }
-    }
-
-    #[test]
-    fn replay_returns_events_after_seq_or_reports_a_gap() {
-        let mut buf = ReplayBuffer::new(ReplayLimits {
-            max_events: 3,
-            max_bytes: 1 << 20,
-        });
-        for seq in 1..=5 {
-            buf.push(&event(seq));
-        }
-        // holds 3, 4, 5
-        let seqs = |v: Vec<pb::SessionEvent>| v.into_iter().map(|e| e.seq).collect::<Vec<_>>();
-        assert_eq!(seqs(buf.after(2, 5, usize::MAX).unwrap()), vec![3, 4, 5]);
-        assert_eq!(seqs(buf.after(4, 5, usize::MAX).unwrap()), vec![5]);
-        assert_eq!(
-            seqs(buf.after(5, 5, usize::MAX).unwrap()),
-            Vec::<u64>::new()
-        );
-        assert!(buf.after(1, 5, usize::MAX).is_none());
-        assert_eq!(seqs(buf.after(2, 5, 2).unwrap()), vec![3, 4]);
-    }
-
-    #[test]
-    fn half_full_tells_when_a_reader_is_at_risk() {
-        let mut buf = ReplayBuffer::new(ReplayLimits {
-            max_events: 8,
-            max_bytes: 1 << 20,
-        });
-        for seq in 1..=6 {
-            buf.push(&event(seq));
-        }
-        assert!(!buf.half_full_after(6)); // nothing pending
-        assert!(!buf.half_full_after(3)); // 3 of 8 pending
-        assert!(buf.half_full_after(1)); // 5 of 8 pending
-        let size = event(1).encoded_len();
-        let mut by_bytes = ReplayBuffer::new(ReplayLimits {
-            max_events: 100,
-            max_bytes: size * 4,
-        });
-        for seq in 1..=4 {
-            by_bytes.push(&event(seq));
-        }
-        assert!(!by_bytes.half_full_after(2));
-        assert!(by_bytes.half_full_after(1));
-    }
-
-    #[test]
-    fn replay_is_bounded_by_bytes() {
-        let size = event(1).encoded_len();
-        let mut buf = ReplayBuffer::new(ReplayLimits {
-            max_events: 100,
-            max_bytes: size * 2,
-        });
-        for seq in 1..=10 {
-            buf.push(&event(seq));
-        }
-        // two events fit: 9 and 10
-        assert_eq!(buf.after(8, 10, usize::MAX).unwrap().len(), 2);
-        assert!(buf.after(7, 10, usize::MAX).is_none());
     }
 }

@@ -1,0 +1,396 @@
+//! A thread's replay buffer: its most recent events, held encoded in a few
+//! large segments, bounded by bytes (and by a generous event count).
+//!
+//! Why this shape: decoded events cost ~760 bytes of heap each (several
+//! strings per event), so a burst of 10,000 chat deltas in 50 sessions held
+//! ~370 MiB; one allocation per encoded event still left the heap fragmented
+//! after the sessions ended. Encoded events packed into 64 KiB segments cost
+//! their protobuf size plus 4 bytes, and whole segments go back to the
+//! allocator when they are evicted. Events are decoded again only for a route
+//! that asks for them. The thread id, the same in every event, is not stored.
+
+use std::collections::VecDeque;
+
+use pedelec_proto::v1 as pb;
+use prost::Message;
+
+/// Bounds of a thread's replay buffer.
+#[derive(Clone, Copy, Debug)]
+pub struct ReplayLimits {
+    pub max_events: usize,
+    pub max_bytes: usize,
+}
+
+impl Default for ReplayLimits {
+    fn default() -> Self {
+        // Bytes are the real bound; the count is generous so a burst of small
+        // chat deltas (~60 bytes each) from a fast agent fits while a route
+        // catches up, instead of turning into a replay gap.
+        ReplayLimits {
+            max_events: 1 << 15,
+            max_bytes: 8 << 20,
+        }
+    }
+}
+
+/// A segment is closed once it holds this many bytes.
+const SEGMENT_BYTES: usize = 64 << 10;
+
+struct Segment {
+    /// The seq of the segment's first event; the others follow without gaps.
+    first_seq: u64,
+    /// Bytes of the buffer's events before this segment, since it was created.
+    bytes_before: u64,
+    data: Vec<u8>,
+    /// Where each event ends in `data`.
+    ends: Vec<u32>,
+}
+
+impl Segment {
+    fn new(first_seq: u64, bytes_before: u64, capacity: usize) -> Segment {
+        Segment {
+            first_seq,
+            bytes_before,
+            data: Vec::with_capacity(capacity),
+            ends: Vec::new(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    fn start(&self, i: usize) -> usize {
+        if i == 0 { 0 } else { self.ends[i - 1] as usize }
+    }
+
+    fn event(&self, i: usize) -> &[u8] {
+        &self.data[self.start(i)..self.ends[i] as usize]
+    }
+}
+
+pub struct ReplayBuffer {
+    session_id: String,
+    segments: VecDeque<Segment>,
+    events: usize,
+    bytes: usize,
+    /// Bytes pushed since the buffer was created.
+    total: u64,
+    limits: ReplayLimits,
+}
+
+impl ReplayBuffer {
+    pub fn new(session_id: &str, limits: ReplayLimits) -> Self {
+        ReplayBuffer {
+            session_id: session_id.to_string(),
+            segments: VecDeque::new(),
+            events: 0,
+            bytes: 0,
+            total: 0,
+            limits,
+        }
+    }
+
+    /// Appends an event of this thread; its seq follows the previous one.
+    pub fn push(&mut self, event: &pb::SessionEvent) {
+        let size = event.encoded_len() - session_id_len(&event.session_id);
+        let fits = self
+            .segments
+            .back()
+            .is_some_and(|s| s.data.len() + size <= SEGMENT_BYTES);
+        if !fits {
+            // The first segment grows as needed: most threads hold few events.
+            let capacity = if self.segments.is_empty() {
+                0
+            } else {
+                SEGMENT_BYTES.max(size)
+            };
+            self.segments
+                .push_back(Segment::new(event.seq, self.total, capacity));
+        }
+        let segment = self.segments.back_mut().expect("pushed above");
+        let held = pb::SessionEvent {
+            session_id: String::new(),
+            seq: event.seq,
+            at: event.at,
+            event: event.event.clone(),
+        };
+        held.encode(&mut segment.data)
+            .expect("a Vec grows as needed");
+        segment.ends.push(segment.data.len() as u32);
+        self.events += 1;
+        self.bytes += size;
+        self.total += size as u64;
+        while (self.events > self.limits.max_events || self.bytes > self.limits.max_bytes)
+            && self.segments.len() > 1
+        {
+            self.pop_segment();
+        }
+    }
+
+    fn pop_segment(&mut self) {
+        if let Some(s) = self.segments.pop_front() {
+            self.events -= s.len();
+            self.bytes -= s.data.len();
+        }
+    }
+
+    /// Keeps only the newest `n` events, compacted (an ended thread's history
+    /// is no longer worth its memory; a route further behind reconciles from
+    /// a snapshot).
+    pub fn keep_last(&mut self, n: usize) {
+        let Some(last_seq) = self.last_held_seq() else {
+            return;
+        };
+        let keep_from = last_seq
+            .saturating_sub((n as u64).saturating_sub(1))
+            .max(self.oldest_seq().unwrap_or(0));
+        let kept: Vec<Vec<u8>> = (keep_from..=last_seq)
+            .filter_map(|seq| self.raw(seq).map(<[u8]>::to_vec))
+            .collect();
+        let bytes_before = self.total - kept.iter().map(Vec::len).sum::<usize>() as u64;
+        let mut segment = Segment::new(keep_from, bytes_before, kept.iter().map(Vec::len).sum());
+        for e in &kept {
+            segment.data.extend_from_slice(e);
+            segment.ends.push(segment.data.len() as u32);
+        }
+        self.events = segment.len();
+        self.bytes = segment.data.len();
+        self.segments.clear();
+        if segment.len() > 0 {
+            self.segments.push_back(segment);
+        }
+        self.segments.shrink_to_fit();
+    }
+
+    fn oldest_seq(&self) -> Option<u64> {
+        self.segments.front().map(|s| s.first_seq)
+    }
+
+    fn last_held_seq(&self) -> Option<u64> {
+        self.segments
+            .back()
+            .filter(|s| s.len() > 0)
+            .map(|s| s.first_seq + s.len() as u64 - 1)
+    }
+
+    /// Where `seq` is held: its segment and index there.
+    fn locate(&self, seq: u64) -> Option<(usize, usize)> {
+        let oldest = self.oldest_seq()?;
+        if seq < oldest || self.last_held_seq().is_none_or(|last| seq > last) {
+            return None;
+        }
+        let s = self.segments.partition_point(|s| s.first_seq <= seq) - 1;
+        Some((s, (seq - self.segments[s].first_seq) as usize))
+    }
+
+    fn raw(&self, seq: u64) -> Option<&[u8]> {
+        let (s, i) = self.locate(seq)?;
+        Some(self.segments[s].event(i))
+    }
+
+    /// Whether the events after `seq` fill more than half of the buffer (by
+    /// count or bytes): a route at `seq` is then at risk of a replay gap.
+    pub fn half_full_after(&self, seq: u64) -> bool {
+        let Some(oldest) = self.oldest_seq() else {
+            return false;
+        };
+        if seq + 1 < oldest {
+            return true; // already lost some
+        }
+        let Some((s, i)) = self.locate(seq + 1) else {
+            return false; // nothing after seq
+        };
+        let segment = &self.segments[s];
+        let bytes_before = segment.bytes_before + segment.start(i) as u64;
+        let bytes = self.total - bytes_before;
+        let count = (self.last_held_seq().unwrap_or(seq) - seq) as usize;
+        count > self.limits.max_events / 2 || bytes > (self.limits.max_bytes / 2) as u64
+    }
+
+    /// Up to `max` events with seq > `after`, or None when some of them are no
+    /// longer held (`last_seq` is the newest seq handed out).
+    pub fn after(&self, after: u64, last_seq: u64, max: usize) -> Option<Vec<pb::SessionEvent>> {
+        if after >= last_seq {
+            return Some(Vec::new());
+        }
+        let (mut s, mut i) = self.locate(after + 1)?;
+        let mut out = Vec::new();
+        while out.len() < max && s < self.segments.len() {
+            let segment = &self.segments[s];
+            if i >= segment.len() {
+                (s, i) = (s + 1, 0);
+                continue;
+            }
+            // Encoded here from a valid message: decoding cannot fail.
+            if let Ok(mut event) = pb::SessionEvent::decode(segment.event(i)) {
+                event.session_id.clone_from(&self.session_id);
+                out.push(event);
+            }
+            i += 1;
+        }
+        Some(out)
+    }
+}
+
+/// What the thread id adds to an encoded event (field 1: tag, length, bytes).
+fn session_id_len(id: &str) -> usize {
+    if id.is_empty() {
+        0
+    } else {
+        1 + prost::encoding::encoded_len_varint(id.len() as u64) + id.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pb::session_event::Event;
+
+    fn event(seq: u64) -> pb::SessionEvent {
+        pb::SessionEvent {
+            session_id: "t".into(),
+            seq,
+            at: None,
+            event: Some(Event::Chat(pb::Chat {
+                operation_id: "op".into(),
+                text: "x".repeat(10),
+                message_id: "m".into(),
+            })),
+        }
+    }
+
+    fn held_size() -> usize {
+        event(1).encoded_len() - session_id_len("t")
+    }
+
+    fn seqs(v: Vec<pb::SessionEvent>) -> Vec<u64> {
+        v.into_iter().map(|e| e.seq).collect()
+    }
+
+    #[test]
+    fn events_come_back_whole_with_their_thread_id() {
+        let mut buf = ReplayBuffer::new("t", ReplayLimits::default());
+        for seq in 1..=3 {
+            buf.push(&event(seq));
+        }
+        assert_eq!(
+            buf.after(0, 3, usize::MAX).unwrap(),
+            vec![event(1), event(2), event(3)]
+        );
+    }
+
+    #[test]
+    fn replay_returns_events_after_seq_or_reports_a_gap() {
+        // Segments of one event each, so the count bound evicts per event.
+        let mut buf = ReplayBuffer::new(
+            "t",
+            ReplayLimits {
+                max_events: 3,
+                max_bytes: 1 << 20,
+            },
+        );
+        let big = |seq| pb::SessionEvent {
+            event: Some(Event::Chat(pb::Chat {
+                text: "x".repeat(SEGMENT_BYTES),
+                ..Default::default()
+            })),
+            ..event(seq)
+        };
+        for seq in 1..=5 {
+            buf.push(&big(seq));
+        }
+        // holds 3, 4, 5
+        assert_eq!(seqs(buf.after(2, 5, usize::MAX).unwrap()), vec![3, 4, 5]);
+        assert_eq!(seqs(buf.after(4, 5, usize::MAX).unwrap()), vec![5]);
+        assert!(buf.after(5, 5, usize::MAX).unwrap().is_empty());
+        assert!(buf.after(1, 5, usize::MAX).is_none());
+        assert_eq!(seqs(buf.after(2, 5, 2).unwrap()), vec![3, 4]);
+    }
+
+    #[test]
+    fn many_events_span_segments_and_stay_contiguous() {
+        let mut buf = ReplayBuffer::new("t", ReplayLimits::default());
+        let n = 3 * SEGMENT_BYTES / held_size();
+        for seq in 1..=n as u64 {
+            buf.push(&event(seq));
+        }
+        assert!(buf.segments.len() >= 3);
+        let all = seqs(buf.after(0, n as u64, usize::MAX).unwrap());
+        assert_eq!(all, (1..=n as u64).collect::<Vec<_>>());
+        let from_middle = seqs(buf.after(1000, n as u64, 10).unwrap());
+        assert_eq!(from_middle, (1001..=1010).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn half_full_tells_when_a_reader_is_at_risk() {
+        let mut buf = ReplayBuffer::new(
+            "t",
+            ReplayLimits {
+                max_events: 8,
+                max_bytes: 1 << 20,
+            },
+        );
+        for seq in 1..=6 {
+            buf.push(&event(seq));
+        }
+        assert!(!buf.half_full_after(6)); // nothing pending
+        assert!(!buf.half_full_after(3)); // 3 of 8 pending
+        assert!(buf.half_full_after(1)); // 5 of 8 pending
+        let mut by_bytes = ReplayBuffer::new(
+            "t",
+            ReplayLimits {
+                max_events: 100,
+                max_bytes: held_size() * 4,
+            },
+        );
+        for seq in 1..=4 {
+            by_bytes.push(&event(seq));
+        }
+        assert!(!by_bytes.half_full_after(2));
+        assert!(by_bytes.half_full_after(1));
+    }
+
+    #[test]
+    fn replay_is_bounded_by_bytes_in_whole_segments() {
+        let per_segment = SEGMENT_BYTES / held_size();
+        let mut buf = ReplayBuffer::new(
+            "t",
+            ReplayLimits {
+                max_events: usize::MAX,
+                max_bytes: 2 * SEGMENT_BYTES,
+            },
+        );
+        let n = 5 * per_segment as u64;
+        for seq in 1..=n {
+            buf.push(&event(seq));
+        }
+        assert!(buf.bytes <= 2 * SEGMENT_BYTES, "{}", buf.bytes);
+        assert!(buf.after(0, n, usize::MAX).is_none(), "the oldest are gone");
+        let held = buf.after(n - per_segment as u64, n, usize::MAX).unwrap();
+        assert_eq!(held.len(), per_segment);
+    }
+
+    #[test]
+    fn keep_last_compacts_to_the_newest_events() {
+        let mut buf = ReplayBuffer::new("t", ReplayLimits::default());
+        let n = 2 * SEGMENT_BYTES / held_size();
+        for seq in 1..=n as u64 {
+            buf.push(&event(seq));
+        }
+        buf.keep_last(64);
+        assert_eq!(buf.segments.len(), 1);
+        assert_eq!(buf.segments[0].data.capacity(), buf.segments[0].data.len());
+        assert_eq!(buf.segments[0].len(), 64);
+        let kept = seqs(buf.after(n as u64 - 64, n as u64, usize::MAX).unwrap());
+        assert_eq!(kept, ((n as u64 - 63)..=n as u64).collect::<Vec<_>>());
+        assert!(buf.after(n as u64 - 65, n as u64, usize::MAX).is_none());
+        // Still usable afterwards.
+        buf.push(&event(n as u64 + 1));
+        assert!(!buf.half_full_after(n as u64));
+        let mut small = ReplayBuffer::new("t", ReplayLimits::default());
+        small.push(&event(1));
+        small.keep_last(64);
+        assert_eq!(seqs(small.after(0, 1, 10).unwrap()), vec![1]);
+    }
+}
