@@ -507,22 +507,28 @@ export class Hub {
 
   async #requireApproval(route: Route): Promise<void> {
     if (this.#approved.has(route.origin)) return;
-    let approval = this.#approvals.get(route.origin);
+    const origin = route.origin;
+    let approval = this.#approvals.get(origin);
     if (!approval) {
-      const windowId = await this.#openApprovalUi(route.origin);
-      if (this.#approved.has(route.origin)) return;
-      approval = this.#approvals.get(route.origin);
-      if (!approval) {
-        const origin = route.origin;
-        approval = {
-          origin,
-          waiters: [],
-          windowId,
-          timer: setTimeout(() => this.#settleApproval(origin, bridgeError("APPROVAL_TIMEOUT", `origin ${origin} was not approved in time`)), this.#approvalTimeoutMs),
-        };
-        this.#approvals.set(origin, approval);
-        this.#pushPopupState();
-      }
+      // Registered before the UI opens, so a second request of the origin
+      // arriving meanwhile waits for this approval instead of opening another.
+      const created: PendingApproval = {
+        origin,
+        waiters: [],
+        windowId: null,
+        timer: setTimeout(() => this.#settleApproval(origin, bridgeError("APPROVAL_TIMEOUT", `origin ${origin} was not approved in time`)), this.#approvalTimeoutMs),
+      };
+      approval = created;
+      this.#approvals.set(origin, created);
+      this.#pushPopupState();
+      this.#openApprovalUi(origin).then(
+        (windowId) => {
+          if (windowId === null) return;
+          if (this.#approvals.get(origin) === created) created.windowId = windowId;
+          else this.#api.windows.remove(windowId).catch(() => undefined); // decided already
+        },
+        (error: BridgeError) => this.#settleApproval(origin, error),
+      );
     }
     const pending = approval;
     await new Promise<void>((resolve, reject) => {

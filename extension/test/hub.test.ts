@@ -184,6 +184,21 @@ describe("approval", () => {
     expect(rb()?.ok).toBe(true);
   });
 
+  it("requests arriving while the approval UI is still opening share it", async () => {
+    chrome.action.openPopup = () => new Promise<void>((r) => setTimeout(() => (chrome.openPopupCalls++, r()), 20));
+    const a = await page();
+    const b = await page();
+    const ra = start(a, "list_providers");
+    const rb = start(b, "get_settings");
+    const rc = start(a, "create_session");
+    await new Promise((r) => setTimeout(r, 40));
+    expect(chrome.openPopupCalls).toBe(1);
+    expect(hub.state().pendingApprovals).toEqual([ORIGIN]);
+    await hub.approve(ORIGIN);
+    await settle();
+    expect([ra()?.ok, rb()?.ok, rc()?.ok]).toEqual([true, true, true]);
+  });
+
   it("reject → APPROVAL_REJECTED, nothing reaches the host", async () => {
     const p = await page();
     const r = start(p, "create_session");
