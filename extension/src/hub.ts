@@ -621,9 +621,21 @@ export class Hub {
     void this.ready.then(() => this.#postPopup(port));
   }
 
+  /** Asks the host (ping: never starts Core) so the popup shows the current state. */
+  async #refreshHostState(): Promise<void> {
+    try {
+      await this.native.request("ping", undefined, undefined);
+    } catch {
+      // The state already records why (host missing, mismatch, …).
+    }
+    this.#closeNativeIfIdle();
+    this.#pushPopupState();
+  }
+
   async #onPopupMessage(port: Port, msg: PopupToWorker): Promise<void> {
     switch (msg?.kind) {
       case "get_state":
+        void this.#refreshHostState();
         break;
       case "approve":
         if (isPageOrigin(msg.origin)) await this.approve(msg.origin);

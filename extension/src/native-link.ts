@@ -250,7 +250,8 @@ export class NativeLink {
     if (!port) return;
     this.#port = null;
     this.#ready = null;
-    Object.assign(this.state, { connected: false, coreRunning: null });
+    // Closed because unused: the last answers still describe the host and Core.
+    this.state.connected = false;
     try {
       port.disconnect();
     } catch {

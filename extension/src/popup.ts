@@ -29,7 +29,13 @@ function render(state: PopupState): void {
   const host = section("host", "Desktop");
   const h = state.host;
   host.append(
-    el("p", h.connected ? `Native host ${h.hostVersion ?? "?"} (protocol ${h.protocolVersion ?? "?"})` : "Native host not connected", { id: "host-state" }),
+    el(
+      "p",
+      h.hostVersion === null
+        ? "Native host not reached yet"
+        : `Native host ${h.hostVersion} (protocol ${h.protocolVersion ?? "?"})${h.connected ? "" : ", idle"}`,
+      { id: "host-state" },
+    ),
     el("p", h.coreRunning === null ? "Core: unknown" : h.coreRunning ? "Core: running" : "Core: not running", { id: "core-state" }),
   );
   if (h.lastError) host.append(el("p", h.lastError, { class: "error" }));

@@ -528,6 +528,19 @@ describe("popup state", () => {
 });
 
 describe("popup updates", () => {
+  it("opening the popup pings the host for its state, without keeping the port when no page uses it", async () => {
+    startHub([]);
+    chrome.hostHandlers.ping = () => ({ pong: true, version: "0.1.0", protocolVersion: 2, coreRunning: false });
+    const popup = chrome.connectPopup();
+    await settle();
+    popup.postMessage({ kind: "get_state" });
+    await settle();
+    expect(chrome.host.frames.map((f) => f.type)).toEqual(["hello", "ping"]);
+    const last = popup.of("state").at(-1)!.state as { host: { coreRunning: boolean | null; hostVersion: string | null; connected: boolean } };
+    expect(last.host).toMatchObject({ hostVersion: "0.1.0", coreRunning: false, connected: false });
+    expect(chrome.host.port.closed).toBe(true);
+  });
+
   it("an open popup is told about new sessions and routes as they come", async () => {
     startHub([ORIGIN]);
     const popup = chrome.connectPopup();

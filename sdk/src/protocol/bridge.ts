@@ -157,7 +157,7 @@ export type HostState = {
   connected: boolean;
   hostVersion: string | null;
   protocolVersion: number | null;
-  /** From hello/ping; null when the host is not connected. */
+  /** From the last hello/ping; null when unknown or the host was lost. */
   coreRunning: boolean | null;
   /** The last reason the host could not be used, if any. */
   lastError: string | null;
