@@ -426,9 +426,18 @@ export class PedelecSession {
         return;
       case "operation_started":
         return;
-      case "operation_finished":
+      case "operation_finished": {
+        // Core emits operation_finished and then the status it moves to; the
+        // page's `await sendText()` continues before that status event arrives,
+        // so the status is taken now (Core's rule: completed → idle, failed →
+        // error, cancelled → idle, or ended when an end cancelled it) and the
+        // status event that follows changes nothing.
+        const next: SessionStatus | null =
+          e.outcome === "completed" ? "idle" : e.outcome === "failed" ? "error" : e.error?.code === "SESSION_ENDED" ? null : "idle";
+        if (next && !this.#ended) this.#setStatus(next, this.#ctx("status", frame));
         this.#finish(e.operationId, e.outcome, e.error);
         return;
+      }
       case "error": {
         const ctx = { ...this.#ctx("error", frame, e.operationId), type: "error", source: "core" } as ErrorEventContext;
         this.#emit(this.#errorListeners, new PedelecError(e.code, e.message, e.details), ctx);

@@ -115,6 +115,27 @@ describe("sendText", () => {
     expect(s).toMatchObject({ done: true, value: undefined });
   });
 
+  it("getStatus() right after it resolves is the status Core moves to; onStatus fires once", async () => {
+    const statuses: string[] = [];
+    session.onStatus((s) => statuses.push(s));
+    const turn = session.sendText("x");
+    await settle();
+    ev({ type: "status", status: "running" });
+    ev({ type: "operation_finished", operationId: "op_1", kind: "send_text", outcome: "completed", error: null });
+    await turn;
+    expect(session.getStatus()).toBe("idle");
+    ev({ type: "status", status: "idle" }); // Core's own status event, right after
+    await settle();
+    expect(statuses).toEqual(["running", "idle"]);
+    const failing = session.sendText("y");
+    failing.catch(() => undefined);
+    await settle();
+    ev({ type: "status", status: "running" });
+    ev({ type: "operation_finished", operationId: "op_2", kind: "send_text", outcome: "failed", error: { code: "PROVIDER_FAILED", message: "x", details: null, source: "provider" } });
+    await failing.catch(() => undefined);
+    expect(session.getStatus()).toBe("error");
+  });
+
   it("rejects with the operation's error; a cancelled one with CANCELLED", async () => {
     const a = session.sendText("a");
     await settle();

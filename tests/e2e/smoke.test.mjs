@@ -8,7 +8,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { createServer } from "node:http";
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, copyFileSync, existsSync, linkSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, extname, join, normalize, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -18,7 +18,7 @@ const here = dirname(fileURLToPath(import.meta.url));
 const repo = resolve(here, "../..");
 const sdkDist = join(repo, "sdk/dist");
 const extensionDir = join(repo, "extension/dist");
-const binDir = resolve(process.env.PEDELEC_BIN_DIR ?? join(repo, "target/debug"));
+const buildDir = resolve(process.env.PEDELEC_BIN_DIR ?? join(repo, "target/debug"));
 const chromiumPath = process.env.PEDELEC_CHROMIUM ?? "/usr/bin/chromium";
 const EXTENSION_ID = "ekeclpceddngodnkncegoclkkeknaacb";
 const HOST_NAME = "dev.pedelec.host";
@@ -52,6 +52,52 @@ function serve() {
     res.writeHead(404).end();
   });
   return new Promise((r) => server.listen(0, "127.0.0.1", () => r(server)));
+}
+
+/**
+ * A private bin dir: the built binaries (hard links, else copies) plus a stub
+ * `pedelec-agent`, because ProviderService looks for the agent beside its own
+ * executable first. Made beside the build dir so hard links work.
+ */
+function privateBinDir(buildDir) {
+  let dir;
+  try {
+    dir = mkdtempSync(join(dirname(buildDir), ".e2e-bin-"));
+  } catch {
+    dir = mkdtempSync(join(tmpdir(), "pdl-e2e-bin-"));
+  }
+  for (const name of readdirSync(buildDir)) {
+    if (!(name === "pedelecd" || name.startsWith("pedelec-")) || name.includes(".") || name === "pedelec-agent") continue;
+    try {
+      linkSync(join(buildDir, name), join(dir, name));
+    } catch {
+      copyFileSync(join(buildDir, name), join(dir, name));
+      chmodSync(join(dir, name), 0o755);
+    }
+  }
+  // The Ollama provider's agent, scripted: on "@@tool" it calls the page's
+  // get_current_page tool through pedelec-cli and reports the answer.
+  const agent = join(dir, "pedelec-agent");
+  writeFileSync(
+    agent,
+    `#!/bin/sh
+[ "$1" = "--version" ] && echo "pedelec-agent 0.0.0-stub" && exit 0
+prompt=$(/bin/cat)
+echo '{"type":"session","id":"stub-session"}'
+case "$prompt" in
+  *"@@tool"*)
+    out=$("${join(dir, "pedelec-cli")}" --thread-id "$PEDELEC_THREAD_ID" tool-call get_current_page '{}')
+    esc=$(printf '%s' "$out" | /bin/sed 's/\\\\/\\\\\\\\/g; s/"/\\\\"/g' | /usr/bin/tr -d '\\n')
+    echo '{"type":"chat_delta","text":"Page: "}'
+    printf '{"type":"chat","text":"Page: %s"}\\n' "$esc"
+    echo '{"type":"usage","input":10,"output":5}'
+    ;;
+  *) echo '{"type":"chat","text":"hello"}' ;;
+esac
+`,
+  );
+  chmodSync(agent, 0o755);
+  return dir;
 }
 
 /** Pids of the native hosts this test's Chromium started (told apart by their runtime dir). */
@@ -89,9 +135,10 @@ function withTimeout(promise, what, ms = STEP_MS) {
 }
 
 test("a page approves, lists providers, creates and ends a session through the real host", { timeout: 180_000 }, async (t) => {
-  for (const bin of ["pedelec-native-host", "pedelecd"]) {
-    assert.ok(existsSync(join(binDir, bin)), `${bin} missing in ${binDir}: cargo build --workspace --bins`);
+  for (const bin of ["pedelec-native-host", "pedelecd", "pedelec-cli"]) {
+    assert.ok(existsSync(join(buildDir, bin)), `${bin} missing in ${buildDir}: cargo build --workspace --bins`);
   }
+  const binDir = privateBinDir(buildDir);
   assert.ok(existsSync(join(extensionDir, "manifest.json")), "extension not built");
   assert.ok(existsSync(join(sdkDist, "index.js")), "sdk not built");
 
@@ -126,8 +173,8 @@ test("a page approves, lists providers, creates and ends a session through the r
     server.close();
     // The host started pedelecd detached (setsid): stop it by its own command.
     spawnSync(join(binDir, "pedelecd"), ["stop"], { env: { ...process.env, ...env }, stdio: "inherit", timeout: 20_000 });
-    if (process.env.PEDELEC_E2E_KEEP) console.log(`kept ${base}`);
-    else rmSync(base, { recursive: true, force: true });
+    if (process.env.PEDELEC_E2E_KEEP) console.log(`kept ${base} ${binDir}`);
+    else for (const d of [base, binDir]) rmSync(d, { recursive: true, force: true });
   });
 
   context = await chromium.launchPersistentContext(profile, {
@@ -197,6 +244,15 @@ test("a page approves, lists providers, creates and ends a session through the r
   const after = await page.evaluate(() => window.pedelec.getApprovalStatus());
   assert.deepEqual(after, { installed: true, approved: true, origin, appConnected: true });
 
+  // pedelecd runs now (the host started it for listProviders): give the Ollama
+  // provider a model so the scripted agent can run a turn.
+  const cli = spawnSync(join(binDir, "pedelec-cli"), ["settings", "set", "profile", "ollama", "default", "--model", "stub-model"], {
+    env: { ...process.env, ...env },
+    encoding: "utf8",
+    timeout: 20_000,
+  });
+  assert.equal(cli.status, 0, cli.stderr);
+
   const created = await withTimeout(
     page.evaluate(async () => {
       try {
@@ -228,6 +284,38 @@ test("a page approves, lists providers, creates and ends a session through the r
   assert.match(created.sessionId, /^thr_/);
   assert.deepEqual({ provider: created.provider, effortLevel: created.effortLevel, status: created.status }, { provider: "codex", effortLevel: "default", status: "idle" });
 
+  // A second session whose agent (the scripted pedelec-agent) calls the page's tool.
+  const tooled = await withTimeout(
+    page.evaluate(async () => {
+      const s = await window.pedelec.createSession({
+        provider: "ollama",
+        skills: {
+          guidance: "Use get_current_page for page context.",
+          tools: [
+            window.defineTool({
+              name: "get_current_page",
+              description: "Read the page title and URL.",
+              argsSchema: { type: "object", properties: {}, required: [] },
+              handler: (_args, ctx) => {
+                window.toolCalls = (window.toolCalls ?? 0) + 1;
+                return { url: location.href, title: document.title, tool: ctx.tool };
+              },
+            }),
+          ],
+        },
+      });
+      window.tooled = s;
+      window.turn = { chats: [], deltas: [], statuses: [], errors: [] };
+      s.onChat((t, ctx) => window.turn.chats.push([t, typeof ctx.operationId]));
+      s.onChatDelta((d) => window.turn.deltas.push(d));
+      s.onStatus((st) => window.turn.statuses.push(st));
+      s.onError((e) => window.turn.errors.push(e.code));
+      return s.sessionId;
+    }),
+    "createSession(ollama)",
+  );
+  assert.match(tooled, /^thr_/);
+
   // The popup lists the live session under its origin.
   await withTimeout(popup.locator("#sessions li", { hasText: created.sessionId }).waitFor(), "session in popup");
   assert.match(await popup.locator("#host-state").textContent(), /Native host 0\.1\.0 \(protocol 2\)/);
@@ -249,6 +337,25 @@ test("a page approves, lists providers, creates and ends a session through the r
     "the session after a host restart",
   );
   assert.deepEqual(afterRestart, { detached: false, status: "idle", errors: [] });
+
+  // A turn with a tool call on the re-attached stream: the page's handler
+  // answers, sendText resolves when the operation completes.
+  const turn = await withTimeout(
+    page.evaluate(async () => {
+      await window.tooled.sendText("@@tool: what page is this?");
+      return { ...window.turn, toolCalls: window.toolCalls, usage: window.tooled.usage.totalTokens, status: window.tooled.getStatus() };
+    }),
+    "a turn with a tool call",
+  );
+  assert.equal(turn.toolCalls, 1);
+  assert.equal(turn.chats.length, 1, JSON.stringify(turn));
+  assert.match(turn.chats[0][0], /^Page: \{"ok":true,"result":\{.*"title":"Pedelec smoke".*\}\}$/);
+  assert.equal(turn.chats[0][1], "string", "chat context carries the operation id");
+  assert.deepEqual(turn.deltas, ["Page: "]);
+  assert.deepEqual(turn.errors, []);
+  assert.equal(turn.usage, 15);
+  assert.equal(turn.status, "idle");
+  assert.ok(turn.statuses.includes("running") && turn.statuses.includes("waiting_tool_result"), JSON.stringify(turn.statuses));
 
   const ended = await withTimeout(
     page.evaluate(async () => {
