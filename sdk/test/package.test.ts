@@ -1,5 +1,7 @@
 import { spawnSync } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 
 describe("the npm package", () => {
@@ -17,4 +19,29 @@ describe("the npm package", () => {
     const entry = readFileSync(new URL("../dist/index.js", import.meta.url), "utf8");
     for (const m of entry.matchAll(/from "([^"]+)"/g)) expect(m[1]).toMatch(/^\.\//);
   });
+
+  it("the packed tarball installs into a fresh project and imports; outside a page it says EXTENSION_UNAVAILABLE", () => {
+    const dir = mkdtempSync(join(tmpdir(), "pedelec-pack-"));
+    try {
+      const sdk = new URL("..", import.meta.url).pathname;
+      const pack = spawnSync("npm", ["pack", "--json", "--ignore-scripts", "--pack-destination", dir], { cwd: sdk, encoding: "utf8" });
+      expect(pack.status, pack.stderr).toBe(0);
+      const tarball = join(dir, (JSON.parse(pack.stdout) as Array<{ filename: string }>)[0]!.filename);
+      const app = join(dir, "app");
+      spawnSync("mkdir", ["-p", app]);
+      writeFileSync(join(app, "package.json"), JSON.stringify({ name: "app", version: "1.0.0", type: "module" }));
+      const install = spawnSync("npm", ["install", "--offline", "--no-audit", "--no-fund", tarball], { cwd: app, encoding: "utf8" });
+      expect(install.status, install.stderr).toBe(0);
+      writeFileSync(
+        join(app, "main.js"),
+        'import { Pedelec, defineTool, PedelecError } from "@pedelec/sdk";\n' +
+          "const p = new Pedelec();\n" +
+          "try { await p.listProviders(); } catch (e) { console.log(e instanceof PedelecError, e.code, typeof defineTool); }\n",
+      );
+      const run = spawnSync("node", ["main.js"], { cwd: app, encoding: "utf8" });
+      expect(run.stdout.trim(), run.stderr).toBe("true EXTENSION_UNAVAILABLE function");
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
 });
