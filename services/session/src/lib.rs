@@ -10,6 +10,9 @@ mod thread;
 mod tools;
 mod turn;
 
+#[cfg(test)]
+mod tests;
+
 use std::time::Duration;
 
 use pedelec_common::{DataDir, RuntimeDir, ServiceName};
@@ -17,7 +20,7 @@ use pedelec_proto::v1::session_service_server::SessionServiceServer;
 
 pub use error::SessionError;
 pub use replay::ReplayLimits;
-pub use sessions::{Config, Sessions};
+pub use sessions::{Config, Sessions, Upstream};
 
 /// The grace period before an auto-end thread without routes is ended: long
 /// enough for the extension to reconnect a dropped native port and re-attach.
@@ -40,21 +43,24 @@ pub const DEFAULT_EVICT_ENDED_AFTER: Duration = Duration::from_secs(600);
 
 /// Ensures the directories, loads the journal and serves until SIGTERM/SIGINT.
 pub async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
+    run_until(config, pedelec_common::shutdown_signal()).await
+}
+
+/// Serves SessionService on its socket until `shutdown` resolves.
+pub async fn run_until(
+    config: Config,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), Box<dyn std::error::Error>> {
     config.runtime_dir.ensure()?;
     config.data_dir.ensure()?;
     let socket = config.runtime_dir.socket(ServiceName::Session);
-    let sessions = Sessions::open(config);
+    let upstream = Upstream::on_sockets(&config.runtime_dir);
+    let sessions = Sessions::open(config, upstream);
     let routes = tonic::service::Routes::new(
         SessionServiceServer::new(grpc::SessionGrpc(sessions))
             .max_decoding_message_size(pedelec_common::MAX_GRPC_MESSAGE)
             .max_encoding_message_size(pedelec_common::MAX_GRPC_MESSAGE),
     );
-    pedelec_common::uds::serve(
-        &socket,
-        ServiceName::Session,
-        routes,
-        pedelec_common::shutdown_signal(),
-    )
-    .await?;
+    pedelec_common::uds::serve(&socket, ServiceName::Session, routes, shutdown).await?;
     Ok(())
 }

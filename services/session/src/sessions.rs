@@ -17,7 +17,7 @@ use tonic::transport::Channel;
 use crate::error::{SessionError, upstream};
 use crate::record::{Journal, OpKind, Outcome, Status, ThreadRecord, UsageRecord};
 use crate::replay::ReplayLimits;
-use crate::thread::Thread;
+use crate::thread::{SnapshotView, Thread};
 use crate::turn;
 
 /// What a SessionService process needs to know.
@@ -62,22 +62,35 @@ const ROUTE_BATCH: usize = 256;
 /// An attached route's stream of events.
 pub type EventStream = mpsc::Receiver<Result<pb::SessionEvent, tonic::Status>>;
 
+/// The services SessionService calls: ProviderService and ToolBridgeService
+/// on their sockets, or in-process fakes in the unit tests.
+#[derive(Clone)]
+pub struct Upstream {
+    pub provider: ProviderServiceClient<Channel>,
+    pub tools: ToolBridgeServiceClient<Channel>,
+}
+
+impl Upstream {
+    /// Lazy connections to the sibling services' sockets in `runtime_dir`.
+    pub fn on_sockets(runtime_dir: &RuntimeDir) -> Upstream {
+        let max = pedelec_common::MAX_GRPC_MESSAGE;
+        let channel = |service| pedelec_common::uds::connect_lazy(&runtime_dir.socket(service));
+        Upstream {
+            provider: ProviderServiceClient::new(channel(pedelec_common::ServiceName::Provider))
+                .max_decoding_message_size(max)
+                .max_encoding_message_size(max),
+            tools: ToolBridgeServiceClient::new(channel(pedelec_common::ServiceName::ToolBridge))
+                .max_decoding_message_size(max)
+                .max_encoding_message_size(max),
+        }
+    }
+}
+
 impl Sessions {
     /// Loads the journal (threads survive a restart of this service) and
-    /// connects lazily to ProviderService and ToolBridgeService.
-    pub fn open(config: Config) -> Sessions {
-        let rt = &config.runtime_dir;
-        let max = pedelec_common::MAX_GRPC_MESSAGE;
-        let provider = ProviderServiceClient::new(pedelec_common::uds::connect_lazy(
-            &rt.socket(pedelec_common::ServiceName::Provider),
-        ))
-        .max_decoding_message_size(max)
-        .max_encoding_message_size(max);
-        let tools = ToolBridgeServiceClient::new(pedelec_common::uds::connect_lazy(
-            &rt.socket(pedelec_common::ServiceName::ToolBridge),
-        ))
-        .max_decoding_message_size(max)
-        .max_encoding_message_size(max);
+    /// starts following the tool bridge.
+    pub fn open(config: Config, upstream: Upstream) -> Sessions {
+        let Upstream { provider, tools } = upstream;
         let journal = Journal::new(config.data_dir.sessions());
         let sessions = Sessions {
             inner: Arc::new(Inner {
@@ -186,6 +199,11 @@ impl Sessions {
                 tracing::debug!(session = t.id(), "ended thread evicted from memory");
             }
         });
+    }
+
+    #[cfg(test)]
+    pub(crate) fn in_memory(&self, id: &str) -> bool {
+        self.threads().contains_key(id)
     }
 
     fn threads(&self) -> MutexGuard<'_, HashMap<String, SharedThread>> {
@@ -428,12 +446,12 @@ impl Sessions {
             }
             let last = t.record.last_seq;
             let initial = match req.after_seq {
-                None => vec![t.snapshot_event(false)],
+                None => vec![t.snapshot_event(SnapshotView::Current)],
                 Some(after) => match t.replay.after(after, last, usize::MAX) {
-                    Some(events) => std::iter::once(t.snapshot_event(false))
+                    Some(events) => std::iter::once(t.snapshot_event(SnapshotView::Current))
                         .chain(events)
                         .collect(),
-                    None => vec![t.snapshot_event(true)],
+                    None => vec![t.snapshot_event(SnapshotView::AfterGap)],
                 },
             };
             (key, initial, last, t.notify.subscribe())
@@ -471,7 +489,7 @@ impl Sessions {
                         }
                         None => {
                             cursor = last;
-                            vec![t.snapshot_event(true)]
+                            vec![t.snapshot_event(SnapshotView::AfterGap)]
                         }
                     };
                     more = cursor < last;

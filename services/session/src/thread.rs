@@ -16,6 +16,15 @@ use crate::record::{
 };
 use crate::replay::{ReplayBuffer, ReplayLimits};
 
+/// Why a route gets a snapshot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SnapshotView {
+    /// The start of a stream whose route misses nothing.
+    Current,
+    /// Events the route needed are no longer held: it reconciles from this.
+    AfterGap,
+}
+
 pub struct Thread {
     pub record: ThreadRecord,
     pub replay: ReplayBuffer,
@@ -326,9 +335,10 @@ impl Thread {
         }
     }
 
-    pub fn snapshot_event(&self, replay_gap: bool) -> pb::SessionEvent {
+    /// The thread's snapshot as the event a route receives.
+    pub fn snapshot_event(&self, view: SnapshotView) -> pb::SessionEvent {
         let mut snapshot = self.snapshot();
-        snapshot.replay_gap = replay_gap;
+        snapshot.replay_gap = view == SnapshotView::AfterGap;
         pb::SessionEvent {
             session_id: self.record.session_id.clone(),
             seq: self.record.last_seq,

@@ -1,0 +1,404 @@
+//! SessionService's state machine in-process: `Sessions` over fake
+//! ProviderService and ToolBridgeService served on sockets in a temp dir, so
+//! end, cancel, reactivate, auto-end and eviction are tested without the
+//! other processes (the cross-process tests in `tests/` run the real ones).
+
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use pb::provider_event::Event as ProviderEvent;
+use pb::provider_service_server::{ProviderService, ProviderServiceServer};
+use pb::session_event::Event;
+use pb::tool_bridge_service_server::{ToolBridgeService, ToolBridgeServiceServer};
+use pedelec_common::{DataDir, RuntimeDir, ServiceName};
+use pedelec_proto::v1 as pb;
+use tokio::sync::mpsc;
+use tokio_stream::Stream;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+
+use crate::{Config, Sessions, Upstream};
+
+type Reply<T> = Result<Response<T>, Status>;
+type Events<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
+
+const ORIGIN: &str = "https://app.example";
+
+/// What the fakes saw, and the turns they are running.
+#[derive(Default)]
+struct Seen {
+    /// One sender per RunTurn: the test plays the agent through it.
+    turns: Vec<mpsc::Sender<Result<pb::ProviderEvent, Status>>>,
+    /// (session id, keep_manifest) of every Drop.
+    drops: Vec<(String, bool)>,
+    registered: Vec<String>,
+}
+
+#[derive(Clone, Default)]
+struct Fakes(Arc<Mutex<Seen>>);
+
+impl Fakes {
+    fn seen(&self) -> std::sync::MutexGuard<'_, Seen> {
+        self.0.lock().unwrap()
+    }
+}
+
+#[tonic::async_trait]
+impl ProviderService for Fakes {
+    async fn list_providers(
+        &self,
+        _: Request<pb::ListProvidersRequest>,
+    ) -> Reply<pb::ListProvidersResponse> {
+        Err(Status::unimplemented("not needed"))
+    }
+    async fn get_settings(&self, _: Request<pb::GetSettingsRequest>) -> Reply<pb::PublicSettings> {
+        Err(Status::unimplemented("not needed"))
+    }
+    async fn get_full_settings(&self, _: Request<pb::GetSettingsRequest>) -> Reply<pb::Settings> {
+        Err(Status::unimplemented("not needed"))
+    }
+    async fn update_settings(&self, _: Request<pb::UpdateSettingsRequest>) -> Reply<pb::Settings> {
+        Err(Status::unimplemented("not needed"))
+    }
+    async fn resolve_profile(
+        &self,
+        req: Request<pb::ResolveProfileRequest>,
+    ) -> Reply<pb::ResolvedProfile> {
+        let req = req.into_inner();
+        Ok(Response::new(pb::ResolvedProfile {
+            provider: req.provider.unwrap_or_else(|| "codex".into()),
+            effort_level: "default".into(),
+            model: String::new(),
+            effort: String::new(),
+        }))
+    }
+    type RunTurnStream = Events<pb::ProviderEvent>;
+    async fn run_turn(&self, _: Request<pb::RunTurnRequest>) -> Reply<Self::RunTurnStream> {
+        let (tx, rx) = mpsc::channel(16);
+        self.seen().turns.push(tx);
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+    async fn cancel_turn(
+        &self,
+        _: Request<pb::CancelTurnRequest>,
+    ) -> Reply<pb::CancelTurnResponse> {
+        Err(Status::unimplemented("not needed"))
+    }
+}
+
+#[tonic::async_trait]
+impl ToolBridgeService for Fakes {
+    async fn register(
+        &self,
+        req: Request<pb::RegisterToolsRequest>,
+    ) -> Reply<pb::RegisterToolsResponse> {
+        self.seen().registered.push(req.into_inner().session_id);
+        Ok(Response::new(pb::RegisterToolsResponse {
+            tool_token: "token".into(),
+            tool_count: 0,
+        }))
+    }
+    async fn render_prompt(
+        &self,
+        _: Request<pb::RenderPromptRequest>,
+    ) -> Reply<pb::RenderPromptResponse> {
+        Ok(Response::new(pb::RenderPromptResponse::default()))
+    }
+    async fn get_tool_spec(&self, _: Request<pb::GetToolSpecRequest>) -> Reply<pb::ToolSpec> {
+        Err(Status::unimplemented("not needed"))
+    }
+    async fn call_tool(&self, _: Request<pb::CallToolRequest>) -> Reply<pb::CallToolResponse> {
+        Err(Status::unimplemented("not needed"))
+    }
+    type WatchStream = Events<pb::ToolEvent>;
+    async fn watch(&self, _: Request<pb::WatchToolsRequest>) -> Reply<Self::WatchStream> {
+        Ok(Response::new(Box::pin(tokio_stream::pending())))
+    }
+    async fn resolve(&self, _: Request<pb::ResolveToolRequest>) -> Reply<pb::ResolveToolResponse> {
+        Err(Status::unimplemented("not needed"))
+    }
+    async fn drop(&self, req: Request<pb::DropToolsRequest>) -> Reply<pb::DropToolsResponse> {
+        let req = req.into_inner();
+        self.seen().drops.push((req.session_id, req.keep_manifest));
+        Ok(Response::new(pb::DropToolsResponse { dropped: 0 }))
+    }
+}
+
+struct Harness {
+    _dir: tempfile::TempDir,
+    config: Config,
+    fakes: Fakes,
+    sessions: Sessions,
+}
+
+async fn harness(configure: impl FnOnce(&mut Config)) -> Harness {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime_dir = RuntimeDir::at(dir.path().join("rt"));
+    runtime_dir.ensure().unwrap();
+    let data_dir = DataDir::at(dir.path().join("data"));
+    data_dir.ensure().unwrap();
+    let fakes = Fakes::default();
+    for (service, routes) in [
+        (
+            ServiceName::Provider,
+            tonic::service::Routes::new(ProviderServiceServer::new(fakes.clone())),
+        ),
+        (
+            ServiceName::ToolBridge,
+            tonic::service::Routes::new(ToolBridgeServiceServer::new(fakes.clone())),
+        ),
+    ] {
+        let socket = runtime_dir.socket(service);
+        tokio::spawn(async move {
+            pedelec_common::uds::serve(&socket, service, routes, std::future::pending())
+                .await
+                .unwrap()
+        });
+    }
+    let mut config = Config::new(runtime_dir, data_dir);
+    configure(&mut config);
+    let sessions = Sessions::open(config.clone(), Upstream::on_sockets(&config.runtime_dir));
+    Harness {
+        _dir: dir,
+        config,
+        fakes,
+        sessions,
+    }
+}
+
+impl Harness {
+    async fn create(&self, auto_end: bool) -> String {
+        let manifest = serde_json::json!({"tools": []});
+        self.sessions
+            .create(pb::CreateSessionRequest {
+                origin: ORIGIN.into(),
+                auto_end_on_disconnect: auto_end,
+                skills: Some(pedelec_common::json::to_struct(
+                    manifest.as_object().unwrap(),
+                )),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .session_id
+    }
+
+    fn status(&self, id: &str) -> pb::SessionStatus {
+        let snapshot = self.sessions.get(id, ORIGIN).unwrap();
+        pb::SessionStatus::try_from(snapshot.status).unwrap()
+    }
+
+    /// The sender of the newest turn, once the operation has asked for it.
+    async fn turn(&self) -> mpsc::Sender<Result<pb::ProviderEvent, Status>> {
+        for _ in 0..500 {
+            if let Some(tx) = self.fakes.seen().turns.last() {
+                return tx.clone();
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("no RunTurn arrived");
+    }
+}
+
+/// Every event of a stream until `done` accepts one (or the stream ends).
+async fn events_until(
+    rx: &mut crate::sessions::EventStream,
+    done: impl Fn(&Event) -> bool,
+) -> Vec<Event> {
+    let mut out = Vec::new();
+    while let Ok(Some(Ok(event))) = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await {
+        let event = event.event.unwrap();
+        let stop = done(&event);
+        out.push(event);
+        if stop {
+            return out;
+        }
+    }
+    panic!("stream ended or stalled after {out:?}");
+}
+
+fn is_finished(e: &Event) -> bool {
+    matches!(e, Event::OperationFinished(_))
+}
+
+/// Polls `cond` until it holds (a ceiling against hangs, not a speed check).
+async fn eventually(what: &str, cond: impl Fn() -> bool) {
+    for _ in 0..500 {
+        if cond() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{what} did not happen");
+}
+
+fn attach(h: &Harness, id: &str) -> crate::sessions::EventStream {
+    h.sessions
+        .attach(pb::AttachRequest {
+            session_id: id.into(),
+            origin: ORIGIN.into(),
+            route_id: "test".into(),
+            after_seq: None,
+        })
+        .unwrap()
+}
+
+#[tokio::test]
+async fn cancel_finishes_the_operation_and_stops_the_turn() {
+    let h = harness(|_| {}).await;
+    let id = h.create(false).await;
+    let mut rx = attach(&h, &id);
+    h.sessions.send_text(&id, ORIGIN, "hi".into()).unwrap();
+    let turn = h.turn().await;
+    turn.send(Ok(pb::ProviderEvent {
+        event: Some(ProviderEvent::ChatDelta("Hel".into())),
+    }))
+    .await
+    .unwrap();
+    let cancelled = h.sessions.cancel(&id, ORIGIN).await.unwrap();
+    assert!(!cancelled.is_empty());
+    let events = events_until(&mut rx, is_finished).await;
+    let Some(Event::OperationFinished(f)) = events.last() else {
+        unreachable!()
+    };
+    assert_eq!(f.outcome, pb::OperationOutcome::Cancelled as i32);
+    assert_eq!(f.error.as_ref().unwrap().code, "CANCELLED");
+    assert_eq!(h.status(&id), pb::SessionStatus::Idle);
+    // The operation's task dropped its RunTurn stream (ProviderService then
+    // kills the process group); the bridge was told to fail pending calls
+    // but keep the tools.
+    tokio::time::timeout(Duration::from_secs(5), turn.closed())
+        .await
+        .expect("the turn stream was dropped");
+    assert_eq!(h.fakes.seen().drops, vec![(id.clone(), true)]);
+    // Nothing runs any more: a second cancel has nothing to interrupt.
+    assert_eq!(h.sessions.cancel(&id, ORIGIN).await.unwrap(), "");
+}
+
+#[tokio::test]
+async fn end_is_idempotent_and_blocks_operations_until_reactivate() {
+    let h = harness(|_| {}).await;
+    let id = h.create(false).await;
+    let mut rx = attach(&h, &id);
+    h.sessions.send_text(&id, ORIGIN, "hi".into()).unwrap();
+    let turn = h.turn().await;
+    let ended = h
+        .sessions
+        .end(&id, ORIGIN, pb::EndReason::Requested)
+        .await
+        .unwrap();
+    assert_eq!(ended.status, pb::SessionStatus::Ended as i32);
+    let events = events_until(&mut rx, |e| matches!(e, Event::Ended(_))).await;
+    let finished: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::OperationFinished(f) => Some(f),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(finished.len(), 1);
+    assert_eq!(finished[0].error.as_ref().unwrap().code, "SESSION_ENDED");
+    let Some(Event::Ended(e)) = events.last() else {
+        unreachable!()
+    };
+    assert_eq!(e.reason, pb::EndReason::Requested as i32);
+    tokio::time::timeout(Duration::from_secs(5), turn.closed())
+        .await
+        .expect("the turn stream was dropped");
+
+    // Again: no new events, the same state.
+    let seq = ended.last_seq;
+    let again = h
+        .sessions
+        .end(&id, ORIGIN, pb::EndReason::Requested)
+        .await
+        .unwrap();
+    assert_eq!(again.last_seq, seq);
+    assert_eq!(
+        h.sessions
+            .send_text(&id, ORIGIN, "more".into())
+            .unwrap_err()
+            .code(),
+        pedelec_common::Code::SESSION_ENDED
+    );
+    assert_eq!(h.fakes.seen().drops, vec![(id.clone(), false)]);
+
+    let snapshot = h.sessions.reactivate(&id, ORIGIN).await.unwrap();
+    assert_eq!(snapshot.status, pb::SessionStatus::Idle as i32);
+    assert_eq!(h.fakes.seen().registered.len(), 2, "tools registered again");
+    h.sessions.send_text(&id, ORIGIN, "more".into()).unwrap();
+}
+
+#[tokio::test]
+async fn reactivate_needs_the_workspace() {
+    let h = harness(|_| {}).await;
+    let id = h.create(false).await;
+    h.sessions
+        .end(&id, ORIGIN, pb::EndReason::Requested)
+        .await
+        .unwrap();
+    std::fs::remove_dir_all(h.config.data_dir.workspaces().join(&id)).unwrap();
+    let err = h.sessions.reactivate(&id, ORIGIN).await.unwrap_err();
+    assert_eq!(err.code(), pedelec_common::Code::WORKSPACE_OPEN_FAILED);
+    assert_eq!(h.status(&id), pb::SessionStatus::Ended);
+}
+
+#[tokio::test]
+async fn auto_end_after_the_last_route_unless_one_comes_back() {
+    let grace = Duration::from_millis(1000);
+    let h = harness(|c| c.auto_end_grace = grace).await;
+    let id = h.create(true).await;
+
+    // A route that comes back within the grace period keeps the thread.
+    drop(attach(&h, &id));
+    let rx = attach(&h, &id);
+    tokio::time::sleep(grace * 3 / 2).await;
+    assert_eq!(h.status(&id), pb::SessionStatus::Idle);
+
+    // The last route gone for good: ended with reason auto_end.
+    drop(rx);
+    eventually("auto-end", || h.status(&id) == pb::SessionStatus::Ended).await;
+    let mut rx = h
+        .sessions
+        .attach(pb::AttachRequest {
+            session_id: id.clone(),
+            origin: ORIGIN.into(),
+            route_id: "late".into(),
+            after_seq: Some(0),
+        })
+        .unwrap();
+    let events = events_until(&mut rx, |e| matches!(e, Event::Ended(_))).await;
+    let Some(Event::Ended(e)) = events.last() else {
+        unreachable!()
+    };
+    assert_eq!(e.reason, pb::EndReason::AutoEnd as i32);
+
+    // A thread never attached is not auto-ended.
+    let never = h.create(true).await;
+    tokio::time::sleep(grace * 3 / 2).await;
+    assert_eq!(h.status(&never), pb::SessionStatus::Idle);
+}
+
+#[tokio::test]
+async fn an_ended_thread_leaves_memory_and_comes_back_from_the_journal() {
+    let h = harness(|c| c.evict_ended_after = Duration::from_millis(50)).await;
+    let id = h.create(false).await;
+    h.sessions
+        .end(&id, ORIGIN, pb::EndReason::Requested)
+        .await
+        .unwrap();
+    eventually("eviction", || !h.sessions.in_memory(&id)).await;
+    // Get loads it again, as it was.
+    assert_eq!(h.status(&id), pb::SessionStatus::Ended);
+    assert!(h.sessions.in_memory(&id));
+    // An attached route keeps it in memory past the eviction time.
+    let rx = attach(&h, &id);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(h.sessions.in_memory(&id));
+    drop(rx);
+    eventually("eviction after the route left", || {
+        !h.sessions.in_memory(&id)
+    })
+    .await;
+}
