@@ -135,9 +135,16 @@ export class Pedelec {
   }
 
   #adopt(connection: Connection, init: ConstructorParameters<typeof PedelecSession>[1]): PedelecSession {
+    const existing = this.#sessions.get(init.sessionId);
+    if (existing && !existing.detached) {
+      // resumeSession() of a session this client already has a live handle for
+      // (React Strict Mode, duplicated effects): the same handle, reconciled,
+      // so one session never has two handles racing for its tool requests.
+      existing._reconcile(init.snapshot);
+      return existing;
+    }
     const host: SessionHost = { connection };
     const session = new PedelecSession(host, init);
-    // A second handle of the same session on this client replaces the first for events.
     this.#sessions.set(session.sessionId, session);
     for (const msg of this.#early.get(session.sessionId) ?? []) session._frame(msg.frame, msg.toolOwner);
     this.#early.delete(session.sessionId);

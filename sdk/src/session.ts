@@ -455,6 +455,11 @@ export class PedelecSession {
     }
   }
 
+  /** @internal A fresh snapshot for this live handle (a repeated resumeSession()). */
+  _reconcile(snapshot: Snapshot): void {
+    this.#applySnapshot(snapshot, true, false);
+  }
+
   /** @internal The route that owned a pending tool request left; this one answers it. */
   _handover(request: PendingToolRequest): void {
     this.#toolOwner = true;

@@ -242,6 +242,21 @@ describe("resumeSession", () => {
     expect(chats).toEqual(["new"]);
   });
 
+  it("resuming a session this client already holds returns the same live handle (handlers run once)", async () => {
+    const pedelec = new Pedelec();
+    const [a, b] = await Promise.all([pedelec.resumeSession("thr_1"), pedelec.resumeSession("thr_1")]);
+    expect(a).toBe(b);
+    const c = await pedelec.resumeSession("thr_1");
+    expect(c).toBe(a);
+    const runs: string[] = [];
+    a.onTool("t", () => runs.push("a"));
+    c.onTool("t", () => runs.push("c"));
+    ext.event("thr_1", 1, { type: "tool_request", toolRequestId: "tr_1", tool: "t", args: {}, operationId: "op_1", timeoutMs: 1, deadlineAt: 1 });
+    await settle();
+    expect(runs).toHaveLength(1);
+    expect(ext.callsOf("submit_tool_result")).toHaveLength(1);
+  });
+
   it("an ended session stays ended (no reactivation)", async () => {
     ext.on("resume_session", (p) => ({ sessionId: p.sessionId, snapshot: snapshot({ status: "ended" }), toolOwner: true }));
     const session = await new Pedelec().resumeSession("thr_1");
