@@ -1,3 +1,0 @@
-export * from "./native.js";
-export * from "./bridge.js";
-export * from "./codes.js";
