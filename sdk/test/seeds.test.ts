@@ -224,10 +224,12 @@ describe("the seeds' examples, with the import changed to @pedelec/sdk", () => {
       localStorage.set("pedelec-session", JSON.stringify(record));
     }
     const record = JSON.parse(localStorage.get("pedelec-session")!) as { sessionId: string };
+    // After a reload: a new page, a new client.
+    const reloaded = new Pedelec();
 
     let resumePromise: Promise<PedelecSession> | null = null;
     function resumeOnce(id: string) {
-      resumePromise ??= pedelec.resumeSession(id);
+      resumePromise ??= reloaded.resumeSession(id);
       return resumePromise;
     }
     const [session, same] = await Promise.all([resumeOnce(record.sessionId), resumeOnce(record.sessionId)]);
