@@ -261,12 +261,12 @@ export class Hub {
     const session = this.#newSession(created.sessionId, route.origin, route, created.snapshot.autoEndOnDisconnect);
     try {
       const attached = await this.native.request("attach", route.origin, { sessionId: created.sessionId });
-      this.#attached(session, attached.snapshot);
-      if (route.closed) {
-        // The page left while the session was being made.
-        this.#routeLeft(session, route.id);
+      if (this.#sessions.get(session.sessionId) !== session) {
+        // The page left while the session was being made; its leaving already
+        // ended (auto-end) or detached the session.
         throw bridgeError("EXTENSION_DISCONNECTED", "the page disconnected");
       }
+      this.#attached(session, attached.snapshot);
       return { sessionId: created.sessionId, provider: created.provider, effortLevel: created.effortLevel, snapshot: attached.snapshot, toolOwner: true };
     } catch (e) {
       if (this.#sessions.get(session.sessionId) === session && !route.closed) this.#routeLeft(session, route.id);
@@ -304,11 +304,12 @@ export class Hub {
     const session = this.#newSession(sessionId, route.origin, route, false);
     try {
       const attached = await this.native.request("attach", route.origin, { sessionId });
+      if (this.#sessions.get(sessionId) !== session) throw bridgeError("EXTENSION_DISCONNECTED", "the page disconnected");
       this.#attached(session, attached.snapshot);
       return { sessionId, snapshot: attached.snapshot, toolOwner: true };
     } catch (e) {
       // Nothing was attached: forget it without ending anything.
-      this.#forget(session);
+      if (this.#sessions.get(sessionId) === session) this.#forget(session);
       throw e;
     }
   }

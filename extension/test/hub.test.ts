@@ -348,6 +348,35 @@ describe("sessions, fan-out and tool owners", () => {
     expect(chrome.host.of("end")).toEqual([]);
   });
 
+  it("a created session whose attach fails is ended (the page never got a handle) and the error reaches the page", async () => {
+    chrome.hostHandlers.attach = () => {
+      throw new HostFailure("CORE_UNAVAILABLE", "session service restarting");
+    };
+    const p = await page();
+    const r = await call(p, "create_session");
+    expect(r.error.code).toBe("CORE_UNAVAILABLE");
+    await settle();
+    expect(chrome.host.of("end").map((f) => f.payload)).toEqual([{ sessionId: "thr_1", reason: "auto_end" }]);
+    expect(hub.state().sessions).toEqual([]);
+  });
+
+  it("a page that leaves while its session is being created: the session is ended, not leaked", async () => {
+    let releaseAttach!: () => void;
+    chrome.hostHandlers.attach = (f, h) => {
+      releaseAttach = () => h.send({ id: f.id, ok: true, result: { sessionId: f.payload!.sessionId, snapshot: snapshot({ sessionId: f.payload!.sessionId as string }) } });
+      return NO_REPLY;
+    };
+    const p = await page();
+    start(p, "create_session");
+    await settle();
+    p.disconnect();
+    await settle();
+    releaseAttach();
+    await settle();
+    expect(chrome.host.of("end").map((f) => f.payload)).toEqual([{ sessionId: "thr_1", reason: "auto_end" }]);
+    expect(hub.state().sessions).toEqual([]);
+  });
+
   it("events for a session are held while its attach is in flight and delivered after", async () => {
     chrome.hostHandlers.attach = (f, h) => {
       h.event(f.payload!.sessionId as string, 1, { type: "status", status: "running" });
