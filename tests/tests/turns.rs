@@ -352,7 +352,6 @@ async fn busy_while_running_and_cancel_kills_the_stub() {
         [
             "operation_started",
             "status:running",
-            "error:CANCELLED",
             "operation_finished:cancelled",
             "status:idle"
         ]
@@ -385,7 +384,6 @@ async fn end_kills_a_running_turn() {
         [
             "operation_started",
             "status:running",
-            "error:SESSION_ENDED",
             "operation_finished:cancelled",
             "status:ended",
             "ended"

@@ -279,7 +279,10 @@ impl Thread {
         op.error = error
             .as_ref()
             .map(|(e, source)| ErrorRecord::new(e, *source == pb::ErrorSource::Provider));
-        if let Some((e, source)) = &error {
+        // A failure is also an error event (the page's onError); a cancelled
+        // operation is not: the page asked for it, or ended the thread, and
+        // operation_finished carries the reason.
+        if let Some((e, source)) = error.as_ref().filter(|_| outcome == Outcome::Failed) {
             self.emit_error(e.to_proto(*source as i32), operation_id);
         }
         // A pending tool request dies with its operation (the bridge is told
