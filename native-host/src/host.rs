@@ -34,10 +34,6 @@ macro_rules! rpc {
     };
 }
 
-/// The Pedelec extension's id (from the public key in the extension manifest,
-/// see docs/native-messaging.md); more come from `$PEDELEC_ALLOWED_EXTENSIONS`.
-pub const DEFAULT_ALLOWED_EXTENSIONS: &[&str] = &["ekeclpceddngodnkncegoclkkeknaacb"];
-
 /// Queued outgoing messages; a full queue holds back event forwarding (and so
 /// the gRPC streams) instead of dropping anything.
 const OUT_QUEUE: usize = 4096;
@@ -48,25 +44,6 @@ const REFUSAL_LINGER: Duration = Duration::from_millis(300);
 /// Requests in flight at most; reading stdin waits for one to finish, so a
 /// flood of 64 MiB frames cannot grow memory without bound.
 pub const MAX_IN_FLIGHT: usize = 64;
-
-/// The extension ids this host serves: the built-in list plus the
-/// comma-separated `$PEDELEC_ALLOWED_EXTENSIONS`.
-pub fn allowed_extensions() -> Vec<String> {
-    let mut ids: Vec<String> = DEFAULT_ALLOWED_EXTENSIONS
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    if let Ok(extra) = std::env::var("PEDELEC_ALLOWED_EXTENSIONS") {
-        ids.extend(
-            extra
-                .split(',')
-                .map(str::trim)
-                .filter(|s| !s.is_empty())
-                .map(str::to_string),
-        );
-    }
-    ids
-}
 
 /// The id in `chrome-extension://<id>/`, if argv[1] has that shape.
 pub fn extension_id(origin: &str) -> Option<&str> {

@@ -18,7 +18,7 @@ use pedelec_common::RuntimeDir;
 pub async fn main(extension_origin: Option<String>) {
     let runtime = RuntimeDir::from_env();
     let log_file = log::init(&runtime);
-    let allowed_ids = host::allowed_extensions();
+    let allowed_ids = pedelec_common::extension::allowed_ids();
     let allowed = host::is_allowed(extension_origin.as_deref(), &allowed_ids);
     let origin = extension_origin.unwrap_or_default();
     if allowed {

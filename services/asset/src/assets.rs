@@ -55,7 +55,13 @@ impl Assets {
             sessions: SessionServiceClient::new(sessions)
                 .max_decoding_message_size(MAX_GRPC_MESSAGE)
                 .max_encoding_message_size(MAX_GRPC_MESSAGE),
-            tickets: Tickets::new(limits.ticket_ttl),
+            tickets: Tickets::with_extension_origins(
+                limits.ticket_ttl,
+                pedelec_common::extension::allowed_ids()
+                    .iter()
+                    .map(|id| pedelec_common::extension::origin(id))
+                    .collect(),
+            ),
             limits,
             base_url,
         }

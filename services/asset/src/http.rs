@@ -2,7 +2,8 @@
 //! gRPC or native messaging; the SDK `fetch`es them here with a ticket.
 //!
 //! `PUT /assets/upload/<ticket>` and `GET /assets/download/<ticket>`, each with
-//! `Authorization: Bearer <token>`; CORS answers only the ticket's origin.
+//! `Authorization: Bearer <token>`; CORS answers only the ticket's origin
+//! and the extension's pages (which transfer bytes for a page).
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -129,7 +130,12 @@ async fn handle(assets: &Assets, hosts: &[String], req: Request<Incoming>) -> Re
     // page can read why a reused or late ticket is refused.
     let cors = origin
         .as_deref()
-        .filter(|o| assets.tickets().cors_origin(&id, kind).as_deref() == Some(*o))
+        .filter(|o| {
+            assets
+                .tickets()
+                .cors_origin(&id, kind)
+                .is_some_and(|t| assets.tickets().origin_may_use(&t, o))
+        })
         .map(str::to_string);
     if req.method() != method_of(kind) {
         let e = AssetError::InvalidInput(format!("use {} for this URL", method_of(kind)));
@@ -186,17 +192,17 @@ fn preflight(
         let e = AssetError::ticket(TicketRefusal::Unknown, "no such ticket for this URL");
         return error_response(&e, e.http_status(), None);
     };
-    if origin != Some(ticket_origin.as_str()) {
+    let Some(origin) = origin.filter(|o| assets.tickets().origin_may_use(&ticket_origin, o)) else {
         let e = AssetError::ticket(
             TicketRefusal::Forbidden,
             "the ticket is not valid for this origin",
         );
         return error_response(&e, e.http_status(), None);
-    }
+    };
     let mut resp = Response::new(empty());
     *resp.status_mut() = StatusCode::NO_CONTENT;
     let h = resp.headers_mut();
-    set_cors(h, &ticket_origin);
+    set_cors(h, origin);
     h.insert(
         header::ACCESS_CONTROL_ALLOW_METHODS,
         HeaderValue::from_static("PUT, GET"),

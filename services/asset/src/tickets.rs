@@ -132,6 +132,9 @@ impl Store {
 pub struct Tickets {
     ttl: Duration,
     store: Mutex<Store>,
+    /// Origins that may use any ticket besides the one it was issued to: the
+    /// extension's pages, which transfer a page's bytes for it.
+    extension_origins: Vec<String>,
 }
 
 fn hash(token: &str) -> [u8; 32] {
@@ -145,10 +148,20 @@ fn same(a: &[u8; 32], b: &[u8; 32]) -> bool {
 
 impl Tickets {
     pub fn new(ttl: Duration) -> Tickets {
+        Tickets::with_extension_origins(ttl, Vec::new())
+    }
+
+    pub fn with_extension_origins(ttl: Duration, extension_origins: Vec<String>) -> Tickets {
         Tickets {
             ttl,
             store: Mutex::new(Store::default()),
+            extension_origins,
         }
+    }
+
+    /// Whether a request from `origin` may use a ticket issued to `ticket_origin`.
+    pub fn origin_may_use(&self, ticket_origin: &str, origin: &str) -> bool {
+        origin == ticket_origin || self.extension_origins.iter().any(|o| o == origin)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Store> {
@@ -276,7 +289,7 @@ impl Tickets {
             ));
         }
         if let Some(origin) = origin
-            && origin != entry.grant.origin
+            && !self.origin_may_use(&entry.grant.origin, origin)
         {
             return Err(AssetError::ticket(
                 TicketRefusal::Forbidden,
@@ -338,6 +351,31 @@ mod tests {
             !stored
                 .windows(4)
                 .any(|w| a.token.as_bytes().windows(4).any(|x| x == w))
+        );
+    }
+
+    #[test]
+    fn the_extension_may_use_a_pages_ticket_other_origins_may_not() {
+        let extension = "chrome-extension://ekeclpceddngodnkncegoclkkeknaacb";
+        let t = Tickets::with_extension_origins(Duration::from_secs(60), vec![extension.into()]);
+        let i = t.issue(grant(Kind::Upload)).unwrap();
+        assert_eq!(
+            refusal(t.redeem(
+                &i.id,
+                Kind::Upload,
+                Some(&i.token),
+                Some("https://evil.example")
+            )),
+            TicketRefusal::Forbidden
+        );
+        assert!(t.origin_may_use("https://app.example", extension));
+        assert!(!t.origin_may_use("https://app.example", "chrome-extension://other"));
+        let grant = t
+            .redeem(&i.id, Kind::Upload, Some(&i.token), Some(extension))
+            .unwrap();
+        assert_eq!(
+            grant.origin, "https://app.example",
+            "still the page's thread"
         );
     }
 

@@ -4,6 +4,7 @@
 
 pub mod codes;
 pub mod error;
+pub mod extension;
 pub mod ids;
 pub mod json;
 pub mod memory;
