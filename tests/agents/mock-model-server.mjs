@@ -24,7 +24,10 @@
 //   {"mode":"error", "message":"mock: model overloaded for test", "status":400}
 //   {"mode":"hang"}
 // Optional keys for every mode: "delay_ms" (pause between streamed deltas, default 5),
-//   "title" (text for auxiliary requests, default "Mock title").
+//   "title" (text for auxiliary requests, default "Mock title"), "chunks" (reply/final text: split
+//   into this many deltas at word boundaries instead of at most 4 — the browser suite uses long
+//   streams to kill the native host mid-turn), "replies" (reply mode: an array of texts used one per
+//   main request in order, the last one repeating — scripted multi-turn conversations).
 // Tool mode: the shell tool is looked up in the request's `tools` (codex exec_command/shell,
 //   claude Bash, opencode bash), its argument object built from the tool's JSON schema
 //   (`cmd` or `command` string, or an argv array, plus `description` when present). Overrides:
@@ -66,6 +69,8 @@ validateScript(script);
 
 const requests = [];
 let seq = 0;
+// Position in script.replies; reset whenever a script is set.
+let replyIndex = 0;
 const sockets = new Set();
 
 function validateScript(s) {
@@ -81,10 +86,11 @@ const id = (prefix) => `${prefix}${randomBytes(8).toString('hex')}`;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 function splitDeltas(text) {
-  // Several deltas: split at word boundaries into up to 4 pieces.
+  // Several deltas: split at word boundaries into up to 4 pieces (or script.chunks).
   const words = text.split(/(?<=\s)/);
   if (words.length <= 1) return [text];
-  const n = Math.min(4, words.length);
+  const wanted = Number.isInteger(script.chunks) && script.chunks > 0 ? script.chunks : 4;
+  const n = Math.min(wanted, words.length);
   const per = Math.ceil(words.length / n);
   const out = [];
   for (let i = 0; i < words.length; i += per) out.push(words.slice(i, i + per).join(''));
@@ -251,6 +257,12 @@ function plan(vendor, body) {
     if (m) output = output.slice(m[0].length);
     output = output.trim();
     return { kind: 'text', text: (s.final ?? 'Tool said: {output}').split('{output}').join(output) };
+  }
+  if (Array.isArray(s.replies) && s.replies.length > 0) {
+    // One reply per main request, in order; the last one repeats.
+    const text = s.replies[Math.min(replyIndex, s.replies.length - 1)];
+    replyIndex++;
+    return { kind: 'text', text: String(text) };
   }
   return { kind: 'text', text: s.text ?? DEFAULT_SCRIPT.text };
 }
@@ -462,6 +474,7 @@ const server = http.createServer(async (req, res) => {
           return sendJson(res, 400, { error: String(e.message) });
         }
         script = body;
+        replyIndex = 0;
         return sendJson(res, 200, { ok: true, script });
       }
       return sendJson(res, 405, { error: 'GET or POST' });

@@ -1,0 +1,528 @@
+// The Pedelec demo: one page that uses every part of @pedelec/sdk a web app
+// needs — approval, providers, a streamed chat, status and usage, cancel, end
+// and resume (same handle, and by saved id after a reload), an explicit
+// workspace, two page tools the agent can call, and session files.
+// Plain DOM, rendered with textContent only (agent text is untrusted).
+import { Pedelec, PedelecError, defineTool, isPedelecError, type AssetInfo, type PedelecSession, type ProviderInfo, type SessionStatus } from "@pedelec/sdk";
+
+const STORAGE_KEY = "pedelec-demo-session";
+
+type SavedSession = { sessionId: string; provider: string; effortLevel?: string | undefined; workspace?: string | undefined };
+
+function $<T extends HTMLElement>(id: string): T {
+  const el = document.getElementById(id);
+  if (!el) throw new Error(`#${id} missing from index.html`);
+  return el as T;
+}
+
+const ui = {
+  approval: $<HTMLSpanElement>("approval"),
+  connect: $<HTMLButtonElement>("connect"),
+  errors: $<HTMLDivElement>("errors"),
+  provider: $<HTMLSelectElement>("provider"),
+  providerNote: $<HTMLParagraphElement>("provider-note"),
+  workspace: $<HTMLInputElement>("workspace"),
+  persistent: $<HTMLInputElement>("persistent"),
+  create: $<HTMLButtonElement>("create"),
+  end: $<HTMLButtonElement>("end"),
+  resume: $<HTMLButtonElement>("resume"),
+  saved: $<HTMLDivElement>("saved"),
+  savedId: $<HTMLElement>("saved-id"),
+  resumeSaved: $<HTMLButtonElement>("resume-saved"),
+  forgetSaved: $<HTMLButtonElement>("forget-saved"),
+  status: $<HTMLSpanElement>("status"),
+  sessionId: $<HTMLElement>("session-id"),
+  usage: $<HTMLElement>("usage"),
+  chat: $<HTMLDivElement>("chat"),
+  composer: $<HTMLFormElement>("composer"),
+  prompt: $<HTMLTextAreaElement>("prompt"),
+  send: $<HTMLButtonElement>("send"),
+  cancel: $<HTMLButtonElement>("cancel"),
+  counter: $<HTMLOutputElement>("counter"),
+  todos: $<HTMLUListElement>("todos"),
+  file: $<HTMLInputElement>("file"),
+  upload: $<HTMLButtonElement>("upload"),
+  refreshAssets: $<HTMLButtonElement>("refresh-assets"),
+  assets: $<HTMLUListElement>("assets"),
+  viewer: $<HTMLDivElement>("viewer"),
+  viewerName: $<HTMLElement>("viewer-name"),
+  viewerBody: $<HTMLPreElement>("viewer-body"),
+  viewerClose: $<HTMLButtonElement>("viewer-close"),
+};
+
+const pedelec = new Pedelec();
+const state = {
+  session: null as PedelecSession | null,
+  counter: 0,
+  todos: [] as string[],
+  busy: false,
+  providers: [] as ProviderInfo[],
+  /** The assistant bubble being streamed into, per operation. */
+  streaming: new Map<string, HTMLDivElement>(),
+  errors: [] as { code: string; message: string }[],
+};
+let disposers: (() => void)[] = [];
+
+// ---- errors: shown with code and message, never swallowed ----
+
+function showError(e: unknown, where?: string): void {
+  const err = isPedelecError(e) ? e : new PedelecError("INTERNAL", e instanceof Error ? e.message : String(e));
+  state.errors.push({ code: err.code, message: err.message });
+  const row = document.createElement("div");
+  row.className = "error";
+  row.setAttribute("role", "alert");
+  row.dataset.code = err.code;
+  const code = document.createElement("code");
+  code.textContent = err.code;
+  const msg = document.createElement("span");
+  msg.className = "msg";
+  msg.textContent = where ? `${where}: ${err.message}` : err.message;
+  const close = document.createElement("button");
+  close.type = "button";
+  close.className = "link";
+  close.textContent = "dismiss";
+  close.addEventListener("click", () => row.remove());
+  row.append(code, msg, close);
+  ui.errors.append(row);
+  // Keep the four newest.
+  while (ui.errors.children.length > 4) ui.errors.firstElementChild?.remove();
+}
+
+async function guarded<T>(where: string, f: () => Promise<T>): Promise<T | undefined> {
+  try {
+    return await f();
+  } catch (e) {
+    showError(e, where);
+    return undefined;
+  }
+}
+
+// ---- approval and providers ----
+
+async function refreshApproval(): Promise<void> {
+  const s = await pedelec.getApprovalStatus();
+  if (!s.installed) setChip(ui.approval, "missing", "Extension not installed");
+  else if (!s.approved) setChip(ui.approval, "pending", "Not approved for this site");
+  else setChip(ui.approval, "approved", s.appConnected ? "Approved · app running" : "Approved · app not running");
+  ui.connect.hidden = s.installed && s.approved && state.providers.length > 0;
+  ui.connect.disabled = !s.installed;
+}
+
+async function loadProviders(): Promise<void> {
+  const [providers, settings] = await Promise.all([pedelec.listProviders(), pedelec.getSettings()]);
+  state.providers = providers;
+  const previous = ui.provider.value;
+  ui.provider.replaceChildren();
+  const def = providers.find((p) => p.isDefault);
+  ui.provider.append(option("", settings.defaultProvider ? `Default (${def?.name ?? settings.defaultProvider})` : "Default (none set)"));
+  for (const p of providers) {
+    const o = option(p.code, p.available ? p.name : `${p.name} — unavailable`);
+    o.disabled = !p.available;
+    ui.provider.append(o);
+  }
+  const firstAvailable = providers.find((p) => p.available);
+  ui.provider.value = previous && providers.some((p) => p.code === previous && p.available) ? previous : firstAvailable?.code ?? "";
+  describeProvider();
+  await refreshApproval();
+}
+
+function option(value: string, text: string): HTMLOptionElement {
+  const o = document.createElement("option");
+  o.value = value;
+  o.textContent = text;
+  return o;
+}
+
+function describeProvider(): void {
+  const missing = state.providers.filter((p) => !p.available);
+  const chosen = state.providers.find((p) => p.code === ui.provider.value);
+  ui.providerNote.classList.remove("bad");
+  if (chosen && !chosen.available) {
+    ui.providerNote.textContent = chosen.error ?? "unavailable";
+    ui.providerNote.classList.add("bad");
+  } else if (missing.length > 0) {
+    ui.providerNote.textContent = `Not installed here: ${missing.map((p) => `${p.name} (${p.error ?? "unavailable"})`).join("; ")}`;
+  } else ui.providerNote.textContent = "";
+}
+
+// ---- page tools ----
+
+function updateCounter(delta: number): { counter: number; delta: number } {
+  state.counter += delta;
+  ui.counter.textContent = String(state.counter);
+  flash(ui.counter);
+  return { counter: state.counter, delta };
+}
+
+function addTodo(text: string): { todos: string[] } {
+  state.todos.push(text);
+  renderTodos();
+  flash(ui.todos.lastElementChild as HTMLElement | null);
+  return { todos: [...state.todos] };
+}
+
+function renderTodos(): void {
+  ui.todos.replaceChildren();
+  if (state.todos.length === 0) {
+    const li = document.createElement("li");
+    li.className = "empty";
+    li.textContent = "Nothing yet.";
+    ui.todos.append(li);
+  }
+  for (const t of state.todos) {
+    const li = document.createElement("li");
+    li.textContent = t;
+    ui.todos.append(li);
+  }
+}
+
+function flash(el: HTMLElement | null): void {
+  if (!el) return;
+  el.classList.remove("flash");
+  void el.offsetWidth; // restart the animation
+  el.classList.add("flash");
+}
+
+const counterTool = defineTool({
+  name: "update_counter",
+  description: "Change the counter shown on the page by delta (may be negative). Returns the new value.",
+  argsSchema: { type: "object", required: ["delta"], properties: { delta: { type: "number", description: "Amount to add." } } },
+});
+const todoTool = defineTool({
+  name: "add_todo",
+  description: "Add an item to the to-do list shown on the page. Returns the whole list.",
+  argsSchema: { type: "object", required: ["text"], properties: { text: { type: "string", description: "The item." } } },
+});
+
+/** Registered on every handle — created or resumed — since handlers cannot survive a reload. */
+function registerTools(session: PedelecSession): void {
+  disposers.push(
+    session.onTool("update_counter", (args, ctx) => {
+      const delta = Number((args as { delta?: unknown }).delta);
+      if (!Number.isFinite(delta)) throw new PedelecError("INVALID_INPUT", "delta must be a number");
+      const result = updateCounter(delta);
+      chatNote("tool", `🔧 ${ctx.tool}(${JSON.stringify(args)}) → ${JSON.stringify(result)}`);
+      return result;
+    }),
+    session.onTool("add_todo", (args, ctx) => {
+      const text = String((args as { text?: unknown }).text ?? "").trim();
+      if (!text) throw new PedelecError("INVALID_INPUT", "text must not be empty");
+      const result = addTodo(text);
+      chatNote("tool", `🔧 ${ctx.tool}(${JSON.stringify(args)}) → ${state.todos.length} item(s)`);
+      return result;
+    }),
+  );
+}
+
+// ---- chat ----
+
+function chatEmptyGone(): void {
+  ui.chat.querySelector(".empty")?.remove();
+}
+
+/** Keeps the log pinned to the bottom while text arrives, unless the user scrolled up. */
+function appendToChat(el: HTMLElement): void {
+  const atBottom = ui.chat.scrollHeight - ui.chat.scrollTop - ui.chat.clientHeight < 40;
+  chatEmptyGone();
+  ui.chat.append(el);
+  if (atBottom) ui.chat.scrollTop = ui.chat.scrollHeight;
+}
+
+function bubble(kind: "user" | "assistant" | "tool" | "system", text: string): HTMLDivElement {
+  const row = document.createElement("div");
+  row.className = `msg-row ${kind}`;
+  const b = document.createElement("div");
+  b.className = "bubble";
+  b.textContent = text;
+  row.append(b);
+  appendToChat(row);
+  return b;
+}
+
+function chatNote(kind: "tool" | "system", text: string): void {
+  bubble(kind, text);
+}
+
+function onDelta(delta: string, operationId: string | undefined): void {
+  const key = operationId ?? "?";
+  let b = state.streaming.get(key);
+  if (!b) {
+    b = bubble("assistant", "");
+    b.classList.add("streaming");
+    b.dataset.operationId = key;
+    state.streaming.set(key, b);
+  }
+  const atBottom = ui.chat.scrollHeight - ui.chat.scrollTop - ui.chat.clientHeight < 40;
+  b.textContent += delta;
+  if (atBottom) ui.chat.scrollTop = ui.chat.scrollHeight;
+}
+
+function onChat(text: string, operationId: string | undefined): void {
+  // The completed message replaces the streamed text (deltas are best-effort).
+  const key = operationId ?? "?";
+  const b = state.streaming.get(key);
+  state.streaming.delete(key);
+  if (b && !b.classList.contains("done")) {
+    b.textContent = text;
+    b.classList.remove("streaming");
+    b.classList.add("done");
+  } else {
+    bubble("assistant", text).classList.add("done");
+  }
+}
+
+// ---- session ----
+
+function setChip(el: HTMLElement, state: string, text: string): void {
+  el.dataset.state = state;
+  el.textContent = text;
+}
+
+function render(): void {
+  const s = state.session;
+  const status: SessionStatus | "none" | "detached" = s ? (s.detached ? "detached" : s.getStatus()) : "none";
+  setChip(ui.status, status, s ? (status === "waiting_tool_result" ? "waiting for a tool" : status) : "no session");
+  ui.sessionId.textContent = s?.sessionId ?? "—";
+  ui.usage.textContent = s && s.usage.totalTokens > 0 ? s.usage.totalTokens.toLocaleString("en") : "—";
+  const live = !!s && !s.detached && status !== "ended";
+  ui.send.disabled = !live || state.busy;
+  ui.cancel.disabled = !live || !(state.busy || status === "running" || status === "waiting_tool_result");
+  ui.end.disabled = !live;
+  ui.resume.disabled = !s || s.detached || status !== "ended";
+  ui.upload.disabled = ui.refreshAssets.disabled = !live;
+  const saved = loadSaved();
+  ui.saved.hidden = !saved || (!!s && s.sessionId === saved.sessionId && !s.detached);
+  ui.savedId.textContent = saved?.sessionId ?? "";
+}
+
+function loadSaved(): SavedSession | null {
+  try {
+    const raw = localStorage.getItem(STORAGE_KEY);
+    return raw ? (JSON.parse(raw) as SavedSession) : null;
+  } catch {
+    return null;
+  }
+}
+
+function adopt(session: PedelecSession): void {
+  for (const d of disposers) d();
+  disposers = [];
+  state.session = session;
+  state.streaming.clear();
+  disposers.push(
+    session.onChatDelta((d, ctx) => onDelta(d, ctx.operationId)),
+    session.onChat((t, ctx) => onChat(t, ctx.operationId)),
+    session.onStatus(() => render()),
+    session.onError((e) => {
+      showError(e, "session");
+      render();
+    }),
+    session.onEnded((ctx) => {
+      chatNote("system", `Session ended (${ctx.reason ?? "ended"}).`);
+      render();
+    }),
+  );
+  registerTools(session);
+  ui.sessionId.title = session.sessionId;
+  render();
+  void refreshAssets();
+}
+
+async function createSession(): Promise<void> {
+  const provider = ui.provider.value;
+  const workspace = ui.workspace.value.trim();
+  const persistent = ui.persistent.checked;
+  ui.create.disabled = true;
+  try {
+    const session = await pedelec.createSession({
+      ...(provider ? { provider } : {}),
+      autoEndOnDisconnect: !persistent,
+      ...(workspace ? { workspace: { path: workspace } } : {}),
+      skills: {
+        guidance: "This is the Pedelec demo page. Use update_counter to change its counter and add_todo to add to its to-do list when the user asks.",
+        tools: [counterTool, todoTool],
+      },
+    });
+    if (persistent) {
+      const record: SavedSession = { sessionId: session.sessionId, provider: session.provider, effortLevel: session.effortLevel, workspace: workspace || undefined };
+      localStorage.setItem(STORAGE_KEY, JSON.stringify(record));
+    }
+    ui.chat.replaceChildren();
+    chatNote("system", `Session ${session.sessionId} started with ${session.provider || "the default provider"}${workspace ? ` in ${workspace}` : ""}.`);
+    adopt(session);
+    ui.prompt.focus();
+  } catch (e) {
+    showError(e, "New session");
+  } finally {
+    ui.create.disabled = false;
+    render();
+  }
+}
+
+async function resumeSaved(): Promise<void> {
+  const saved = loadSaved();
+  if (!saved) return;
+  const session = await guarded("Resume saved", () => pedelec.resumeSession(saved.sessionId));
+  if (!session) return;
+  chatNote("system", `Resumed ${session.sessionId} (${saved.provider || "provider unknown"}) — status ${session.getStatus()}.`);
+  adopt(session);
+}
+
+async function send(): Promise<void> {
+  const s = state.session;
+  const text = ui.prompt.value.trim();
+  if (!s || !text || state.busy) return;
+  ui.prompt.value = "";
+  bubble("user", text);
+  state.busy = true;
+  render();
+  try {
+    await s.sendText(text);
+  } catch (e) {
+    showError(e, "Send");
+  } finally {
+    state.busy = false;
+    // A stream cut off (cancel, error) keeps what arrived, without the cursor.
+    for (const b of state.streaming.values()) b.classList.remove("streaming");
+    render();
+  }
+}
+
+// ---- assets ----
+
+async function refreshAssets(): Promise<void> {
+  const s = state.session;
+  if (!s || s.detached || s.getStatus() === "ended") return;
+  const list = await guarded("List files", () => s.listAssets());
+  if (list) renderAssets(list);
+}
+
+function renderAssets(list: AssetInfo[]): void {
+  ui.assets.replaceChildren();
+  if (list.length === 0) {
+    const li = document.createElement("li");
+    li.className = "empty";
+    li.textContent = "No files.";
+    ui.assets.append(li);
+  }
+  for (const a of list) {
+    const li = document.createElement("li");
+    li.className = "asset";
+    li.dataset.path = a.path;
+    const name = document.createElement("span");
+    name.className = "name";
+    name.textContent = a.path;
+    const meta = document.createElement("span");
+    meta.className = "meta";
+    meta.textContent = a.modifiedAt === null ? formatSize(a.sizeBytes) : `${formatSize(a.sizeBytes)} · ${new Date(a.modifiedAt).toLocaleTimeString()}`;
+    const acts = document.createElement("span");
+    acts.className = "acts";
+    for (const [label, as] of [["Text", "text"], ["JSON", "json"], ["Download", "file"]] as const) {
+      const b = document.createElement("button");
+      b.type = "button";
+      b.textContent = label;
+      b.dataset.as = as;
+      b.addEventListener("click", () => void view(a.path, as));
+      acts.append(b);
+    }
+    li.append(name, acts, meta);
+    ui.assets.append(li);
+  }
+}
+
+function formatSize(n: number): string {
+  if (n < 1024) return `${n} B`;
+  if (n < 1024 * 1024) return `${(n / 1024).toFixed(1)} KiB`;
+  return `${(n / 1048576).toFixed(1)} MiB`;
+}
+
+async function view(path: string, as: "text" | "json" | "file"): Promise<void> {
+  const s = state.session;
+  if (!s) return;
+  if (as === "file") {
+    const file = await guarded("Download", () => s.readAsset(path, "file"));
+    if (!file) return;
+    const url = URL.createObjectURL(file);
+    const a = document.createElement("a");
+    a.href = url;
+    a.download = file.name;
+    document.body.append(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 10_000);
+    return;
+  }
+  const body = as === "json" ? await guarded("Read JSON", async () => JSON.stringify(await s.readAsset(path, "json"), null, 2)) : await guarded("Read text", () => s.readAsset(path, "text"));
+  if (body === undefined) return;
+  ui.viewerName.textContent = `${path} (${as})`;
+  ui.viewerBody.textContent = body;
+  ui.viewer.hidden = false;
+}
+
+async function upload(): Promise<void> {
+  const s = state.session;
+  const file = ui.file.files?.[0];
+  if (!s || !file) {
+    if (!file) showError(new PedelecError("INVALID_INPUT", "choose a file first"), "Upload");
+    return;
+  }
+  const info = await guarded("Upload", () => s.uploadAsset(file, { path: file.name }));
+  if (!info) return;
+  ui.file.value = "";
+  chatNote("system", `Uploaded ${info.path} (${formatSize(info.sizeBytes)}); the agent finds it in its workspace under .pedelec-runtime/assets/.`);
+  await refreshAssets();
+}
+
+// ---- wiring ----
+
+ui.connect.addEventListener("click", () => void guarded("Connect", loadProviders));
+ui.provider.addEventListener("change", describeProvider);
+ui.create.addEventListener("click", () => void createSession());
+ui.end.addEventListener("click", () => void guarded("End", async () => (await state.session?.end(), render())));
+ui.resume.addEventListener("click", () =>
+  void guarded("Resume", async () => {
+    await state.session?.resume();
+    chatNote("system", "Session resumed.");
+    render();
+    await refreshAssets();
+  }),
+);
+ui.resumeSaved.addEventListener("click", () => void resumeSaved());
+ui.forgetSaved.addEventListener("click", () => {
+  localStorage.removeItem(STORAGE_KEY);
+  render();
+});
+ui.composer.addEventListener("submit", (e) => {
+  e.preventDefault();
+  void send();
+});
+ui.prompt.addEventListener("keydown", (e) => {
+  if (e.key === "Enter" && !e.shiftKey) {
+    e.preventDefault();
+    void send();
+  }
+});
+ui.cancel.addEventListener("click", () => void guarded("Cancel", async () => (await state.session?.cancel(), render())));
+ui.upload.addEventListener("click", () => void upload());
+ui.refreshAssets.addEventListener("click", () => void refreshAssets());
+ui.viewerClose.addEventListener("click", () => (ui.viewer.hidden = true));
+
+// For the browser tests and the curious: the client, the live handle and the page state.
+(window as unknown as { pedelecDemo: unknown }).pedelecDemo = {
+  Pedelec,
+  defineTool,
+  client: pedelec,
+  state,
+  get session() {
+    return state.session;
+  },
+};
+
+render();
+void guarded("Extension", async () => {
+  await refreshApproval();
+  // Approved already: list providers right away (no popup then).
+  const s = await pedelec.getApprovalStatus();
+  if (s.installed && s.approved) await loadProviders();
+  document.body.dataset.ready = "1";
+}).finally(() => (document.body.dataset.ready = "1"));

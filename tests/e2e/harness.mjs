@@ -1,0 +1,339 @@
+// Shared set-up of the browser suite (TESTING.md §1, §2, §4): real Chromium
+// (Debian's), the unpacked built extension, the real native host registered in
+// the temp profile, the real pedelecd on temp dirs, and the real codex/claude
+// CLIs (tests/agents) against the mock model server. Only the model is mocked.
+import { spawn, spawnSync } from "node:child_process";
+import { createServer } from "node:http";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, extname, join, normalize, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { chromium } from "playwright-core";
+
+const here = dirname(fileURLToPath(import.meta.url));
+export const repo = resolve(here, "../..");
+export const demoDist = join(repo, "demo/dist");
+export const extensionDir = join(repo, "extension/dist");
+export const buildDir = resolve(process.env.PEDELEC_BIN_DIR ?? join(repo, "target/debug"));
+export const agentsBin = resolve(process.env.PEDELEC_AGENTS_BIN ?? join(repo, "tests/agents/node_modules/.bin"));
+export const chromiumPath = process.env.PEDELEC_CHROMIUM ?? "/usr/bin/chromium";
+export const artifacts = join(repo, "target/e2e");
+export const EXTENSION_ID = "ekeclpceddngodnkncegoclkkeknaacb";
+export const HOST_NAME = "dev.pedelec.host";
+export const POPUP_URL = `chrome-extension://${EXTENSION_ID}/popup.html`;
+export const CLI = join(buildDir, "pedelec-cli");
+/** Ceilings for hangs, never performance assertions (TESTING.md §4). Real CLIs on 2 shared cores are slow to start. */
+export const STEP_MS = 90_000;
+
+export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+export async function until(what, check, ms = STEP_MS) {
+  const deadline = Date.now() + ms;
+  let last;
+  for (;;) {
+    last = await check();
+    if (last) return last;
+    if (Date.now() > deadline) throw new Error(`timed out: ${what}`);
+    await sleep(100);
+  }
+}
+
+export function withTimeout(promise, what, ms = STEP_MS) {
+  let timer;
+  return Promise.race([
+    Promise.resolve(promise).finally(() => clearTimeout(timer)),
+    new Promise((_, reject) => (timer = setTimeout(() => reject(new Error(`timed out: ${what}`)), ms))),
+  ]);
+}
+
+export function checkBuilt() {
+  const missing = [];
+  for (const bin of ["pedelec-native-host", "pedelecd", "pedelec-cli", "pedelec-session", "pedelec-provider", "pedelec-asset", "pedelec-toolbridge"]) {
+    if (!existsSync(join(buildDir, bin))) missing.push(`${bin} in ${buildDir} (cargo build --workspace --bins)`);
+  }
+  if (!existsSync(join(extensionDir, "manifest.json"))) missing.push("extension/dist (npm --prefix extension run build)");
+  if (!existsSync(join(demoDist, "app.js"))) missing.push("demo/dist (npm --prefix demo run build)");
+  for (const cli of ["codex", "claude"]) if (!existsSync(join(agentsBin, cli))) missing.push(`${cli} in ${agentsBin} (npm install in tests/agents)`);
+  if (missing.length) throw new Error(`not built: ${missing.join("; ")}`);
+}
+
+// ---- the mock model server (tests/agents/mock-model-server.mjs) ----
+
+export async function startMock() {
+  const child = spawn("/usr/bin/node", [join(repo, "tests/agents/mock-model-server.mjs")], { stdio: ["ignore", "pipe", "inherit"], detached: true });
+  const port = await withTimeout(
+    new Promise((res, rej) => {
+      let buf = "";
+      child.stdout.on("data", (d) => {
+        buf += d;
+        const nl = buf.indexOf("\n");
+        if (nl >= 0) res(JSON.parse(buf.slice(0, nl)).port);
+      });
+      child.on("exit", (code) => rej(new Error(`mock exited ${code}`)));
+    }),
+    "mock model server port",
+    20_000,
+  );
+  const url = `http://127.0.0.1:${port}`;
+  const call = async (method, path, body) => {
+    const r = await fetch(url + path, { method, headers: { "content-type": "application/json" }, body: body ? JSON.stringify(body) : undefined });
+    if (!r.ok) throw new Error(`mock ${method} ${path}: ${r.status} ${await r.text()}`);
+    return r.json();
+  };
+  return {
+    port,
+    script: (s) => call("POST", "/_script", s),
+    requests: () => call("GET", "/_requests"),
+    clear: () => call("DELETE", "/_requests"),
+    /** The agent's main model requests (they offer tools; auxiliary ones do not). */
+    async modelRequests(pathPrefix) {
+      return (await call("GET", "/_requests")).filter((r) => r.path.startsWith(pathPrefix) && !r.path.includes("count_tokens") && Array.isArray(r.body?.tools) && r.body.tools.length > 0);
+    },
+    stop() {
+      try {
+        process.kill(-child.pid, "SIGKILL");
+      } catch {
+        // already gone
+      }
+    },
+  };
+}
+
+// ---- pages on 127.0.0.1: the demo (which bundles the SDK) ----
+
+const TYPES = { ".html": "text/html; charset=utf-8", ".js": "text/javascript", ".css": "text/css", ".map": "application/json" };
+
+/** Serves demo/dist on a fresh 127.0.0.1 port; each call is another origin. */
+export function servePages() {
+  const server = createServer((req, res) => {
+    const path = new URL(req.url ?? "/", "http://x").pathname;
+    const file = normalize(join(demoDist, path === "/" ? "index.html" : path));
+    if (file.startsWith(demoDist + "/") && existsSync(file) && statSync(file).isFile()) {
+      res.writeHead(200, { "content-type": TYPES[extname(file)] ?? "application/octet-stream", "cache-control": "no-store" }).end(readFileSync(file));
+      return;
+    }
+    res.writeHead(404).end();
+  });
+  return new Promise((r) =>
+    server.listen(0, "127.0.0.1", () => r({ server, port: server.address().port, origin: `http://127.0.0.1:${server.address().port}`, close: () => server.close() })),
+  );
+}
+
+// ---- one world: temp dirs, pedelecd, Chromium with the extension ----
+
+/**
+ * Starts pedelecd on temp dirs (with the agent CLIs configured against the
+ * mock), registers the native host in a temp Chromium profile and launches
+ * Chromium with the unpacked extension. Everything is undone in t.after.
+ *   options.extension (default true): load the extension and register the host
+ *   options.args: extra Chromium flags
+ *   options.defaultProvider: set in the settings
+ */
+export async function startWorld(t, mock, options = {}) {
+  const extension = options.extension ?? true;
+  // Short base: the runtime dir holds Unix sockets (path length limit).
+  const base = mkdtempSync(join(tmpdir(), "pdl-e2e-"));
+  const home = join(base, "user");
+  const agentPath = join(base, "agents");
+  mkdirSync(agentPath, { recursive: true });
+  // Only codex and claude are on PATH: the others show as unavailable.
+  for (const cli of ["codex", "claude"]) symlinkSync(join(agentsBin, cli), join(agentPath, cli));
+  const env = {
+    PEDELEC_RUNTIME_DIR: join(base, "run"),
+    PEDELEC_HOME: join(base, "home"),
+    HOME: home,
+    PEDELEC_BIN_DIR: buildDir,
+    PEDELEC_LOG: "info",
+    PATH: `${agentPath}:/usr/local/bin:/usr/bin:/bin`,
+    XDG_CONFIG_HOME: join(home, ".config"),
+    XDG_DATA_HOME: join(home, ".local/share"),
+    XDG_STATE_HOME: join(home, ".local/state"),
+    XDG_CACHE_HOME: join(home, ".cache"),
+    // codex (tests/agents/README.md): its own home with the mock as provider.
+    CODEX_HOME: join(home, ".codex"),
+    // claude
+    ANTHROPIC_BASE_URL: `http://127.0.0.1:${mock.port}`,
+    ANTHROPIC_API_KEY: "x",
+    CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: "1",
+    DISABLE_AUTOUPDATER: "1",
+    DISABLE_TELEMETRY: "1",
+  };
+  for (const d of [env.PEDELEC_HOME, env.XDG_CONFIG_HOME, env.XDG_DATA_HOME, env.XDG_STATE_HOME, env.XDG_CACHE_HOME, env.CODEX_HOME]) mkdirSync(d, { recursive: true });
+  writeFileSync(
+    join(env.CODEX_HOME, "config.toml"),
+    `model = "gpt-5.5"
+model_provider = "mock"
+[model_providers.mock]
+name = "mock"
+base_url = "http://127.0.0.1:${mock.port}/v1"
+wire_api = "responses"
+request_max_retries = 0
+stream_max_retries = 0
+[analytics]
+enabled = false
+[features]
+plugins = false
+apps = false
+`,
+  );
+  const fullEnv = { ...process.env, ...env };
+  for (const k of ["OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_AUTH_TOKEN"]) delete fullEnv[k];
+
+  const run = (bin, args, timeout = 30_000) => {
+    const r = spawnSync(join(buildDir, bin), args, { env: fullEnv, encoding: "utf8", timeout });
+    return { status: r.status, stdout: r.stdout, stderr: r.stderr };
+  };
+  const world = { base, env, fullEnv, run, pedelecd: (...args) => run("pedelecd", args, 40_000), cli: (...args) => run("pedelec-cli", args) };
+
+  let context;
+  let stopped = false;
+  const cleanup = async () => {
+    if (stopped) return;
+    stopped = true;
+    await context?.close().catch(() => undefined);
+    run("pedelecd", ["stop"], 20_000);
+    if (process.env.PEDELEC_E2E_KEEP) console.log(`kept ${base}`);
+    else rmSync(base, { recursive: true, force: true });
+  };
+  t.after(cleanup);
+
+  // pedelecd first (the host would start it too, but settings go in before the page asks).
+  const up = world.pedelecd("start");
+  if (up.status !== 0) throw new Error(`pedelecd start: ${up.stderr}`);
+  // claude needs a model name it knows; codex takes its model from config.toml.
+  const prof = world.cli("settings", "set", "profile", "claude", "default", "--model", "claude-sonnet-4-5");
+  if (prof.status !== 0) throw new Error(`settings: ${prof.stderr}`);
+  if (options.defaultProvider) {
+    const d = world.cli("settings", "set", "default-provider", options.defaultProvider);
+    if (d.status !== 0) throw new Error(`settings: ${d.stderr}`);
+  }
+
+  const profile = join(base, "profile");
+  mkdirSync(join(profile, "NativeMessagingHosts"), { recursive: true });
+  if (extension) {
+    writeFileSync(
+      join(profile, "NativeMessagingHosts", `${HOST_NAME}.json`),
+      JSON.stringify({ name: HOST_NAME, description: "Pedelec native host (e2e)", path: join(buildDir, "pedelec-native-host"), type: "stdio", allowed_origins: [`chrome-extension://${EXTENSION_ID}/`] }),
+    );
+  }
+  context = await chromium.launchPersistentContext(profile, {
+    executablePath: chromiumPath,
+    headless: true,
+    env: fullEnv,
+    viewport: { width: 1280, height: 800 },
+    ignoreDefaultArgs: ["--disable-extensions"],
+    args: [
+      "--no-sandbox",
+      "--disable-gpu",
+      ...(extension ? [`--disable-extensions-except=${extensionDir}`, `--load-extension=${extensionDir}`] : []),
+      "--disable-background-networking",
+      "--disable-component-update",
+      "--disable-sync",
+      "--no-first-run",
+      ...(options.args ?? []),
+    ],
+  });
+  world.context = context;
+  world.cleanup = cleanup;
+  if (extension) {
+    world.worker = context.serviceWorkers()[0] ?? (await withTimeout(context.waitForEvent("serviceworker"), "extension service worker"));
+    if (new URL(world.worker.url()).host !== EXTENSION_ID) throw new Error(`unexpected extension id: ${world.worker.url()}`);
+  }
+  /** The current worker (a stopped or reloaded one is replaced). */
+  world.currentWorker = async () => {
+    const w = context.serviceWorkers().find((x) => x.url().startsWith(`chrome-extension://${EXTENSION_ID}/`));
+    return w ?? withTimeout(context.waitForEvent("serviceworker"), "extension service worker");
+  };
+  /** Approves an origin the way the popup's Approve button does (tests that are not about approval). */
+  world.approve = async (origin) => (await world.currentWorker()).evaluate((o) => globalThis.pedelecHub.approve(o), origin);
+  /** Opens the demo at origin; resolves when its start-up checks ran. */
+  world.openDemo = async (origin, page) => {
+    page ??= await context.newPage();
+    page.on("console", (m) => {
+      if (m.type() === "error" || process.env.PEDELEC_E2E_VERBOSE) console.log(`[page ${origin}] ${m.type()}: ${m.text()}`);
+    });
+    await page.goto(`${origin}/`);
+    await page.waitForFunction(() => document.body.dataset.ready === "1", null, { timeout: STEP_MS });
+    return page;
+  };
+  /** Pids of the native hosts this world's Chromium started (told apart by their runtime dir). */
+  world.hosts = () => hostPids(env.PEDELEC_RUNTIME_DIR);
+  return world;
+}
+
+export function hostPids(runtimeDir) {
+  const pids = [];
+  for (const entry of readdirSafe("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const cmd = readFileSync(`/proc/${entry}/cmdline`, "utf8").split("\0")[0];
+      if (!cmd.endsWith("/pedelec-native-host")) continue;
+      if (readFileSync(`/proc/${entry}/environ`, "utf8").split("\0").includes(`PEDELEC_RUNTIME_DIR=${runtimeDir}`)) pids.push(Number(entry));
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return pids;
+}
+
+function readdirSafe(dir) {
+  try {
+    return readdirSync(dir);
+  } catch {
+    return [];
+  }
+}
+
+/**
+ * Waits for the extension's approval UI (headless Chromium opens openPopup()'s
+ * popup as a DevTools target Playwright does not list as a page, TESTING.md
+ * §1), then answers in the same popup.html opened as a page, as a user would
+ * from the toolbar. Returns the popup page (closed by the caller or left open).
+ */
+export async function answerApproval(world, page, origin, action) {
+  const cdp = await world.context.newCDPSession(page);
+  await until("the extension opening its approval UI", async () => {
+    const { targetInfos } = await cdp.send("Target.getTargets");
+    return targetInfos.some((i) => i.url.startsWith(POPUP_URL));
+  });
+  await cdp.detach();
+  const popup = await world.context.newPage();
+  await popup.goto(POPUP_URL);
+  const button = popup.locator(`#pending .row[data-origin="${origin}"] button[data-action="${action}"]`);
+  await button.waitFor({ timeout: STEP_MS });
+  await button.click();
+  return popup;
+}
+
+/** Whether any approval UI (popup target or window) is open. */
+export async function approvalUiOpen(world, page) {
+  const cdp = await world.context.newCDPSession(page);
+  const { targetInfos } = await cdp.send("Target.getTargets");
+  await cdp.detach();
+  return targetInfos.some((i) => i.url.startsWith(POPUP_URL));
+}
+
+export async function shot(page, name) {
+  mkdirSync(artifacts, { recursive: true });
+  await page.screenshot({ path: join(artifacts, `${name}.png`) });
+}
+
+/** Runs f in the page with the demo's exports; errors come back as {code, message}. */
+export function inPage(page, f, arg) {
+  return page.evaluate(
+    async ([src, a]) => {
+      const fn = new Function(`return (${src})`)();
+      try {
+        return { ok: await fn(window.pedelecDemo, a) };
+      } catch (e) {
+        return { error: { code: e?.code ?? "JS_ERROR", message: String(e?.message ?? e) } };
+      }
+    },
+    [f.toString(), arg],
+  );
+}
+
+/** The shell command the mock tells an agent to run: a page tool call through the real pedelec-cli. */
+export function toolCommand(tool, args) {
+  return `${CLI} --thread-id "$PEDELEC_THREAD_ID" tool-call ${tool} '${JSON.stringify(args)}'`;
+}
