@@ -201,14 +201,14 @@ function registerTools(session: PedelecSession): void {
       const delta = Number((args as { delta?: unknown }).delta);
       if (!Number.isFinite(delta)) throw new PedelecError("INVALID_INPUT", "delta must be a number");
       const result = updateCounter(delta);
-      chatNote("tool", `🔧 ${ctx.tool}(${JSON.stringify(args)}) → ${JSON.stringify(result)}`);
+      chatNote("tool", `tool ${ctx.tool}(${JSON.stringify(args)}) → ${JSON.stringify(result)}`);
       return result;
     }),
     session.onTool("add_todo", (args, ctx) => {
       const text = String((args as { text?: unknown }).text ?? "").trim();
       if (!text) throw new PedelecError("INVALID_INPUT", "text must not be empty");
       const result = addTodo(text);
-      chatNote("tool", `🔧 ${ctx.tool}(${JSON.stringify(args)}) → ${state.todos.length} item(s)`);
+      chatNote("tool", `tool ${ctx.tool}(${JSON.stringify(args)}) → ${state.todos.length} item(s)`);
       return result;
     }),
   );
@@ -466,7 +466,7 @@ async function upload(): Promise<void> {
     if (!file) showError(new PedelecError("INVALID_INPUT", "choose a file first"), "Upload");
     return;
   }
-  const info = await guarded("Upload", () => s.uploadAsset(file, { path: file.name }));
+  const info = await guarded("Upload", () => s.uploadAsset(file, { path: `/${file.name}` }));
   if (!info) return;
   ui.file.value = "";
   chatNote("system", `Uploaded ${info.path} (${formatSize(info.sizeBytes)}); the agent finds it in its workspace under .pedelec-runtime/assets/.`);

@@ -371,6 +371,9 @@ describe("disconnect", () => {
     ext.broadcast({ kind: "session_lost", sessionId: "thr_1", error: { code: "THREAD_NOT_FOUND", message: "gone", details: null } });
     await settle();
     expect(errors).toEqual(["THREAD_NOT_FOUND"]);
-    expect((await rejection(session.sendText("x"))).code).toBe("EXTENSION_DISCONNECTED");
+    // Core lost the thread: calls say so (not "detached, resume it"), resume() included.
+    expect((await rejection(session.sendText("x"))).code).toBe("THREAD_NOT_FOUND");
+    expect((await rejection(session.resume())).code).toBe("THREAD_NOT_FOUND");
+    expect(session.detached).toBe(true);
   });
 });
