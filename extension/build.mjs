@@ -10,7 +10,7 @@ const out = join(root, "dist");
 rmSync(out, { recursive: true, force: true });
 mkdirSync(out, { recursive: true });
 await build({
-  entryPoints: { worker: "src/worker.ts", content: "src/content.ts", popup: "src/popup.ts" },
+  entryPoints: { worker: "src/worker.ts", content: "src/content.ts", popup: "src/popup.ts", transfer: "src/transfer.ts" },
   absWorkingDir: root,
   outdir: out,
   bundle: true,

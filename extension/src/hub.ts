@@ -8,6 +8,9 @@ import {
   APPROVAL_TIMEOUT_MS,
   APPROVED_ORIGINS_KEY,
   POPUP_PORT_NAME,
+  TRANSFER_PORT_NAME,
+  type TransferCheck,
+  type TransferCheckResult,
   SDK_PORT_NAME,
   SESSION_METHODS,
   type BridgeCall,
@@ -86,6 +89,8 @@ export class Hub {
   #approved = new Set<string>();
   #approvals = new Map<string, PendingApproval>();
   #popups = new Set<Port>();
+  /** Ticket URLs handed to pages, by URL: what the transfer frame may fetch for which origin (single use). */
+  #tickets = new Map<string, { origin: string; until: number }>();
   #reconnectTimer: ReturnType<typeof setTimeout> | null = null;
   #reconnectAttempt = 0;
 
@@ -120,7 +125,37 @@ export class Hub {
   #onConnect(port: Port): void {
     if (port.name === SDK_PORT_NAME) return this.#addRoute(port);
     if (port.name === POPUP_PORT_NAME && this.#isOwnPage(port)) return this.#addPopup(port);
+    if (port.name === TRANSFER_PORT_NAME && this.#isOwnPage(port)) return this.#addTransferFrame(port);
     port.disconnect();
+  }
+
+  /** The transfer frame asks, per body, whether a URL is a ticket this worker gave that origin. */
+  #addTransferFrame(port: Port): void {
+    port.onMessage.addListener((message) => {
+      const m = message as TransferCheck;
+      if (m?.kind !== "check" || typeof m.id !== "number") return;
+      const ticket = typeof m.url === "string" ? this.#tickets.get(m.url) : undefined;
+      let ok = false;
+      let why = "not a ticket this extension issued";
+      if (ticket && ticket.origin !== m.origin) why = "the ticket belongs to another origin";
+      else if (ticket && ticket.until < Date.now()) why = "the ticket expired";
+      else if (ticket) ok = true;
+      if (ticket && ok) this.#tickets.delete(m.url); // tickets are single use
+      const reply: TransferCheckResult = { kind: "check_result", id: m.id, ok, message: ok ? "" : `ASSET_TICKET_INVALID: ${why}` };
+      try {
+        port.postMessage(reply);
+      } catch {
+        // The frame went away.
+      }
+    });
+  }
+
+  #rememberTicket(url: string, origin: string, expiresAt: number | null): void {
+    const now = Date.now();
+    for (const [u, t] of this.#tickets) if (t.until < now) this.#tickets.delete(u);
+    // Bounded: a page that asks for tickets and never uses them cannot grow this.
+    while (this.#tickets.size >= 1024) this.#tickets.delete(this.#tickets.keys().next().value as string);
+    this.#tickets.set(url, { origin, until: expiresAt ?? now + 10 * 60_000 });
   }
 
   #isOwnPage(port: Port): boolean {
@@ -199,6 +234,12 @@ export class Hub {
       case "end": {
         const r = await this.native.request("end", route.origin, { sessionId, reason: "requested" });
         session.status = r.snapshot.status;
+        return r;
+      }
+      case "create_upload_ticket":
+      case "create_download_ticket": {
+        const r = await this.native.request(method as "create_upload_ticket", route.origin, params as never);
+        this.#rememberTicket(r.url, route.origin, r.expiresAt);
         return r;
       }
       default:

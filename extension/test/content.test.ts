@@ -37,8 +37,10 @@ function setup() {
   };
   installBridge(win as unknown as Window, runtime);
   const send = (clientId: string, msg: unknown) => win.postMessage({ ns: BRIDGE_NAMESPACE, dir: "to-extension", clientId, msg });
-  const received = (clientId: string) => win.toPage.filter((e) => (e as { clientId: string }).clientId === clientId).map((e) => (e as { msg: unknown }).msg);
-  return { win, runtime, workerEnds, send, received };
+  const all = (clientId: string) => win.toPage.filter((e) => (e as { clientId: string }).clientId === clientId).map((e) => (e as { msg: unknown }).msg);
+  // Everything but the capabilities message every connect starts with (checked on its own).
+  const received = (clientId: string) => all(clientId).filter((m) => (m as { kind: string }).kind !== "capabilities");
+  return { win, runtime, workerEnds, send, received, all };
 }
 
 describe("content script bridge", () => {
@@ -65,6 +67,17 @@ describe("content script bridge", () => {
     await settle();
     expect(received("c1")).toEqual([{ kind: "welcome", origin: "https://app.example" }]);
     expect(received("c2")).toEqual([]);
+  });
+
+  it("tells the page on connect whether it can move asset bodies; without a transfer frame a transfer is unavailable", async () => {
+    const { send, all } = setup();
+    send("c1", { kind: "connect" });
+    await settle();
+    // The fake runtime has no getURL: no extension page to embed.
+    expect(all("c1")).toEqual([{ kind: "capabilities", transfer: false }]);
+    send("c1", { kind: "transfer", transferId: 7, method: "GET", url: "http://127.0.0.1:1/assets/download/t", token: "x", contentType: "", body: null });
+    await settle();
+    expect(all("c1")[1]).toEqual({ kind: "transfer_result", transferId: 7, ok: false, unavailable: true, message: "no transfer frame in this browser" });
   });
 
   it("ignores messages from other frames/windows and without the namespace", async () => {

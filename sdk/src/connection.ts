@@ -11,6 +11,8 @@ import {
   type BridgeMethod,
   type ContentToPage,
   type PageToContent,
+  type TransferRequest,
+  type TransferResult,
   type WorkerToPage,
 } from "./protocol/bridge.js";
 
@@ -41,11 +43,14 @@ function newClientId(): string {
   return `c${Date.now().toString(36)}${Math.random().toString(36).slice(2)}`;
 }
 
-function post(win: BridgeWindow, clientId: string, msg: PageToContent): void {
+function post(win: BridgeWindow, clientId: string, msg: PageToContent, transfer: Transferable[] = []): void {
   // Same window: the content script listens on it. "*" because an opaque
   // origin ("null") cannot be named as a target.
-  win.postMessage({ ns: BRIDGE_NAMESPACE, dir: "to-extension", clientId, msg }, "*");
+  win.postMessage({ ns: BRIDGE_NAMESPACE, dir: "to-extension", clientId, msg }, "*", transfer);
 }
+
+/** A transfer can carry a large body: a ceiling for a hang, far above any real transfer's time. */
+const TRANSFER_TIMEOUT_MS = 10 * 60_000;
 
 /** Listens for messages to `clientId` from the content script of this window. */
 function listen(win: BridgeWindow, clientId: string, onMessage: (msg: ContentToPage) => void): () => void {
@@ -91,6 +96,10 @@ export class Connection {
   #closed: PedelecError | null = null;
   #stopListening: () => void;
   #welcome: { resolve: () => void; reject: (e: PedelecError) => void } | null = null;
+  /** The content script moves asset bodies through the extension (its `capabilities` on connect). */
+  canTransfer = false;
+  #nextTransferId = 1;
+  #transfers = new Map<number, { resolve: (r: TransferResult) => void; reject: (e: PedelecError) => void; timer: ReturnType<typeof setTimeout> }>();
 
   constructor(win: BridgeWindow, timeoutMs: number, listener: ConnectionListener) {
     this.#win = win;
@@ -144,6 +153,24 @@ export class Connection {
     });
   }
 
+  /**
+   * Hands an asset body to the extension, which fetches the ticket URL from its
+   * own frame (no Local Network Access prompt for the page). The body is
+   * transferred, not copied: `body` is detached afterwards.
+   */
+  transfer(req: Omit<TransferRequest, "kind" | "transferId">): Promise<TransferResult> {
+    if (this.#closed) return Promise.reject(this.#closed);
+    const transferId = this.#nextTransferId++;
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.#transfers.delete(transferId);
+        reject(new PedelecError("SDK_BRIDGE_TIMEOUT", "the extension did not finish the asset transfer"));
+      }, TRANSFER_TIMEOUT_MS);
+      this.#transfers.set(transferId, { resolve, reject, timer });
+      post(this.#win, this.clientId, { kind: "transfer", transferId, ...req }, req.body ? [req.body] : []);
+    });
+  }
+
   #arm(requestId: number, pending: Pending): void {
     pending.startedAt = Date.now();
     pending.timer = setTimeout(() => {
@@ -170,6 +197,17 @@ export class Connection {
     switch (msg.kind) {
       case "probe_ack":
         return;
+      case "capabilities":
+        this.canTransfer = msg.transfer === true;
+        return;
+      case "transfer_result": {
+        const t = this.#transfers.get(msg.transferId);
+        if (!t) return;
+        this.#transfers.delete(msg.transferId);
+        clearTimeout(t.timer);
+        t.resolve(msg);
+        return;
+      }
       case "welcome":
         this.origin = msg.origin;
         this.#welcome?.resolve();
@@ -220,6 +258,11 @@ export class Connection {
       pending.reject(error);
     }
     this.#pending.clear();
+    for (const t of this.#transfers.values()) {
+      clearTimeout(t.timer);
+      t.reject(error);
+    }
+    this.#transfers.clear();
     this.#listener.disconnected(error);
   }
 }

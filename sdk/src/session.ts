@@ -333,11 +333,7 @@ export class PedelecSession {
       contentType: blob.type,
       ...(path ? { targetPath: path } : {}),
     });
-    const response = await this.#transfer(ticket.url, {
-      method: "PUT",
-      headers: { authorization: `Bearer ${ticket.token}`, ...(blob.type ? { "content-type": blob.type } : {}) },
-      body: blob,
-    });
+    const response = await this.#transfer(ticket.url, ticket.token, "PUT", blob);
     return (await response.json()) as AssetInfo;
   }
 
@@ -358,7 +354,7 @@ export class PedelecSession {
     if (typeof path !== "string" || path === "") throw new PedelecError("INVALID_INPUT", "readAsset needs a path");
     if (as !== "text" && as !== "json" && as !== "file") throw new PedelecError("INVALID_INPUT", `readAsset: unknown format ${String(as)}`);
     const ticket = await this.#host.connection.call("create_download_ticket", { sessionId: this.sessionId, path });
-    const response = await this.#transfer(ticket.url, { method: "GET", headers: { authorization: `Bearer ${ticket.token}` } });
+    const response = await this.#transfer(ticket.url, ticket.token, "GET", null);
     if (as === "file") {
       const blob = await response.blob();
       const name = ticket.path.split("/").pop() || "asset";
@@ -379,13 +375,33 @@ export class PedelecSession {
     }
   }
 
-  /** The body goes straight from the page to the loopback transfer server (docs/sdk-extension.md). */
-  async #transfer(url: string, init: RequestInit): Promise<Response> {
-    let response: Response;
-    try {
-      response = await fetch(url, { ...init, credentials: "omit", cache: "no-store" });
-    } catch (e) {
-      throw new PedelecError("CORE_UNAVAILABLE", `the asset transfer server could not be reached: ${(e as Error).message}`);
+  /**
+   * Moves a body to or from the loopback transfer server (docs/sdk-extension.md
+   * "Assets"): through the extension's transfer frame when the content script
+   * offers it (no Local Network Access prompt for a public site), else — an
+   * older extension, or a page whose CSP blocks the frame — the page's own fetch.
+   */
+  async #transfer(url: string, token: string, method: "PUT" | "GET", blob: Blob | null): Promise<Response> {
+    const connection = this.#host.connection;
+    let response: Response | null = null;
+    if (connection.canTransfer) {
+      const body = blob ? await blob.arrayBuffer() : null;
+      const r = await connection.transfer({ method, url, token, contentType: blob?.type ?? "", body });
+      if (r.ok) response = new Response(r.body, { status: r.status, headers: r.contentType ? { "content-type": r.contentType } : {} });
+      else if (!r.unavailable) {
+        const [code, ...rest] = r.message.split(": ");
+        const known = code === "ASSET_TICKET_INVALID";
+        throw new PedelecError(known ? code : "CORE_UNAVAILABLE", known ? rest.join(": ") : r.message);
+      }
+    }
+    if (!response) {
+      const headers: Record<string, string> = { authorization: `Bearer ${token}` };
+      if (blob?.type) headers["content-type"] = blob.type;
+      try {
+        response = await fetch(url, { method, headers, ...(blob ? { body: blob } : {}), credentials: "omit", cache: "no-store" });
+      } catch (e) {
+        throw new PedelecError("CORE_UNAVAILABLE", `the asset transfer server could not be reached: ${(e as Error).message}`);
+      }
     }
     if (!response.ok) {
       let body: { code?: unknown; message?: unknown } = {};

@@ -612,6 +612,36 @@ test("14 assets: upload, list, read as text/JSON/file, the agent reads it; SESSI
   await shot(page, "14-workspace-deleted");
 });
 
+/** A page's own request into the loopback interface: answered, refused, or held (an LNA prompt nobody answers). */
+function directLoopbackFetch(page, port) {
+  return page.evaluate(
+    (p) =>
+      Promise.race([
+        fetch(`http://127.0.0.1:${p}/`, { mode: "no-cors", cache: "no-store" }).then(
+          () => "answered",
+          (e) => `refused: ${e.message}`,
+        ),
+        new Promise((r) => setTimeout(() => r("held"), 4_000)),
+      ]),
+    port,
+  );
+}
+
+test("14 (public origin) assets with the page marked public: upload and read work without a Local Network Access prompt", T, async (t) => {
+  const pub = await servePages();
+  t.after(() => pub.close());
+  const w = await startWorld(t, mock, { args: [`--ip-address-space-overrides=127.0.0.1:${pub.port}=public`] });
+  await w.approve(pub.origin);
+  // The override is in force: this page's own fetch into 127.0.0.1 is stopped by
+  // Local Network Access, while the same fetch from a local page is answered.
+  const control = await w.openDemo(site.origin);
+  assert.equal(await directLoopbackFetch(control, mock.port), "answered");
+  const { page } = await assetsScenario(t, w, pub.origin, "14-public");
+  assert.notEqual(await directLoopbackFetch(page, mock.port), "answered", "a public page's direct loopback fetch is subject to LNA");
+  // The bodies went through the extension's transfer frame.
+  assert.ok(page.frames().some((f) => f.url() === "chrome-extension://ekeclpceddngodnkncegoclkkeknaacb/transfer.html"), "the transfer frame is in the page");
+});
+
 // 15 -----------------------------------------------------------------------
 test("15 a profile without the extension: installed false, calls reject with EXTENSION_UNAVAILABLE", T, async (t) => {
   const w = await startWorld(t, mock, { extension: false });

@@ -115,19 +115,62 @@ export type WorkerToPage =
   /** The approval UI opened (the SDK pauses its timeouts) or closed. */
   | { kind: "approval"; state: "pending" | "settled" };
 
+/**
+ * An asset body the extension moves for the page (docs/sdk-extension.md
+ * "Assets"): page → content script → hidden extension frame, which fetches the
+ * ticket URL. Bodies cross as ArrayBuffers (structured clone, transferred),
+ * never as JSON; so no chrome.runtime port carries them.
+ */
+export type TransferRequest = {
+  kind: "transfer";
+  transferId: number;
+  method: "PUT" | "GET";
+  url: string;
+  token: string;
+  contentType: string;
+  body: ArrayBuffer | null;
+};
+export type TransferResult =
+  /** The transfer server answered (any HTTP status). */
+  | { kind: "transfer_result"; transferId: number; ok: true; status: number; contentType: string; body: ArrayBuffer }
+  /** Not sent; `unavailable`: the extension frame could not be used (the SDK falls back to its own fetch). */
+  | { kind: "transfer_result"; transferId: number; ok: false; unavailable: boolean; message: string };
+
 /** Page → content script (window.postMessage). */
 export type PageToContent =
   | { kind: "probe" }
   | { kind: "connect" }
   | { kind: "disconnect" }
+  | TransferRequest
   | PageToWorker;
 
 /** Content script → page (window.postMessage). */
 export type ContentToPage =
   | { kind: "probe_ack" }
+  /** Sent on connect, before anything else: what this content script offers besides the route. */
+  | { kind: "capabilities"; transfer: boolean }
   /** The route's port closed (extension reloaded, origin refused or revoked, worker gone). */
   | { kind: "disconnected"; reason: string }
+  | TransferResult
   | WorkerToPage;
+
+/** `chrome.runtime.connect` name of the transfer frame (asks the worker whether a ticket URL is the page's). */
+export const TRANSFER_PORT_NAME = "pedelec-transfer";
+/** The web-accessible extension page the content script embeds to move asset bodies. */
+export const TRANSFER_PAGE = "transfer.html";
+/** Namespace of the one message that hands the transfer frame its MessagePort. */
+export const TRANSFER_NAMESPACE = "pedelec-transfer/1";
+/** The content script gives up on the transfer frame (page CSP, extension gone) after this. */
+export const TRANSFER_FRAME_TIMEOUT_MS = 5_000;
+/** Transfer frame ⇄ worker (TRANSFER_PORT_NAME). */
+export type TransferCheck = { kind: "check"; id: number; url: string; origin: string };
+export type TransferCheckResult = { kind: "check_result"; id: number; ok: boolean; message: string };
+/** Content script ⇄ transfer frame, over the private MessagePort. */
+export type FrameRequest = Omit<TransferRequest, "kind" | "transferId"> & { kind: "fetch"; id: number };
+export type FrameReply =
+  | { kind: "ready" }
+  | { kind: "fetched"; id: number; ok: true; status: number; contentType: string; body: ArrayBuffer }
+  | { kind: "fetched"; id: number; ok: false; message: string };
 
 export type WindowEnvelope =
   | { ns: typeof BRIDGE_NAMESPACE; dir: "to-extension"; clientId: string; msg: PageToContent }
