@@ -92,7 +92,7 @@ class TransferFrame {
     const reply = await new Promise<FrameReply & { kind: "fetched" }>((resolve) => {
       this.#waiting.set(id, resolve);
       const msg: FrameRequest = { kind: "fetch", id, method: req.method, url: req.url, token: req.token, contentType: req.contentType, body: req.body };
-      port.postMessage(msg, req.body ? [req.body] : []);
+      port.postMessage(msg);
     });
     return reply.ok
       ? { kind: "transfer_result", transferId: req.transferId, ok: true, status: reply.status, contentType: reply.contentType, body: reply.body }
@@ -105,8 +105,8 @@ export function installBridge(win: Window, runtime: Runtime): void {
   const transferUrl = typeof runtime.getURL === "function" && typeof MessageChannel !== "undefined" ? runtime.getURL(TRANSFER_PAGE) : null;
   let frame: TransferFrame | null = null;
 
-  const toPage = (clientId: string, msg: ContentToPage, transfer: Transferable[] = []) => {
-    win.postMessage({ ns: BRIDGE_NAMESPACE, dir: "to-page", clientId, msg }, "*", transfer);
+  const toPage = (clientId: string, msg: ContentToPage) => {
+    win.postMessage({ ns: BRIDGE_NAMESPACE, dir: "to-page", clientId, msg }, "*");
   };
 
   win.addEventListener("message", (event: MessageEvent) => {
@@ -165,7 +165,7 @@ export function installBridge(win: Window, runtime: Runtime): void {
           return;
         }
         frame ??= new TransferFrame(win.document, transferUrl);
-        void frame.fetch(msg).then((result) => toPage(clientId, result, result.ok ? [result.body] : []));
+        void frame.fetch(msg).then((result) => toPage(clientId, result));
         return;
       }
       default:

@@ -50,7 +50,8 @@ async function run(req: FrameRequest, origin: string): Promise<FrameReply> {
     const headers: Record<string, string> = { authorization: `Bearer ${req.token}` };
     if (req.contentType) headers["content-type"] = req.contentType;
     const response = await fetch(req.url, { method: req.method, headers, body: req.body, credentials: "omit", cache: "no-store" });
-    const body = await response.arrayBuffer();
+    // A Blob goes back by reference, not as a copy of the bytes.
+    const body = await response.blob();
     return { kind: "fetched", id: req.id, ok: true, status: response.status, contentType: response.headers.get("content-type") ?? "", body };
   } catch (e) {
     return { kind: "fetched", id: req.id, ok: false, message: `the asset transfer server could not be reached: ${(e as Error).message}` };
@@ -67,7 +68,7 @@ window.addEventListener("message", (event: MessageEvent) => {
   port.onmessage = (e: MessageEvent) => {
     const req = e.data as FrameRequest;
     if (req?.kind !== "fetch") return;
-    void run(req, origin).then((reply) => port.postMessage(reply, reply.kind === "fetched" && reply.ok ? [reply.body] : []));
+    void run(req, origin).then((reply) => port.postMessage(reply));
   };
   port.postMessage({ kind: "ready" } satisfies FrameReply);
 });

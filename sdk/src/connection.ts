@@ -43,10 +43,10 @@ function newClientId(): string {
   return `c${Date.now().toString(36)}${Math.random().toString(36).slice(2)}`;
 }
 
-function post(win: BridgeWindow, clientId: string, msg: PageToContent, transfer: Transferable[] = []): void {
+function post(win: BridgeWindow, clientId: string, msg: PageToContent): void {
   // Same window: the content script listens on it. "*" because an opaque
   // origin ("null") cannot be named as a target.
-  win.postMessage({ ns: BRIDGE_NAMESPACE, dir: "to-extension", clientId, msg }, "*", transfer);
+  win.postMessage({ ns: BRIDGE_NAMESPACE, dir: "to-extension", clientId, msg }, "*");
 }
 
 /** A transfer can carry a large body: a ceiling for a hang, far above any real transfer's time. */
@@ -155,8 +155,8 @@ export class Connection {
 
   /**
    * Hands an asset body to the extension, which fetches the ticket URL from its
-   * own frame (no Local Network Access prompt for the page). The body is
-   * transferred, not copied: `body` is detached afterwards.
+   * own frame (no Local Network Access prompt for the page). The Blob crosses
+   * by structured clone (a handle, not a copy of the bytes).
    */
   transfer(req: Omit<TransferRequest, "kind" | "transferId">): Promise<TransferResult> {
     if (this.#closed) return Promise.reject(this.#closed);
@@ -167,7 +167,7 @@ export class Connection {
         reject(new PedelecError("SDK_BRIDGE_TIMEOUT", "the extension did not finish the asset transfer"));
       }, TRANSFER_TIMEOUT_MS);
       this.#transfers.set(transferId, { resolve, reject, timer });
-      post(this.#win, this.clientId, { kind: "transfer", transferId, ...req }, req.body ? [req.body] : []);
+      post(this.#win, this.clientId, { kind: "transfer", transferId, ...req });
     });
   }
 

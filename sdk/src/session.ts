@@ -385,8 +385,7 @@ export class PedelecSession {
     const connection = this.#host.connection;
     let response: Response | null = null;
     if (connection.canTransfer) {
-      const body = blob ? await blob.arrayBuffer() : null;
-      const r = await connection.transfer({ method, url, token, contentType: blob?.type ?? "", body });
+      const r = await connection.transfer({ method, url, token, contentType: blob?.type ?? "", body: blob });
       if (r.ok) response = new Response(r.body, { status: r.status, headers: r.contentType ? { "content-type": r.contentType } : {} });
       else if (!r.unavailable) {
         const [code, ...rest] = r.message.split(": ");

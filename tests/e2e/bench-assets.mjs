@@ -1,46 +1,92 @@
 // By-hand benchmark (not part of `npm test`): asset bodies from a page on
-// 127.0.0.1 straight to the loopback transfer server (the SDK's path) against
-// the extension path (bytes handed to the extension worker, which PUTs them).
-// Needs the built sdk/ and extension/ and target/debug binaries:
-//   node tests/e2e/bench-assets.mjs
+// 127.0.0.1 to the loopback transfer server, two ways:
+//   direct — the page fetch()es the ticket URL itself (the first SDK cut);
+//   frame  — the SDK's path now: the body is handed (transferred ArrayBuffer)
+//            to the extension's hidden transfer frame, which fetches it.
+// Needs the built sdk/, extension/, demo/ and target/debug binaries:
+//   node tests/e2e/bench-assets.mjs [runs]
 // Results and the decision: docs/sdk-extension.md "Assets".
 import { spawnSync } from "node:child_process";
-import { createServer } from "node:http";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync, rmSync, cpSync } from "node:fs";
-import { join, normalize, extname } from "node:path";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
 import { chromium } from "playwright-core";
-const repo = new URL("../..", import.meta.url).pathname.replace(/\/$/, ""), binDir = join(repo, "target/debug"), sdkDist = join(repo, "sdk/dist");
-const ID = "ekeclpceddngodnkncegoclkkeknaacb";
-const base = mkdtempSync("/tmp/pdl-x-");
-const ext = join(base, "ext"); cpSync(join(repo, "extension/dist"), ext, { recursive: true });
-const man = JSON.parse(readFileSync(join(ext, "manifest.json"))); man.host_permissions = ["http://127.0.0.1/*"]; writeFileSync(join(ext, "manifest.json"), JSON.stringify(man));
-const env = { PEDELEC_RUNTIME_DIR: join(base, "run"), PEDELEC_HOME: join(base, "home"), HOME: join(base, "user"), PEDELEC_BIN_DIR: binDir };
-mkdirSync(env.HOME, { recursive: true }); mkdirSync(join(base, "profile/NativeMessagingHosts"), { recursive: true });
-writeFileSync(join(base, "profile/NativeMessagingHosts/dev.pedelec.host.json"), JSON.stringify({ name: "dev.pedelec.host", description: "x", path: join(binDir, "pedelec-native-host"), type: "stdio", allowed_origins: [`chrome-extension://${ID}/`] }));
-const server = createServer((req, res) => { const u = new URL(req.url, "http://x"); if (u.pathname === "/") return res.writeHead(200, { "content-type": "text/html" }).end(`<script type=module>import {Pedelec} from "/sdk/index.js"; window.Pedelec=Pedelec; document.title="ready"</script>`); const f = normalize(join(sdkDist, u.pathname.slice(5))); if (existsSync(f)) return res.writeHead(200, { "content-type": "text/javascript" }).end(readFileSync(f)); res.writeHead(404).end(); });
-await new Promise((r) => server.listen(0, "127.0.0.1", r));
-const origin = `http://127.0.0.1:${server.address().port}`;
-const ctx = await chromium.launchPersistentContext(join(base, "profile"), { executablePath: "/usr/bin/chromium", headless: true, env: { ...process.env, ...env }, ignoreDefaultArgs: ["--disable-extensions"], args: ["--no-sandbox", `--disable-extensions-except=${ext}`, `--load-extension=${ext}`, "--no-first-run"] });
+import { buildDir, chromiumPath, extensionDir, EXTENSION_ID, HOST_NAME, servePages } from "./harness.mjs";
+
+const runs = Number(process.argv[2] ?? 5);
+const base = mkdtempSync("/tmp/pdl-bench-");
+const env = { PEDELEC_RUNTIME_DIR: join(base, "run"), PEDELEC_HOME: join(base, "home"), HOME: join(base, "user"), PEDELEC_BIN_DIR: buildDir };
+mkdirSync(env.HOME, { recursive: true });
+mkdirSync(join(base, "profile/NativeMessagingHosts"), { recursive: true });
+writeFileSync(
+  join(base, "profile/NativeMessagingHosts", `${HOST_NAME}.json`),
+  JSON.stringify({ name: HOST_NAME, description: "bench", path: join(buildDir, "pedelec-native-host"), type: "stdio", allowed_origins: [`chrome-extension://${EXTENSION_ID}/`] }),
+);
+const site = await servePages();
+const ctx = await chromium.launchPersistentContext(join(base, "profile"), {
+  executablePath: chromiumPath,
+  headless: true,
+  env: { ...process.env, ...env },
+  ignoreDefaultArgs: ["--disable-extensions"],
+  args: ["--no-sandbox", `--disable-extensions-except=${extensionDir}`, `--load-extension=${extensionDir}`, "--no-first-run"],
+});
+const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 try {
-  const sw = ctx.serviceWorkers()[0] ?? await ctx.waitForEvent("serviceworker");
-  await sw.evaluate((o) => pedelecHub.approve(o), origin);
-  const page = await ctx.newPage(); await page.goto(origin + "/"); await page.waitForFunction(() => document.title === "ready");
-  const sessionId = await page.evaluate(async () => { window.s = await new Pedelec().createSession({ provider: "codex" }); return window.s.sessionId; });
+  const sw = ctx.serviceWorkers()[0] ?? (await ctx.waitForEvent("serviceworker"));
+  await sw.evaluate((o) => globalThis.pedelecHub.approve(o), site.origin);
+  const page = await ctx.newPage();
+  await page.goto(`${site.origin}/`);
+  await page.waitForFunction(() => document.body.dataset.ready === "1");
+  const sessionId = await page.evaluate(async () => {
+    window.s = await window.pedelecDemo.client.createSession({ provider: "codex" });
+    return window.s.sessionId;
+  });
+  console.log("| body | direct PUT | frame PUT (SDK) | direct GET | frame GET (SDK) |\n|---|---|---|---|---|");
   for (const mib of [1, 8, 32]) {
-    const direct = await page.evaluate(async (mib) => { const b = new Blob([new Uint8Array(mib * 1048576)]); const t = performance.now(); await window.s.uploadAsset(b, { path: `/d${mib}.bin` }); const up = performance.now() - t; const t2 = performance.now(); const f = await window.s.readAsset(`/d${mib}.bin`, "file"); return { up, down: performance.now() - t2, size: f.size }; }, mib);
-    // Extension path: extension ports carry JSON, so the body crosses page -> content script -> worker as base64; then the worker PUTs it (host permission for 127.0.0.1 added to a copy of the manifest).
-    const viaExt = await sw.evaluate(async ({ mib, origin, sessionId }) => {
-      const bytes = new Uint8Array(mib * 1048576);
-      // cost of crossing the port: base64 encode + decode of the body
-      const t0 = performance.now();
-      let s = ""; for (let i = 0; i < bytes.length; i += 0x8000) s += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
-      const b64 = btoa(s); const bin = atob(b64); const back = new Uint8Array(bin.length); for (let i = 0; i < bin.length; i++) back[i] = bin.charCodeAt(i);
-      const encode = performance.now() - t0;
-      const tk = await pedelecHub.native.request("create_upload_ticket", origin, { sessionId, name: `e${mib}.bin`, sizeBytes: back.length, contentType: "" });
-      const t1 = performance.now();
-      const r = await fetch(tk.url, { method: "PUT", headers: { authorization: `Bearer ${tk.token}` }, body: back });
-      return { encode, put: performance.now() - t1, status: r.status, body: (await r.text()).slice(0, 200) };
-    }, { mib, origin, sessionId });
-    console.log(mib, "MiB direct", JSON.stringify(direct), "viaExt", JSON.stringify(viaExt));
+    const t = { directPut: [], framePut: [], directGet: [], frameGet: [] };
+    for (let i = 0; i < runs; i++) {
+      const name = `b${mib}-${i}.bin`;
+      // direct: tickets made by the worker for this page's origin, fetched by the page
+      const up = await sw.evaluate(({ origin, sessionId, name, size }) => globalThis.pedelecHub.native.request("create_upload_ticket", origin, { sessionId, name, sizeBytes: size, contentType: "" }), { origin: site.origin, sessionId, name: `d-${name}`, size: mib * 1048576 });
+      t.directPut.push(
+        await page.evaluate(async ({ url, token, mib }) => {
+          const body = new Blob([new Uint8Array(mib * 1048576)]);
+          const t0 = performance.now();
+          const r = await fetch(url, { method: "PUT", headers: { authorization: `Bearer ${token}` }, body });
+          if (!r.ok) throw new Error(`direct PUT ${r.status}`);
+          return performance.now() - t0;
+        }, { ...up, mib }),
+      );
+      const down = await sw.evaluate(({ origin, sessionId, path }) => globalThis.pedelecHub.native.request("create_download_ticket", origin, { sessionId, path }), { origin: site.origin, sessionId, path: `/d-${name}` });
+      t.directGet.push(
+        await page.evaluate(async ({ url, token }) => {
+          const t0 = performance.now();
+          const r = await fetch(url, { headers: { authorization: `Bearer ${token}` } });
+          const b = await r.arrayBuffer();
+          if (!r.ok || b.byteLength === 0) throw new Error(`direct GET ${r.status}`);
+          return performance.now() - t0;
+        }, down),
+      );
+      // frame: the SDK's own calls (ticket round trip included, as a page sees it)
+      const f = await page.evaluate(async ({ mib, name }) => {
+        const body = new Blob([new Uint8Array(mib * 1048576)]);
+        const t0 = performance.now();
+        await window.s.uploadAsset(body, { path: `/f-${name}` });
+        const put = performance.now() - t0;
+        const t1 = performance.now();
+        const file = await window.s.readAsset(`/f-${name}`, "file");
+        if (file.size !== mib * 1048576) throw new Error("size");
+        return { put, get: performance.now() - t1 };
+      }, { mib, name });
+      t.framePut.push(f.put);
+      t.frameGet.push(f.get);
+    }
+    const fmt = (xs) => `${median(xs).toFixed(0)} ms (${Math.min(...xs).toFixed(0)}–${Math.max(...xs).toFixed(0)})`;
+    console.log(`| ${mib} MiB | ${fmt(t.directPut)} | ${fmt(t.framePut)} | ${fmt(t.directGet)} | ${fmt(t.frameGet)} |`);
   }
-} finally { await ctx.close(); server.close(); spawnSync(join(binDir, "pedelecd"), ["stop"], { env: { ...process.env, ...env } }); rmSync(base, { recursive: true, force: true }); }
+  console.log(`median (min–max) of ${runs} runs; direct excludes the ticket round trip, frame (the SDK's calls) includes it`);
+} finally {
+  await ctx.close();
+  site.close();
+  spawnSync(join(buildDir, "pedelecd"), ["stop"], { env: { ...process.env, ...env } });
+  rmSync(base, { recursive: true, force: true });
+}
