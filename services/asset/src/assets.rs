@@ -1,7 +1,6 @@
 //! The asset logic, free of gRPC and HTTP: thread checks through SessionService,
 //! tickets, listing, and the streaming upload/read primitives both front ends use.
 
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -11,8 +10,9 @@ use pedelec_proto::v1 as pb;
 use tokio::io::{AsyncWriteExt, BufWriter};
 use tonic::transport::Channel;
 
+use crate::beneath::{Dir, Entry};
 use crate::error::AssetError;
-use crate::paths::{self, AssetPath, Leaf, RESERVED_PREFIX};
+use crate::paths::{self, AssetPath, RESERVED_PREFIX};
 use crate::tickets::{Grant, Kind, Tickets};
 
 /// Prefix and suffix of upload temp files (the prefix is reserved, see `paths`).
@@ -47,6 +47,9 @@ pub struct Assets {
     limits: Limits,
     /// `http://127.0.0.1:<port>` of the transfer server.
     base_url: String,
+    /// Workspaces already swept of upload temp files left by an earlier run.
+    swept: std::sync::Mutex<std::collections::HashSet<PathBuf>>,
+    started: std::time::SystemTime,
 }
 
 impl Assets {
@@ -64,7 +67,32 @@ impl Assets {
             ),
             limits,
             base_url,
+            swept: Default::default(),
+            started: std::time::SystemTime::now(),
         }
+    }
+
+    /// Removes, once per workspace and process, the upload temp files an
+    /// earlier AssetService left behind (killed mid-upload). Only files older
+    /// than this process: a temp file of an upload running now is never one.
+    fn sweep_once(&self, workspace: &Path) {
+        let first = self
+            .swept
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(workspace.to_path_buf());
+        if !first {
+            return;
+        }
+        let (workspace, started) = (workspace.to_path_buf(), self.started);
+        tokio::task::spawn_blocking(move || {
+            if let Ok(Some(root)) = assets_dir(&workspace, false) {
+                let removed = sweep_temp_files(&root, started);
+                if removed > 0 {
+                    tracing::info!(workspace = %workspace.display(), removed, "removed leftover upload temp files");
+                }
+            }
+        });
     }
 
     pub fn tickets(&self) -> &Tickets {
@@ -105,6 +133,7 @@ impl Assets {
                 workspace.display()
             )));
         }
+        self.sweep_once(&workspace);
         Ok(workspace)
     }
 
@@ -153,8 +182,8 @@ impl Assets {
         }
         // Refuse a bad target now rather than after the page sent the body.
         let root = root(&workspace, true)?;
-        if let Leaf::Dir = paths::inspect(&root, &path)? {
-            return Err(AssetError::PathInvalid(format!("{path} is a folder")));
+        if let Some(parent) = root.parent_of(&path, false)? {
+            check_upload_target(&parent, &path)?;
         }
         self.ticket(Grant {
             kind: Kind::Upload,
@@ -172,7 +201,7 @@ impl Assets {
         let workspace = self.workspace(&req.session_id, &req.origin).await?;
         check_origin(&req.origin)?;
         let path = AssetPath::parse(&req.path)?;
-        existing_file(&workspace, &path)?;
+        open_existing(&workspace, &path)?;
         self.ticket(Grant {
             kind: Kind::Download,
             session_id: req.session_id,
@@ -184,7 +213,7 @@ impl Assets {
 
     pub async fn list(&self, session_id: &str, origin: &str) -> Result<Vec<pb::Asset>, AssetError> {
         let workspace = self.workspace(session_id, origin).await?;
-        let Some(root) = paths::assets_root(&workspace, false)? else {
+        let Some(root) = assets_dir(&workspace, false)? else {
             return Ok(Vec::new());
         };
         tokio::task::spawn_blocking(move || list_files(&root))
@@ -201,28 +230,20 @@ impl Assets {
     ) -> Result<UploadSink, AssetError> {
         self.check_size(size)?;
         let root = root(workspace, true)?;
-        if let Leaf::Dir = paths::inspect(&root, path)? {
-            return Err(AssetError::PathInvalid(format!("{path} is a folder")));
-        }
-        let folder = paths::create_parents(&root, path)?;
-        let temp = folder.join(format!(
+        let folder = root.parent_of(path, true)?.expect("parents are created");
+        check_upload_target(&folder, path)?;
+        let temp = format!(
             "{TEMP_PREFIX}{}{TEMP_SUFFIX}",
             uuid::Uuid::new_v4().simple()
-        ));
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&temp)
-            .map_err(|e| AssetError::io(format!("create a temp file for {path}"), e))?;
+        );
+        let file = folder.create_new(&temp)?;
         Ok(UploadSink {
             file: Some(BufWriter::with_capacity(
                 WRITE_BUFFER,
                 tokio::fs::File::from_std(file),
             )),
             temp,
-            root,
+            folder,
             path: path.clone(),
             expected: size,
             written: 0,
@@ -237,20 +258,7 @@ impl Assets {
         workspace: &Path,
         path: &AssetPath,
     ) -> Result<(tokio::fs::File, u64), AssetError> {
-        let (root, _) = existing_file(workspace, path)?;
-        // O_NOFOLLOW: the last component cannot be swapped for a symlink between
-        // the check above and the open.
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(path.under(&root))
-            .map_err(|e| match e.kind() {
-                std::io::ErrorKind::NotFound => AssetError::NotFound(path.to_string()),
-                _ if e.raw_os_error() == Some(libc::ELOOP) => {
-                    AssetError::PathInvalid(format!("{path} goes through a symlink"))
-                }
-                _ => AssetError::io(format!("open {path}"), e),
-            })?;
+        let file = open_existing(workspace, path)?;
         let len = file
             .metadata()
             .map_err(|e| AssetError::io(format!("stat {path}"), e))?
@@ -259,22 +267,78 @@ impl Assets {
     }
 }
 
-fn root(workspace: &Path, create: bool) -> Result<PathBuf, AssetError> {
-    paths::assets_root(workspace, create)?
+/// `<workspace>/.pedelec-runtime/assets`, created (0700) when `create`;
+/// `None` when it does not exist and `create` is false. Neither folder may be
+/// a symlink; both are held open, so later steps stay beneath them.
+fn assets_dir(workspace: &Path, create: bool) -> Result<Option<Dir>, AssetError> {
+    let Some(runtime) = Dir::open(workspace)?.child(".pedelec-runtime", create)? else {
+        return Ok(None);
+    };
+    runtime.child("assets", create)
+}
+
+fn root(workspace: &Path, create: bool) -> Result<Dir, AssetError> {
+    assets_dir(workspace, create)?
         .ok_or_else(|| AssetError::io("assets root", std::io::ErrorKind::NotFound.into()))
 }
 
-/// The assets root and the metadata of the regular file at `path`, or ASSET_NOT_FOUND.
-fn existing_file(
-    workspace: &Path,
-    path: &AssetPath,
-) -> Result<(PathBuf, std::fs::Metadata), AssetError> {
-    let Some(root) = paths::assets_root(workspace, false)? else {
-        return Err(AssetError::NotFound(path.to_string()));
+/// The regular file at `path`, open for reading, or ASSET_NOT_FOUND.
+fn open_existing(workspace: &Path, path: &AssetPath) -> Result<std::fs::File, AssetError> {
+    let not_found = || AssetError::NotFound(path.to_string());
+    let folder = assets_dir(workspace, false)?
+        .and_then(|root| root.parent_of(path, false).transpose())
+        .transpose()?
+        .ok_or_else(not_found)?;
+    match folder.entry(path.name())? {
+        Entry::File => folder.open_file(path.name()),
+        Entry::Missing | Entry::Dir => Err(not_found()),
+        Entry::Other => Err(AssetError::PathInvalid(format!(
+            "{path} is not a regular file"
+        ))),
+    }
+}
+
+/// Removes upload temp files older than `before` under `root`; returns how many.
+fn sweep_temp_files(root: &Dir, before: std::time::SystemTime) -> usize {
+    let mut removed = 0;
+    let mut stack = match root.try_clone() {
+        Ok(dir) => vec![dir],
+        Err(_) => return 0,
     };
-    match paths::inspect(&root, path)? {
-        Leaf::File(md) => Ok((root, md)),
-        Leaf::Missing | Leaf::Dir => Err(AssetError::NotFound(path.to_string())),
+    while let Some(dir) = stack.pop() {
+        for name in dir.names().unwrap_or_default() {
+            match dir.entry(&name) {
+                Ok(Entry::Dir) => {
+                    if let Ok(Some(child)) = dir.child(&name, false) {
+                        stack.push(child);
+                    }
+                }
+                Ok(Entry::File) if name.starts_with(TEMP_PREFIX) && name.ends_with(TEMP_SUFFIX) => {
+                    let old = dir
+                        .open_file(&name)
+                        .and_then(|f| f.metadata().map_err(|e| AssetError::io("stat", e)))
+                        .is_ok_and(|md| md.modified().is_ok_and(|m| m < before));
+                    if old {
+                        dir.remove(&name);
+                        removed += 1;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    removed
+}
+
+/// An upload may replace a regular file, nothing else (not a folder, nor a
+/// symlink, FIFO or device).
+fn check_upload_target(folder: &Dir, path: &AssetPath) -> Result<(), AssetError> {
+    match folder.entry(path.name())? {
+        Entry::Missing | Entry::File => Ok(()),
+        Entry::Dir => Err(AssetError::PathInvalid(format!("{path} is a folder"))),
+        Entry::Other => Err(AssetError::PathInvalid(format!(
+            "{path} is not a regular file (a symlink or special file)"
+        ))),
     }
 }
 
@@ -298,34 +362,35 @@ pub fn asset_of(path: &AssetPath, md: &std::fs::Metadata) -> pb::Asset {
 }
 
 /// Every regular file under `root`, sorted by path; symlinks, Pedelec's temp
-/// files and names no asset path could address are skipped.
-fn list_files(root: &Path) -> Result<Vec<pb::Asset>, AssetError> {
+/// files and names no asset path could address are skipped. Folders are
+/// walked through their descriptors, like every other access.
+fn list_files(root: &Dir) -> Result<Vec<pb::Asset>, AssetError> {
     let mut out = Vec::new();
-    let mut stack = vec![(root.to_path_buf(), Vec::<String>::new())];
+    let mut stack = vec![(root.try_clone()?, Vec::<String>::new())];
     while let Some((dir, prefix)) = stack.pop() {
-        let entries = match std::fs::read_dir(&dir) {
-            Ok(entries) => entries,
-            // A folder removed while we walk is simply not listed.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(AssetError::io(format!("list {}", dir.display()), e)),
-        };
-        for entry in entries.flatten() {
-            let Ok(name) = entry.file_name().into_string() else {
-                continue;
-            };
+        for name in dir.names()? {
             if name.starts_with(RESERVED_PREFIX) || paths::check_segment(&name).is_err() {
                 continue;
             }
-            let Ok(ft) = entry.file_type() else { continue };
             let mut segments = prefix.clone();
-            segments.push(name);
-            if ft.is_dir() {
-                stack.push((entry.path(), segments));
-            } else if ft.is_file()
-                && let Ok(md) = entry.metadata()
-                && let Ok(path) = AssetPath::parse(&format!("/{}", segments.join("/")))
-            {
-                out.push(asset_of(&path, &md));
+            segments.push(name.clone());
+            match dir.entry(&name)? {
+                // A folder removed while we walk is simply not listed.
+                Entry::Dir => {
+                    if let Some(child) = dir.child(&name, false)? {
+                        stack.push((child, segments));
+                    }
+                }
+                Entry::File => {
+                    if let (Ok(file), Ok(path)) = (
+                        dir.open_file(&name),
+                        AssetPath::parse(&format!("/{}", segments.join("/"))),
+                    ) && let Ok(md) = file.metadata()
+                    {
+                        out.push(asset_of(&path, &md));
+                    }
+                }
+                Entry::Missing | Entry::Other => {}
             }
         }
     }
@@ -339,8 +404,9 @@ fn list_files(root: &Path) -> Result<Vec<pb::Asset>, AssetError> {
 /// future), it removes the temp file.
 pub struct UploadSink {
     file: Option<BufWriter<tokio::fs::File>>,
-    temp: PathBuf,
-    root: PathBuf,
+    /// The temp file's name in `folder`, the target's folder held open.
+    temp: String,
+    folder: Dir,
     path: AssetPath,
     expected: u64,
     written: u64,
@@ -387,20 +453,16 @@ impl UploadSink {
         file.flush()
             .await
             .map_err(|e| AssetError::io(format!("write {}", self.path), e))?;
-        drop(file);
-        // The folders may have changed while the body streamed: check again
-        // right before the rename.
-        if let Leaf::Dir = paths::inspect(&self.root, &self.path)? {
-            return Err(AssetError::PathInvalid(format!(
-                "{} is a folder",
-                self.path
-            )));
-        }
-        let target = self.path.under(&self.root);
-        std::fs::rename(&self.temp, &target)
-            .map_err(|e| AssetError::io(format!("move {} into place", self.path), e))?;
+        // The target may have become a folder while the body streamed: check
+        // again right before the rename (in the same, held folder).
+        check_upload_target(&self.folder, &self.path)?;
+        self.folder.rename(&self.temp, self.path.name())?;
         self.committed = true;
-        let md = std::fs::symlink_metadata(&target)
+        // The renamed file is the one still open here.
+        let md = file
+            .into_inner()
+            .metadata()
+            .await
             .map_err(|e| AssetError::io(format!("stat {}", self.path), e))?;
         Ok(asset_of(&self.path, &md))
     }
@@ -409,7 +471,7 @@ impl UploadSink {
 impl Drop for UploadSink {
     fn drop(&mut self) {
         if !self.committed {
-            let _ = std::fs::remove_file(&self.temp);
+            self.folder.remove(&self.temp);
         }
     }
 }
@@ -520,11 +582,28 @@ mod tests {
 
         let (_, len) = a.open_read(ws.path(), &path).unwrap();
         assert_eq!(len, 4);
-        let root = ws.path().join(".pedelec-runtime/assets");
         std::fs::write(folder.join(".pedelec-upload-x.part"), b"junk").unwrap();
-        let listed = list_files(&root).unwrap();
+        let listed = list_files(&root(ws.path(), false).unwrap()).unwrap();
         assert_eq!(listed.len(), 1);
         assert_eq!(listed[0].path, "/d/f.bin");
+    }
+
+    #[test]
+    fn leftover_temp_files_are_swept_but_not_those_of_running_uploads() {
+        let ws = tempfile::tempdir().unwrap();
+        let folder = ws.path().join(".pedelec-runtime/assets/d");
+        std::fs::create_dir_all(&folder).unwrap();
+        std::fs::write(folder.join(".pedelec-upload-old.part"), b"junk").unwrap();
+        std::fs::write(folder.join("kept.txt"), b"real").unwrap();
+        let cutoff = std::time::SystemTime::now() + Duration::from_secs(1);
+        let root = root(ws.path(), false).unwrap();
+        assert_eq!(sweep_temp_files(&root, cutoff), 1);
+        assert_eq!(temp_files(&folder), Vec::<String>::new());
+        assert!(folder.join("kept.txt").is_file());
+        // A temp file newer than the cutoff (an upload of this process) stays.
+        std::fs::write(folder.join(".pedelec-upload-new.part"), b"x").unwrap();
+        assert_eq!(sweep_temp_files(&root, std::time::UNIX_EPOCH), 0);
+        assert_eq!(temp_files(&folder).len(), 1);
     }
 
     #[test]

@@ -43,14 +43,27 @@ pub async fn bind() -> std::io::Result<TcpListener> {
     TcpListener::bind(("127.0.0.1", 0)).await
 }
 
+/// Connections served at once. Transfers are short and tickets are capped
+/// (64 per thread, 4,096 in all), so more is only someone holding sockets
+/// open; further connections wait in the listen backlog until one ends.
+pub const MAX_CONNECTIONS: usize = 256;
+
 /// Accepts connections until the task is aborted.
 pub async fn serve(listener: TcpListener, assets: Arc<Assets>) {
+    serve_at_most(listener, assets, MAX_CONNECTIONS).await
+}
+
+async fn serve_at_most(listener: TcpListener, assets: Arc<Assets>, connections: usize) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(connections));
     let port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
     let hosts: Arc<[String]> = Arc::from(vec![
         format!("127.0.0.1:{port}"),
         format!("localhost:{port}"),
     ]);
     loop {
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
             Err(e) => {
@@ -64,6 +77,7 @@ pub async fn serve(listener: TcpListener, assets: Arc<Assets>) {
         let assets = assets.clone();
         let hosts = hosts.clone();
         tokio::spawn(async move {
+            let _slot = slot;
             let service = hyper::service::service_fn(move |req| {
                 let assets = assets.clone();
                 let hosts = hosts.clone();
@@ -418,6 +432,40 @@ fn error_response(e: &AssetError, status: StatusCode, cors: Option<&str>) -> Res
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn connections_beyond_the_cap_wait_for_a_free_slot() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = bind().await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let channel = tonic::transport::Endpoint::from_static("http://127.0.0.1:9").connect_lazy();
+        let assets = Arc::new(Assets::new(
+            channel,
+            crate::assets::Limits::default(),
+            format!("http://{addr}"),
+        ));
+        tokio::spawn(serve_at_most(listener, assets, 2));
+        // Two connections that say nothing hold both slots.
+        let idle1 = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let _idle2 = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut third = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let request = format!("GET /nowhere HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+        third.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = Vec::new();
+        let waited =
+            tokio::time::timeout(Duration::from_millis(300), third.read_to_end(&mut answer)).await;
+        assert!(waited.is_err(), "served past the cap: {answer:?}");
+        // A slot frees up: the waiting connection is served.
+        drop(idle1);
+        tokio::time::timeout(Duration::from_secs(10), third.read_to_end(&mut answer))
+            .await
+            .expect("served once a slot was free")
+            .unwrap();
+        assert!(
+            String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 404"),
+            "{answer:?}"
+        );
+    }
 
     #[test]
     fn routes() {

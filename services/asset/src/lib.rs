@@ -12,6 +12,7 @@ use pedelec_proto::v1::asset_service_server::AssetServiceServer;
 use tonic::service::Routes;
 
 pub mod assets;
+mod beneath;
 pub mod error;
 mod grpc;
 pub mod http;

@@ -1,8 +1,7 @@
-//! Asset paths: `/`-rooted, checked segment by segment, and walked on disk without
-//! ever following a symlink, so no path can leave the assets root.
+//! Asset paths: `/`-rooted and checked segment by segment. They are used on
+//! disk only through `beneath::Dir`, which never follows a symlink, so no path
+//! can leave the assets root.
 
-use std::fs::{DirBuilder, Metadata};
-use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use crate::error::AssetError;
@@ -83,6 +82,10 @@ impl AssetPath {
         })
     }
 
+    pub fn segments(&self) -> &[String] {
+        &self.segments
+    }
+
     pub fn name(&self) -> &str {
         self.segments.last().map(String::as_str).unwrap_or_default()
     }
@@ -102,110 +105,6 @@ impl std::fmt::Display for AssetPath {
         }
         Ok(())
     }
-}
-
-/// What is on disk at an asset path.
-#[derive(Debug)]
-pub enum Leaf {
-    Missing,
-    File(Metadata),
-    Dir,
-}
-
-/// Walks `path` under `root` with `symlink_metadata`: every existing component
-/// must be a real directory (the last may be a regular file), never a symlink.
-pub fn inspect(root: &Path, path: &AssetPath) -> Result<Leaf, AssetError> {
-    let mut current = root.to_path_buf();
-    let last = path.segments.len() - 1;
-    for (i, segment) in path.segments.iter().enumerate() {
-        current.push(segment);
-        let md = match std::fs::symlink_metadata(&current) {
-            Ok(md) => md,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Leaf::Missing),
-            Err(e) => return Err(AssetError::io(format!("inspect {path}"), e)),
-        };
-        let ft = md.file_type();
-        if ft.is_symlink() {
-            return Err(invalid(&path.to_string(), "goes through a symlink"));
-        }
-        if i < last {
-            if !ft.is_dir() {
-                return Err(invalid(&path.to_string(), "a parent is not a folder"));
-            }
-        } else if ft.is_file() {
-            return Ok(Leaf::File(md));
-        } else if ft.is_dir() {
-            return Ok(Leaf::Dir);
-        } else {
-            return Err(invalid(&path.to_string(), "not a regular file"));
-        }
-    }
-    Ok(Leaf::Missing)
-}
-
-/// Creates the missing parent folders of `path` (0700), refusing symlinks;
-/// returns the folder the file goes into.
-pub fn create_parents(root: &Path, path: &AssetPath) -> Result<PathBuf, AssetError> {
-    let mut current = root.to_path_buf();
-    for segment in &path.segments[..path.segments.len() - 1] {
-        current.push(segment);
-        make_dir(&current).map_err(|e| match e {
-            DirError::NotADir => invalid(&path.to_string(), "a parent is not a folder"),
-            DirError::Io(e) => AssetError::io(format!("create folders for {path}"), e),
-        })?;
-    }
-    Ok(current)
-}
-
-enum DirError {
-    NotADir,
-    Io(std::io::Error),
-}
-
-/// `mkdir 0700`, or accept an existing real folder (not a symlink to one).
-fn make_dir(dir: &Path) -> Result<(), DirError> {
-    match DirBuilder::new().mode(0o700).create(dir) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            match std::fs::symlink_metadata(dir) {
-                Ok(md) if md.file_type().is_dir() => Ok(()),
-                Ok(_) => Err(DirError::NotADir),
-                Err(e) => Err(DirError::Io(e)),
-            }
-        }
-        Err(e) => Err(DirError::Io(e)),
-    }
-}
-
-/// `<workspace>/.pedelec-runtime/assets`, created (0700) when `create`;
-/// `None` when it does not exist and `create` is false. Neither folder may be a symlink.
-pub fn assets_root(workspace: &Path, create: bool) -> Result<Option<PathBuf>, AssetError> {
-    let runtime = workspace.join(".pedelec-runtime");
-    let root = runtime.join("assets");
-    for dir in [&runtime, &root] {
-        match std::fs::symlink_metadata(dir) {
-            Ok(md) if md.file_type().is_dir() => {}
-            Ok(_) => {
-                return Err(AssetError::PathInvalid(format!(
-                    "{} is not a real folder",
-                    dir.display()
-                )));
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                if !create {
-                    return Ok(None);
-                }
-                make_dir(dir).map_err(|e| match e {
-                    DirError::NotADir => {
-                        AssetError::PathInvalid(format!("{} is not a real folder", dir.display()))
-                    }
-                    DirError::Io(e) => AssetError::io(format!("create {}", dir.display()), e),
-                })?;
-            }
-            Err(e) => return Err(AssetError::io(format!("inspect {}", dir.display()), e)),
-        }
-    }
-    Ok(Some(root))
 }
 
 #[cfg(test)]
@@ -272,50 +171,5 @@ mod tests {
         for n in ["", ".", "..", "a/b", "/a", "a\\b", "a\0", ".pedelec-x"] {
             assert!(AssetPath::from_name(n).is_err(), "{n:?}");
         }
-    }
-
-    #[test]
-    fn inspect_refuses_symlinks_anywhere_and_files_as_parents() {
-        let dir = tempfile::tempdir().unwrap();
-        let root = assets_root(dir.path(), true).unwrap().unwrap();
-        let outside = dir.path().join("outside");
-        std::fs::create_dir(&outside).unwrap();
-        std::fs::write(outside.join("secret"), b"s").unwrap();
-        std::os::unix::fs::symlink(&outside, root.join("link")).unwrap();
-        std::os::unix::fs::symlink(outside.join("secret"), root.join("file-link")).unwrap();
-        std::fs::write(root.join("plain"), b"p").unwrap();
-        std::fs::create_dir(root.join("sub")).unwrap();
-
-        let p = |s: &str| AssetPath::parse(s).unwrap();
-        for bad in ["/link/secret", "/link/new", "/file-link", "/plain/x"] {
-            assert!(
-                matches!(inspect(&root, &p(bad)), Err(AssetError::PathInvalid(_))),
-                "{bad}"
-            );
-            assert!(create_parents(&root, &p(bad)).is_err() || bad == "/file-link");
-        }
-        assert!(matches!(inspect(&root, &p("/plain")), Ok(Leaf::File(_))));
-        assert!(matches!(inspect(&root, &p("/sub")), Ok(Leaf::Dir)));
-        assert!(matches!(inspect(&root, &p("/nope/x")), Ok(Leaf::Missing)));
-        let parent = create_parents(&root, &p("/new/deeper/f")).unwrap();
-        assert_eq!(parent, root.join("new/deeper"));
-        assert!(parent.is_dir());
-    }
-
-    #[test]
-    fn a_symlinked_assets_root_is_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        let elsewhere = tempfile::tempdir().unwrap();
-        std::os::unix::fs::symlink(elsewhere.path(), dir.path().join(".pedelec-runtime")).unwrap();
-        assert!(matches!(
-            assets_root(dir.path(), true),
-            Err(AssetError::PathInvalid(_))
-        ));
-        let fresh = tempfile::tempdir().unwrap();
-        assert!(assets_root(fresh.path(), false).unwrap().is_none());
-        let root = assets_root(fresh.path(), true).unwrap().unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(&root).unwrap().permissions().mode();
-        assert_eq!(mode & 0o777, 0o700);
     }
 }
