@@ -41,24 +41,28 @@ cargo test --workspace -- --test-threads="${PEDELEC_TEST_THREADS:-2}" 2>&1 | tee
 # cargo ends on its last (often empty) doc-test binary; close with the totals.
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) g += $i } }
      END { printf "tests: %d passed, %d failed, %d skipped\n", p, f, g }' "$log"
-# --- web (sdk, extension, browser smoke) ---
-# The TypeScript SDK, the Chrome extension and the real-Chromium smoke test
-# (docs/sdk-extension.md). Uses the binaries built above ($PEDELEC_BIN_DIR).
-step "web: sdk, extension, browser smoke"
+# --- web (sdk, extension, demo, browser suite) ---
+# The TypeScript SDK, the Chrome extension, the demo and the real-Chromium
+# browser suite (docs/sdk-extension.md, docs/demo.md): the smoke test and the
+# 16 scenarios of issue 13 with the real codex/claude CLIs installed above
+# ($PEDELEC_AGENTS_BIN) against the mock model server, using the binaries built
+# above ($PEDELEC_BIN_DIR). About 3 minutes on the 2-core machine.
+step "web: sdk, extension, demo, browser suite"
 tests/e2e/ensure-chromium.sh
 web_log=$(mktemp)
 web_rc=$(mktemp)
 trap 'rm -f "$log" "$web_log" "$web_rc"' EXIT
 web_failed=()
-for dir in sdk extension tests/e2e; do
+web_started=$SECONDS
+for dir in sdk extension demo tests/e2e; do
   printf '\n-- %s\n' "$dir"
   # The outcome goes through a file: a pipeline's status would be tee's.
   { if (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error && npm test); then echo ok >"$web_rc"; else echo failed >"$web_rc"; fi; } 2>&1 | tee -a "$web_log"
   [ "$(cat "$web_rc")" = ok ] || web_failed+=("$dir")
 done
-printf '\n-- web summary\n'
+printf '\n-- web summary (%ss)\n' "$((SECONDS - web_started))"
 # vitest: "Tests  N passed (N)"; node --test: "ℹ pass N" / "ℹ fail N".
-grep -E '^ +Tests +[0-9]|^ℹ (pass|fail) [0-9]' "$web_log" || true
+grep -E '^ +Tests +[0-9]|^ℹ (pass|fail|skipped) [0-9]' "$web_log" || true
 if [ "${#web_failed[@]}" -gt 0 ]; then
   printf 'web: FAILED in %s\n' "${web_failed[*]}"
   status=1

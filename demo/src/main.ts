@@ -20,7 +20,7 @@ const ui = {
   connect: $<HTMLButtonElement>("connect"),
   errors: $<HTMLDivElement>("errors"),
   provider: $<HTMLSelectElement>("provider"),
-  providerNote: $<HTMLParagraphElement>("provider-note"),
+  providerNote: $<HTMLDivElement>("provider-note"),
   workspace: $<HTMLInputElement>("workspace"),
   persistent: $<HTMLInputElement>("persistent"),
   create: $<HTMLButtonElement>("create"),
@@ -133,16 +133,24 @@ function option(value: string, text: string): HTMLOptionElement {
   return o;
 }
 
+/** The unavailable providers, each with its reason, folded into one line until opened. */
 function describeProvider(): void {
   const missing = state.providers.filter((p) => !p.available);
-  const chosen = state.providers.find((p) => p.code === ui.provider.value);
-  ui.providerNote.classList.remove("bad");
-  if (chosen && !chosen.available) {
-    ui.providerNote.textContent = chosen.error ?? "unavailable";
-    ui.providerNote.classList.add("bad");
-  } else if (missing.length > 0) {
-    ui.providerNote.textContent = `Not installed here: ${missing.map((p) => `${p.name} (${p.error ?? "unavailable"})`).join("; ")}`;
-  } else ui.providerNote.textContent = "";
+  ui.providerNote.replaceChildren();
+  if (missing.length === 0) return;
+  const details = document.createElement("details");
+  const summary = document.createElement("summary");
+  summary.textContent = `${missing.length} unavailable: ${missing.map((p) => p.name).join(", ")}`;
+  const list = document.createElement("ul");
+  for (const p of missing) {
+    const li = document.createElement("li");
+    const name = document.createElement("strong");
+    name.textContent = p.name;
+    li.append(name, ` — ${p.error ?? "unavailable"}`);
+    list.append(li);
+  }
+  details.append(summary, list);
+  ui.providerNote.append(details);
 }
 
 // ---- page tools ----

@@ -194,6 +194,8 @@ const defaultHandlers: Record<string, HostHandler> = {
   reactivate: (f) => ({ snapshot: snapshot({ sessionId: f.payload!.sessionId as string }) }),
   submit_tool_result: () => ({}),
   list_assets: () => ({ assets: [] }),
+  create_upload_ticket: (f) => ({ url: `http://127.0.0.1:4999/assets/upload/t-${f.id}`, token: "tok", expiresAt: Date.now() + 60_000, path: `/${String(f.payload!.name)}` }),
+  create_download_ticket: (f) => ({ url: `http://127.0.0.1:4999/assets/download/t-${f.id}`, token: "tok", expiresAt: Date.now() + 60_000, path: String(f.payload!.path) }),
 };
 
 export class FakeChrome implements ChromeApi {
@@ -261,6 +263,13 @@ export class FakeChrome implements ChromeApi {
     const [page, worker] = FakePort.pair(name, { origin, url: origin ? `${origin}/app` : "about:blank", tab: { id: 1 }, frameId: 0 });
     this.runtime.onConnect.fire(worker);
     return page;
+  }
+
+  /** The transfer frame (transfer.html), or something else claiming its port name. */
+  connectTransfer(url = `chrome-extension://${EXT_ID}/transfer.html`, id: string = EXT_ID): FakePort {
+    const [frame, worker] = FakePort.pair("pedelec-transfer", { id, origin: new URL(url).origin, url });
+    this.runtime.onConnect.fire(worker);
+    return frame;
   }
 
   connectPopup(): FakePort {

@@ -66,6 +66,40 @@ describe("routes", () => {
   });
 });
 
+describe("transfer frame", () => {
+  beforeEach(() => startHub());
+
+  async function check(frame: FakePort, url: string, origin: string): Promise<{ ok: boolean; message: string }> {
+    const id = Math.floor(Math.random() * 1e9);
+    frame.postMessage({ kind: "check", id, url, origin });
+    await settle();
+    return frame.received.find((m) => (m as { id?: number }).id === id) as { ok: boolean; message: string };
+  }
+
+  it("confirms a ticket URL only to the origin it was issued to, once", async () => {
+    const p = await page();
+    const sessionId = await createSession(p);
+    const up = await call(p, "create_upload_ticket", { sessionId, name: "a.txt", sizeBytes: 1, contentType: "" });
+    const down = await call(p, "create_download_ticket", { sessionId, path: "/a.txt" });
+    const frame = chrome.connectTransfer();
+    await settle();
+    expect(frame.closed).toBe(false);
+    expect((await check(frame, up.result.url, "https://evil.example")).ok).toBe(false);
+    expect(await check(frame, up.result.url, ORIGIN)).toEqual({ kind: "check_result", id: expect.any(Number), ok: true, message: "" });
+    // Single use: the same URL again is refused.
+    expect((await check(frame, up.result.url, ORIGIN)).message).toMatch(/^ASSET_TICKET_INVALID: not a ticket/);
+    expect((await check(frame, down.result.url, ORIGIN)).ok).toBe(true);
+    // Any other loopback URL: the frame is no proxy.
+    expect((await check(frame, "http://127.0.0.1:4999/anything", ORIGIN)).ok).toBe(false);
+  });
+
+  it("accepts the transfer port only from the extension's own page", async () => {
+    const fake = chrome.connectPage("https://evil.example", "pedelec-transfer");
+    await settle();
+    expect(fake.closed).toBe(true);
+  });
+});
+
 describe("native port", () => {
   beforeEach(() => startHub());
 
