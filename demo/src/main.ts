@@ -387,7 +387,9 @@ async function send(): Promise<void> {
   try {
     await s.sendText(text);
   } catch (e) {
-    showError(e, "Send");
+    // The user's own Cancel is not an error.
+    if (isPedelecError(e) && e.code === "CANCELLED") chatNote("system", "Cancelled.");
+    else showError(e, "Send");
   } finally {
     state.busy = false;
     // A stream cut off (cancel, error) keeps what arrived, without the cursor.
