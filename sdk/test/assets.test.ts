@@ -96,3 +96,45 @@ describe("assets", () => {
     expect(fetchMock).not.toHaveBeenCalled();
   });
 });
+
+describe("assets through the extension's transfer frame", () => {
+  let viaFrame: PedelecSession;
+  beforeEach(async () => {
+    // A content script that offers the frame: the SDK hands it the bodies, the page fetches nothing.
+    ext.transfer = async (req) =>
+      req.method === "PUT"
+        ? { kind: "transfer_result", transferId: req.transferId, ok: true, status: 201, contentType: "application/json", body: new Blob([JSON.stringify({ name: "n.txt", path: "/n.txt", sizeBytes: 5, modifiedAt: 9 })]) }
+        : { kind: "transfer_result", transferId: req.transferId, ok: true, status: 200, contentType: "application/json", body: new Blob(['{"a":1}']) };
+    viaFrame = await new Pedelec().createSession();
+  });
+
+  it("uploads and reads through the frame with the ticket's URL and token; bodies cross as Blobs", async () => {
+    const info = await viaFrame.uploadAsset(new Blob(["hello"], { type: "text/plain" }), { path: "/n.txt" });
+    expect(info).toEqual({ name: "n.txt", path: "/n.txt", sizeBytes: 5, modifiedAt: 9 });
+    expect(await viaFrame.readAsset("/d.json", "json")).toEqual({ a: 1 });
+    const file = await viaFrame.readAsset("/d.json", "file");
+    expect([file.name, await file.text()]).toEqual(["d.json", '{"a":1}']);
+    expect(fetchMock).not.toHaveBeenCalled();
+    const [put, get] = ext.transfers;
+    expect({ ...put!, body: undefined }).toEqual({ kind: "transfer", transferId: 1, method: "PUT", url: "http://127.0.0.1:40123/assets/upload/tkt_1", token: "tok", contentType: "text/plain", body: undefined });
+    expect(put!.body).toBeInstanceOf(Blob);
+    expect(await put!.body!.text()).toBe("hello");
+    expect([get!.method, get!.url, get!.body]).toEqual(["GET", "http://127.0.0.1:40123/assets/download/tkt_1", null]);
+  });
+
+  it("an HTTP error from the transfer server keeps its code; a refused check is ASSET_TICKET_INVALID", async () => {
+    ext.transfer = (req) => ({ kind: "transfer_result", transferId: req.transferId, ok: true, status: 404, contentType: "application/json", body: new Blob(['{"code":"ASSET_NOT_FOUND","message":"no /x"}']) });
+    expect((await rejection(viaFrame.readAsset("/x"))).code).toBe("ASSET_NOT_FOUND");
+    ext.transfer = (req) => ({ kind: "transfer_result", transferId: req.transferId, ok: false, unavailable: false, message: "ASSET_TICKET_INVALID: the ticket belongs to another origin" });
+    const e = await rejection(viaFrame.readAsset("/x"));
+    expect([e.code, e.message]).toEqual(["ASSET_TICKET_INVALID", "the ticket belongs to another origin"]);
+    expect(fetchMock).not.toHaveBeenCalled();
+  });
+
+  it("falls back to the page's own fetch when the frame is unavailable (e.g. the page's CSP blocks it)", async () => {
+    ext.transfer = (req) => ({ kind: "transfer_result", transferId: req.transferId, ok: false, unavailable: true, message: "blocked" });
+    fetchMock.mockResolvedValue(new Response("plain", { status: 200 }));
+    expect(await viaFrame.readAsset("/a.txt")).toBe("plain");
+    expect(fetchMock.mock.calls[0]![0]).toBe("http://127.0.0.1:40123/assets/download/tkt_1");
+  });
+});

@@ -9,6 +9,8 @@ import {
   type BridgeError,
   type BridgeMethod,
   type ContentToPage,
+  type TransferRequest,
+  type TransferResult,
   type WorkerToPage,
 } from "../src/protocol/bridge.js";
 import type { EventFrame, Snapshot } from "../src/protocol/native.js";
@@ -62,6 +64,9 @@ export class FakeExtension {
   calls: Array<{ clientId: string } & BridgeCall> = [];
   probes = 0;
   clients = new Set<string>();
+  /** Set: the content script offers the transfer frame (capabilities on connect) and answers transfers with this. */
+  transfer: ((req: TransferRequest) => TransferResult | Promise<TransferResult>) | null = null;
+  transfers: TransferRequest[] = [];
   handlers: { [M in BridgeMethod]?: Handler<M> } = {};
   #win: FakeWindow;
 
@@ -90,11 +95,18 @@ export class FakeExtension {
         return this.toPage(clientId, { kind: "probe_ack" });
       case "connect":
         this.clients.add(clientId);
+        if (this.transfer) this.toPage(clientId, { kind: "capabilities", transfer: true });
         if (this.welcome) this.toPage(clientId, { kind: "welcome", origin: this.#win.location.origin });
         return;
       case "disconnect":
         this.clients.delete(clientId);
         return;
+      case "transfer": {
+        const req = msg as unknown as TransferRequest;
+        this.transfers.push(req);
+        if (this.transfer) this.toPage(clientId, await this.transfer(req));
+        return;
+      }
       case "request": {
         const call = msg.call!;
         this.calls.push({ clientId, ...call });
