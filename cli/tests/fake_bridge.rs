@@ -53,6 +53,12 @@ impl ToolBridgeService for Fake {
     ) -> Result<Response<RenderPromptResponse>, Status> {
         Err(Status::unimplemented("fake"))
     }
+    async fn list_tools(
+        &self,
+        _: Request<pedelec_proto::v1::ListToolsRequest>,
+    ) -> Result<Response<pedelec_proto::v1::ListToolsResponse>, Status> {
+        Err(Status::unimplemented("fake"))
+    }
     async fn get_tool_spec(
         &self,
         req: Request<GetToolSpecRequest>,

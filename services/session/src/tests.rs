@@ -108,6 +108,9 @@ impl ToolBridgeService for Fakes {
     async fn get_tool_spec(&self, _: Request<pb::GetToolSpecRequest>) -> Reply<pb::ToolSpec> {
         Err(Status::unimplemented("not needed"))
     }
+    async fn list_tools(&self, _: Request<pb::ListToolsRequest>) -> Reply<pb::ListToolsResponse> {
+        Err(Status::unimplemented("not needed"))
+    }
     async fn call_tool(&self, _: Request<pb::CallToolRequest>) -> Reply<pb::CallToolResponse> {
         Err(Status::unimplemented("not needed"))
     }

@@ -262,6 +262,26 @@ impl ToolBridge {
         })
     }
 
+    /// Every tool of the thread and its guidance, for a caller with the token.
+    pub fn list_tools(
+        &self,
+        token: Option<&str>,
+        session_id: &str,
+    ) -> Result<(Vec<ToolSpecInfo>, String)> {
+        let manifest = self.authorize(token, session_id)?;
+        let tools = manifest
+            .tools
+            .iter()
+            .map(|tool| ToolSpecInfo {
+                name: tool.name.clone(),
+                description: tool.description.clone(),
+                args_schema: tool.args_schema.clone(),
+                timeout_ms: tool.effective_timeout_ms(),
+            })
+            .collect();
+        Ok((tools, manifest.guidance.clone()))
+    }
+
     /// Calls a page tool and waits for its outcome. The returned future owns
     /// the pending request: dropping it settles the request as `caller_gone`.
     pub async fn call_tool(&self, token: Option<&str>, req: CallRequest) -> Result<Outcome> {
@@ -898,6 +918,24 @@ mod tests {
                 .timeout_ms,
             60_000
         );
+    }
+
+    #[test]
+    fn list_tools_needs_the_token_and_keeps_manifest_order() {
+        let (bridge, token) = bridge_with_tools();
+        for bad in [None, Some("wrong")] {
+            let err = bridge.list_tools(bad, SID).unwrap_err();
+            assert_eq!(err.code(), Code::TOOL_ACCESS_DENIED);
+        }
+        let err = bridge.list_tools(Some(&token), "thr_unknown").unwrap_err();
+        assert_eq!(err.code(), Code::TOOL_ACCESS_DENIED);
+        let (tools, guidance) = bridge.list_tools(Some(&token), SID).unwrap();
+        assert_eq!(guidance, "be nice");
+        let expected: Vec<_> = ["echo", "slow"]
+            .iter()
+            .map(|n| bridge.tool_spec(Some(&token), SID, n).unwrap())
+            .collect();
+        assert_eq!(tools, expected);
     }
 
     #[tokio::test]

@@ -118,6 +118,27 @@ impl ToolBridgeService for ToolBridgeGrpc {
         }))
     }
 
+    async fn list_tools(
+        &self,
+        req: Request<pb::ListToolsRequest>,
+    ) -> Result<pb::ListToolsResponse> {
+        let token = token(&req);
+        let req = req.into_inner();
+        let (tools, guidance) = self.bridge.list_tools(token.as_deref(), &req.session_id)?;
+        Ok(Response::new(pb::ListToolsResponse {
+            tools: tools
+                .into_iter()
+                .map(|spec| pb::ToolSpec {
+                    name: spec.name,
+                    description: spec.description,
+                    args_schema: Some(to_struct(&spec.args_schema)),
+                    timeout_ms: spec.timeout_ms,
+                })
+                .collect(),
+            guidance,
+        }))
+    }
+
     async fn call_tool(&self, req: Request<pb::CallToolRequest>) -> Result<pb::CallToolResponse> {
         use pb::call_tool_response::Outcome;
         let token = token(&req);
