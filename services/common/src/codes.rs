@@ -56,9 +56,18 @@ codes! {
     DEFAULT_PROVIDER_UNAVAILABLE => FailedPrecondition,
     PROVIDER_NOT_FOUND => NotFound,
     PROVIDER_FAILED => Internal,
+    // pedelec-agent's model server (docs/agent.md): PROVIDER_FAILED stays the
+    // fallback for anything these do not name.
+    PROVIDER_UNREACHABLE => Unavailable,
+    PROVIDER_AUTH_FAILED => Unauthenticated,
+    PROVIDER_MODEL_NOT_FOUND => NotFound,
+    PROVIDER_RATE_LIMITED => ResourceExhausted,
+    PROVIDER_INVALID_RESPONSE => Internal,
     MODEL_REQUIRED => FailedPrecondition,
     THREAD_NOT_FOUND => NotFound,
     THREAD_ACCESS_DENIED => PermissionDenied,
+    // The native host's settings requests from anything but the extension's own pages.
+    SETTINGS_ACCESS_DENIED => PermissionDenied,
     WORKSPACE_OPEN_FAILED => FailedPrecondition,
     TOOLS_MANIFEST_INVALID => InvalidArgument,
     TOOL_NOT_FOUND => NotFound,
