@@ -1,0 +1,334 @@
+//! The workspace tools: list and read text files, write into the assets
+//! folder. Paths are relative to the workspace; `..`, absolute paths and
+//! symbolic links (anywhere on the way) are refused, so the model cannot
+//! reach outside the workspace. The agent's own files
+//! (`.pedelec-runtime/` except `assets/`) are out of reach too.
+
+use std::io::Read;
+use std::path::{Component, Path, PathBuf};
+
+use pedelec_common::Code;
+use serde_json::{Value as Json, json};
+
+use crate::error::AgentError;
+
+/// Bytes of a file `read_file` returns at most; the rest is cut (and said so).
+pub const MAX_READ: usize = 256 << 10;
+/// Entries `list_files` returns at most.
+pub const MAX_LIST: usize = 1000;
+/// Bytes `write_asset` accepts at most.
+pub const MAX_WRITE: usize = 1 << 20;
+/// Where assets live, relative to the workspace.
+pub const ASSETS: &str = ".pedelec-runtime/assets";
+const RUNTIME: &str = ".pedelec-runtime";
+
+pub struct Files {
+    root: PathBuf,
+}
+
+fn refuse(message: impl Into<String>) -> AgentError {
+    AgentError::tool(Code::ASSET_PATH_INVALID, message)
+}
+
+fn io_error(path: &str, e: &std::io::Error) -> AgentError {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => AgentError::tool(
+            Code::ASSET_NOT_FOUND,
+            format!("{path}: no such file or folder"),
+        ),
+        _ => AgentError::tool(Code::INVALID_INPUT, format!("{path}: {e}")),
+    }
+}
+
+/// The path's normal components, or why it is refused: it must be relative,
+/// without `..`, and outside the agent's private folder.
+pub fn relative_components(path: &str) -> Result<Vec<String>, AgentError> {
+    if path.contains('\0') {
+        return Err(refuse("the path contains a NUL byte"));
+    }
+    let mut parts = Vec::new();
+    for c in Path::new(path).components() {
+        match c {
+            Component::Normal(p) => parts.push(p.to_string_lossy().into_owned()),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                return Err(refuse(format!(
+                    "{path}: '..' is not allowed; paths stay inside the workspace"
+                )));
+            }
+            Component::RootDir | Component::Prefix(_) => {
+                return Err(refuse(format!(
+                    "{path}: absolute paths are not allowed; use a path relative to the workspace"
+                )));
+            }
+        }
+    }
+    if parts.first().map(String::as_str) == Some(RUNTIME)
+        && parts.get(1).is_some_and(|p| p != "assets")
+    {
+        return Err(refuse(format!(
+            "{path}: Pedelec's runtime folder is private (only {ASSETS} is readable)"
+        )));
+    }
+    Ok(parts)
+}
+
+impl Files {
+    pub fn new(root: PathBuf) -> Self {
+        Files { root }
+    }
+
+    /// Walks `parts` from the root, refusing a symbolic link at any step.
+    /// With `allow_missing`, components from the first missing one on are
+    /// joined unchecked (they do not exist, so they are no links yet).
+    fn walk(
+        &self,
+        shown: &str,
+        parts: &[String],
+        allow_missing: bool,
+    ) -> Result<PathBuf, AgentError> {
+        let mut path = self.root.clone();
+        let mut missing = false;
+        for part in parts {
+            path.push(part);
+            if missing {
+                continue;
+            }
+            match std::fs::symlink_metadata(&path) {
+                Ok(m) if m.file_type().is_symlink() => {
+                    return Err(refuse(format!(
+                        "{shown}: symbolic links are not followed; paths stay inside the workspace"
+                    )));
+                }
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && allow_missing => {
+                    missing = true;
+                }
+                Err(e) => return Err(io_error(shown, &e)),
+            }
+        }
+        Ok(path)
+    }
+
+    pub fn list(&self, path: &str) -> Result<Json, AgentError> {
+        let parts = relative_components(path)?;
+        let dir = self.walk(path, &parts, false)?;
+        let mut entries = Vec::new();
+        let mut total = 0usize;
+        for entry in std::fs::read_dir(&dir).map_err(|e| io_error(path, &e))? {
+            let entry = entry.map_err(|e| io_error(path, &e))?;
+            total += 1;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Ok(meta) = entry.path().symlink_metadata() else {
+                continue;
+            };
+            let kind = if meta.file_type().is_symlink() {
+                "symlink"
+            } else if meta.is_dir() {
+                "dir"
+            } else {
+                "file"
+            };
+            let mut item = json!({"name": name, "type": kind});
+            if kind == "file" {
+                item["size"] = json!(meta.len());
+            }
+            entries.push(item);
+        }
+        entries.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
+        let truncated = entries.len() > MAX_LIST;
+        entries.truncate(MAX_LIST);
+        Ok(
+            json!({"path": display(&parts), "entries": entries, "truncated": truncated, "total": total}),
+        )
+    }
+
+    pub fn read(&self, path: &str) -> Result<Json, AgentError> {
+        let parts = relative_components(path)?;
+        if parts.is_empty() {
+            return Err(refuse("read_file needs a file path"));
+        }
+        let file_path = self.walk(path, &parts, false)?;
+        let mut file = std::fs::File::open(&file_path).map_err(|e| io_error(path, &e))?;
+        let meta = file.metadata().map_err(|e| io_error(path, &e))?;
+        if !meta.is_file() {
+            return Err(AgentError::tool(
+                Code::INVALID_INPUT,
+                format!("{path}: not a file (use list_files for folders)"),
+            ));
+        }
+        let mut bytes = Vec::new();
+        (&mut file)
+            .take(MAX_READ as u64 + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| io_error(path, &e))?;
+        let truncated = bytes.len() > MAX_READ;
+        bytes.truncate(MAX_READ);
+        let text = text_prefix(bytes, truncated).ok_or_else(|| {
+            AgentError::tool(
+                Code::ASSET_TEXT_DECODE_FAILED,
+                format!("{path}: not a UTF-8 text file"),
+            )
+        })?;
+        Ok(
+            json!({"path": display(&parts), "size": meta.len(), "truncated": truncated, "content": text}),
+        )
+    }
+
+    /// Writes `<workspace>/.pedelec-runtime/assets/<name>` (temp file, then rename).
+    pub fn write_asset(&self, name: &str, content: &str) -> Result<Json, AgentError> {
+        if content.len() > MAX_WRITE {
+            return Err(AgentError::tool(
+                Code::ASSET_TOO_LARGE,
+                format!("{} bytes is over the limit of {MAX_WRITE}", content.len()),
+            ));
+        }
+        let mut parts: Vec<String> = ASSETS.split('/').map(str::to_string).collect();
+        let name_parts = relative_components(name)?;
+        if name_parts.is_empty() {
+            return Err(refuse("write_asset needs a file name"));
+        }
+        parts.extend(name_parts);
+        let target = self.walk(name, &parts, true)?;
+        let parent = target.parent().expect("inside the workspace");
+        std::fs::create_dir_all(parent).map_err(|e| io_error(name, &e))?;
+        // Re-checked now that the folders exist: a link planted meanwhile is refused.
+        self.walk(name, &parts[..parts.len() - 1], false)?;
+        if target.is_dir() {
+            return Err(AgentError::tool(
+                Code::INVALID_INPUT,
+                format!("{name}: is a folder"),
+            ));
+        }
+        pedelec_common::paths::write_atomic(&target, content.as_bytes(), 0o644)
+            .map_err(|e| io_error(name, &e))?;
+        Ok(json!({"path": display(&parts), "bytes": content.len()}))
+    }
+}
+
+fn display(parts: &[String]) -> String {
+    if parts.is_empty() {
+        ".".into()
+    } else {
+        parts.join("/")
+    }
+}
+
+/// The bytes as text; a cut file may end inside a character, which is dropped.
+fn text_prefix(mut bytes: Vec<u8>, cut: bool) -> Option<String> {
+    match std::str::from_utf8(&bytes) {
+        Ok(_) => {}
+        Err(e) if cut && e.error_len().is_none() => bytes.truncate(e.valid_up_to()),
+        Err(_) => return None,
+    }
+    if bytes.contains(&0) {
+        return None;
+    }
+    String::from_utf8(bytes).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ws() -> (tempfile::TempDir, Files) {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        std::fs::create_dir_all(root.join("src")).unwrap();
+        std::fs::write(root.join("src/a.txt"), "hello").unwrap();
+        (dir, Files::new(root))
+    }
+
+    fn code(r: Result<Json, AgentError>) -> &'static str {
+        r.unwrap_err().code().as_str()
+    }
+
+    #[test]
+    fn path_rules() {
+        for ok in [
+            "a",
+            "./a/b",
+            "src/",
+            ".pedelec-runtime/assets/x",
+            ".pedelec-runtime",
+        ] {
+            assert!(relative_components(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "/etc/passwd",
+            "../x",
+            "a/../../x",
+            "a/..",
+            "a\0b",
+            ".pedelec-runtime/agent/s.json",
+        ] {
+            assert!(relative_components(bad).is_err(), "{bad}");
+        }
+        assert_eq!(relative_components("./a//b/").unwrap(), ["a", "b"]);
+    }
+
+    #[test]
+    fn reads_and_lists_inside_the_workspace() {
+        let (_d, files) = ws();
+        let read = files.read("src/a.txt").unwrap();
+        assert_eq!(read["content"], "hello");
+        let list = files.list("").unwrap();
+        assert_eq!(list["entries"], json!([{"name": "src", "type": "dir"}]));
+        assert_eq!(code(files.read("nope.txt")), "ASSET_NOT_FOUND");
+        assert_eq!(code(files.read("src")), "INVALID_INPUT");
+        assert_eq!(code(files.read("../etc/passwd")), "ASSET_PATH_INVALID");
+    }
+
+    #[test]
+    fn symlinks_are_refused_anywhere_on_the_path() {
+        let (d, files) = ws();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret"), "s").unwrap();
+        std::os::unix::fs::symlink(outside.path(), d.path().join("out")).unwrap();
+        std::os::unix::fs::symlink(outside.path().join("secret"), d.path().join("src/s")).unwrap();
+        assert_eq!(code(files.read("out/secret")), "ASSET_PATH_INVALID");
+        assert_eq!(code(files.read("src/s")), "ASSET_PATH_INVALID");
+        assert_eq!(code(files.list("out")), "ASSET_PATH_INVALID");
+        assert_eq!(
+            code(files.write_asset("x", "y").and_then(|_| {
+                std::fs::remove_dir_all(d.path().join(".pedelec-runtime/assets")).unwrap();
+                std::os::unix::fs::symlink(
+                    outside.path(),
+                    d.path().join(".pedelec-runtime/assets"),
+                )
+                .unwrap();
+                files.write_asset("x", "y")
+            })),
+            "ASSET_PATH_INVALID"
+        );
+        assert!(!outside.path().join("x").exists());
+    }
+
+    #[test]
+    fn big_and_binary_files() {
+        let (d, files) = ws();
+        let mut big = "é".repeat(MAX_READ / 2);
+        big.push_str("tail");
+        std::fs::write(d.path().join("big.txt"), &big).unwrap();
+        let read = files.read("big.txt").unwrap();
+        assert_eq!(read["truncated"], true);
+        assert!(read["content"].as_str().unwrap().len() <= MAX_READ);
+        std::fs::write(d.path().join("bin"), [0u8, 159, 146, 150]).unwrap();
+        assert_eq!(code(files.read("bin")), "ASSET_TEXT_DECODE_FAILED");
+    }
+
+    #[test]
+    fn writes_land_in_assets_only() {
+        let (d, files) = ws();
+        let w = files.write_asset("out/report.md", "# hi").unwrap();
+        assert_eq!(w["path"], ".pedelec-runtime/assets/out/report.md");
+        let written =
+            std::fs::read_to_string(d.path().join(".pedelec-runtime/assets/out/report.md"))
+                .unwrap();
+        assert_eq!(written, "# hi");
+        assert_eq!(code(files.write_asset("../x", "y")), "ASSET_PATH_INVALID");
+        assert_eq!(code(files.write_asset("/tmp/x", "y")), "ASSET_PATH_INVALID");
+        let huge = "x".repeat(MAX_WRITE + 1);
+        assert_eq!(code(files.write_asset("h", &huge)), "ASSET_TOO_LARGE");
+    }
+}
