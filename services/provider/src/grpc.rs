@@ -85,7 +85,7 @@ impl ProviderService for ProviderGrpc {
         request: Request<RunTurnRequest>,
     ) -> Result<Response<Self::RunTurnStream>, Status> {
         // Dropping this stream (client gone) drops the receiver, which stops the process.
-        let events = self.providers.turns().run(request.into_inner())?;
+        let events = self.providers.run_turn(request.into_inner())?;
         Ok(Response::new(Box::pin(ReceiverStream::new(events).map(Ok))))
     }
 

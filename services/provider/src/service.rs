@@ -46,6 +46,19 @@ impl Providers {
         &self.turns
     }
 
+    /// Starts a turn; pedelec-agent gets the Ollama settings in its environment.
+    pub fn run_turn(
+        &self,
+        req: pedelec_proto::v1::RunTurnRequest,
+    ) -> Result<tokio::sync::mpsc::Receiver<pedelec_proto::v1::ProviderEvent>, ProviderError> {
+        let env = if req.provider == OLLAMA {
+            settings::agent_env(&self.settings.load())
+        } else {
+            Default::default()
+        };
+        self.turns.run_with_env(req, env)
+    }
+
     /// All six providers, each checked now and concurrently.
     pub async fn list_providers(&self) -> Result<Vec<ProviderInfo>, ProviderError> {
         let default = self.settings.load().default_provider;

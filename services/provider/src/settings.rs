@@ -12,6 +12,28 @@ use crate::error::ProviderError;
 /// the file and for `pedelec-cli settings get`).
 use pedelec_common::wire::SettingsDoc as SettingsFile;
 
+/// pedelec-agent's settings, as it reads them from its environment (names in
+/// services/agent/src/lib.rs). Every variable is set, empty when unset, so a
+/// value inherited from the service's own environment never reaches the agent.
+pub fn agent_env(s: &Settings) -> std::collections::HashMap<String, String> {
+    let endpoint = if s.ollama_endpoint.is_empty() {
+        DEFAULT_OLLAMA_ENDPOINT
+    } else {
+        s.ollama_endpoint.as_str()
+    };
+    [
+        ("PEDELEC_OLLAMA_ENDPOINT", endpoint),
+        ("PEDELEC_OLLAMA_API_KEY", s.ollama_api_key.as_str()),
+        ("PEDELEC_TAVILY_API_KEY", s.tavily_api_key.as_str()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+
+/// Where pedelec-agent finds Ollama when the settings name no endpoint.
+pub const DEFAULT_OLLAMA_ENDPOINT: &str = "http://127.0.0.1:11434";
+
 /// The public part: what a web page may see.
 pub fn public_part(s: &Settings) -> PublicSettings {
     PublicSettings {
@@ -406,6 +428,28 @@ mod tests {
         assert_eq!(s.default_provider.as_deref(), Some("ollama"));
         assert_eq!(s.profiles["ollama"].levels["default"], level("qwen3", ""));
         assert_eq!(s.ollama_endpoint, "");
+    }
+
+    #[test]
+    fn agent_env_has_the_endpoint_with_its_default_and_the_keys() {
+        let env = agent_env(&Settings::default());
+        assert_eq!(env["PEDELEC_OLLAMA_ENDPOINT"], "http://127.0.0.1:11434");
+        assert_eq!(env["PEDELEC_OLLAMA_API_KEY"], "");
+        assert_eq!(env["PEDELEC_TAVILY_API_KEY"], "");
+        let env = agent_env(&Settings {
+            ollama_endpoint: "http://h:1".into(),
+            ollama_api_key: "ok".into(),
+            tavily_api_key: "tk".into(),
+            ..Default::default()
+        });
+        assert_eq!(
+            (
+                env["PEDELEC_OLLAMA_ENDPOINT"].as_str(),
+                env["PEDELEC_OLLAMA_API_KEY"].as_str(),
+                env["PEDELEC_TAVILY_API_KEY"].as_str()
+            ),
+            ("http://h:1", "ok", "tk")
+        );
     }
 
     #[test]

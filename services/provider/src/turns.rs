@@ -114,7 +114,19 @@ impl Turns {
         &self,
         req: pb::RunTurnRequest,
     ) -> Result<mpsc::Receiver<pb::ProviderEvent>, ProviderError> {
+        self.run_with_env(req, HashMap::new())
+    }
+
+    /// [`Turns::run`] with `agent_env` added to the agent's environment last
+    /// (ProviderService's settings for pedelec-agent: endpoint and keys,
+    /// which must never travel on argv).
+    pub fn run_with_env(
+        &self,
+        req: pb::RunTurnRequest,
+        agent_env: HashMap<String, String>,
+    ) -> Result<mpsc::Receiver<pb::ProviderEvent>, ProviderError> {
         let mut job = Job::new(req, &self.programs, self.grace)?;
+        job.agent_env = agent_env;
         job.records = self.records.clone();
         let pgid = Arc::new(AtomicI32::new(0));
         job.pgid = Arc::clone(&pgid);
@@ -302,6 +314,8 @@ struct Job {
     spec: &'static catalog::ProviderSpec,
     turn: TurnSpec,
     tool_env: HashMap<String, String>,
+    /// Set after `tool_env`, so a request cannot override it.
+    agent_env: HashMap<String, String>,
     programs: ProgramEnv,
     grace: Duration,
     records: Option<Records>,
@@ -357,6 +371,7 @@ impl Job {
                 resume_id: req.provider_session_id.and_then(non_empty),
             },
             tool_env: req.tool_env,
+            agent_env: HashMap::new(),
             programs: programs.clone(),
             grace,
             records: None,
@@ -404,7 +419,9 @@ impl Job {
         if let Some(records) = &self.records {
             cmd.env("PEDELEC_RUNTIME_DIR", &records.runtime_dir);
         }
-        cmd.envs(&self.tool_env).env("PATH", self.agent_path());
+        cmd.envs(&self.tool_env)
+            .envs(&self.agent_env)
+            .env("PATH", self.agent_path());
         if self.provider == Provider::Claude && is_root() {
             // Claude refuses --dangerously-skip-permissions as root otherwise.
             cmd.env("IS_SANDBOX", "1");
@@ -512,7 +529,7 @@ struct TurnState {
     had_chat: bool,
     /// The adapter's error, held until exit so the exit code and stderr can
     /// join its details (SessionService acts on it only at the end anyway).
-    error: Option<(String, Option<Json>)>,
+    error: Option<(String, Option<Json>, Option<Code>)>,
 }
 
 impl TurnState {
@@ -609,9 +626,13 @@ impl TurnState {
                     output_tokens: output,
                     cumulative,
                 }),
-                Event::Error { message, details } => {
+                Event::Error {
+                    message,
+                    details,
+                    code,
+                } => {
                     // Adapters report at most one; keep the first regardless.
-                    self.error.get_or_insert((message, details));
+                    self.error.get_or_insert((message, details, code));
                     continue;
                 }
             };
@@ -641,7 +662,7 @@ impl TurnState {
         if dropped > 0 {
             facts.insert("droppedLines".into(), json!(dropped));
         }
-        if let Some((message, details)) = self.error.take() {
+        if let Some((message, details, code)) = self.error.take() {
             let details = match details {
                 None if facts.is_empty() => None,
                 None => Some(Json::Object(facts)),
@@ -653,7 +674,8 @@ impl TurnState {
                 }
                 Some(other) => Some(other),
             };
-            return Some(error_event(Code::PROVIDER_FAILED, message, details));
+            let code = code.unwrap_or(Code::PROVIDER_FAILED);
+            return Some(error_event(code, message, details));
         }
         if !status.success() {
             let how = match (

@@ -62,6 +62,7 @@ impl LineParser for Parser {
             out.push(Event::Error {
                 message,
                 details: None,
+                code: None,
             });
         } else if let Some(text) = response {
             out.push(Event::Chat(text.to_owned()));

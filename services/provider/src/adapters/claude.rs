@@ -133,7 +133,11 @@ impl Parser {
             .get("api_error_status")
             .filter(|s| !s.is_null())
             .map(|s| json!({ "api_error_status": s }));
-        out.push(Event::Error { message, details });
+        out.push(Event::Error {
+            message,
+            details,
+            code: None,
+        });
     }
 }
 
@@ -166,6 +170,7 @@ impl LineParser for Parser {
             Some(message) if self.synthetic_is_error => vec![Event::Error {
                 message,
                 details: None,
+                code: None,
             }],
             Some(text) => vec![Event::Chat(text)],
             None => Vec::new(),

@@ -65,7 +65,11 @@ fn error_event(message: String) -> Event {
     let details = serde_json::from_str::<Value>(&message)
         .ok()
         .filter(Value::is_object);
-    Event::Error { message, details }
+    Event::Error {
+        message,
+        details,
+        code: None,
+    }
 }
 
 impl LineParser for Parser {

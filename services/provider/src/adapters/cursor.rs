@@ -63,6 +63,7 @@ impl LineParser for Parser {
                 out.push(Event::Error {
                     message,
                     details: None,
+                    code: None,
                 });
             }
             _ => {}

@@ -57,6 +57,9 @@ pub enum Event {
     Error {
         message: String,
         details: Option<serde_json::Value>,
+        /// The Pedelec code of the failure when the provider names one
+        /// (pedelec-agent does); `None` is PROVIDER_FAILED.
+        code: Option<pedelec_common::Code>,
     },
 }
 

@@ -18,7 +18,13 @@
 //! | `{"type":"chat_delta","text":"…"}` | a fragment of the assistant message being streamed |
 //! | `{"type":"chat","text":"…"}` | a whole assistant message. After `chat_delta`s it closes the streamed message and repeats its full text: deltas are a best-effort live view, `chat` is the message (the SDK's `onChat`). |
 //! | `{"type":"usage","input":N,"output":N}` | tokens of one model call, an increment: `input` = prompt tokens (Ollama's `prompt_eval_count`), `output` = generated tokens (`eval_count`) |
-//! | `{"type":"error","message":"…","details":{…}?}` | the turn failed; `message` is shown to the user, optional `details` is any JSON. At most one, then exit non-zero. |
+//! | `{"type":"error","message":"…","code":"…"?,"details":{…}?}` | the turn failed; `message` is shown to the user, optional `details` is any JSON, optional `code` names the failure (below). At most one, then exit non-zero. |
+//!
+//! The `code` of an error line is one of [`AGENT_CODES`]: the model server is unreachable
+//! (`PROVIDER_UNREACHABLE`), refused the key (`PROVIDER_AUTH_FAILED`), does not know the model
+//! (`PROVIDER_MODEL_NOT_FOUND`), is rate limiting (`PROVIDER_RATE_LIMITED`) or answered something
+//! that is not the chat stream (`PROVIDER_INVALID_RESPONSE`). Any other value, or none, is
+//! `PROVIDER_FAILED` (docs/agent.md).
 //!
 //! Example turn:
 //!
@@ -30,11 +36,30 @@
 //! {"type":"usage","input":120,"output":2}
 //! ```
 
+use pedelec_common::Code;
 use serde_json::Value;
 
 use super::{CommandLine, Event, LineParser, SessionOnce, TurnSpec, json_object, str_at, u64_at};
 
 pub const PROGRAM: &str = "pedelec-agent";
+
+/// The codes an error line may carry; the agent cannot claim any other
+/// (a thread or tool code would mislead the SDK).
+pub const AGENT_CODES: [Code; 6] = [
+    Code::PROVIDER_FAILED,
+    Code::PROVIDER_UNREACHABLE,
+    Code::PROVIDER_AUTH_FAILED,
+    Code::PROVIDER_MODEL_NOT_FOUND,
+    Code::PROVIDER_RATE_LIMITED,
+    Code::PROVIDER_INVALID_RESPONSE,
+];
+
+/// The Pedelec code of an error line's `code`.
+fn agent_code(code: Option<&str>) -> Code {
+    code.and_then(Code::parse)
+        .filter(|c| AGENT_CODES.contains(c))
+        .unwrap_or(Code::PROVIDER_FAILED)
+}
 
 pub fn command(turn: &TurnSpec) -> CommandLine {
     let mut cmd = CommandLine::new(PROGRAM, turn);
@@ -84,7 +109,12 @@ impl LineParser for Parser {
                     .unwrap_or("pedelec-agent failed")
                     .to_owned();
                 let details = v.get("details").filter(|d| !d.is_null()).cloned();
-                out.push(Event::Error { message, details });
+                let code = Some(agent_code(str_at(&v, "code")));
+                out.push(Event::Error {
+                    message,
+                    details,
+                    code,
+                });
             }
             _ => {}
         }
@@ -123,9 +153,33 @@ mod tests {
                 chat("Hello ✓"),
                 usage(120, 2, false),
                 chat("Second, unstreamed"),
-                error("ollama: model not found", Some(json!({"status": 404}))),
+                Event::Error {
+                    message: "ollama: model not found".into(),
+                    details: Some(json!({"status": 404})),
+                    code: Some(Code::PROVIDER_FAILED),
+                },
             ],
         );
+    }
+
+    #[test]
+    fn error_codes_map_to_pedelec_codes() {
+        let code_of = |line: &str| match Parser::default().parse_line(line).pop() {
+            Some(Event::Error { code, .. }) => code,
+            other => panic!("{other:?}"),
+        };
+        for code in AGENT_CODES {
+            let line = format!(r#"{{"type":"error","message":"m","code":"{code}"}}"#);
+            assert_eq!(code_of(&line), Some(code));
+        }
+        for other in [
+            r#"{"type":"error","message":"m"}"#,
+            r#"{"type":"error","message":"m","code":"THREAD_ACCESS_DENIED"}"#,
+            r#"{"type":"error","message":"m","code":"nonsense"}"#,
+            r#"{"type":"error","message":"m","code":7}"#,
+        ] {
+            assert_eq!(code_of(other), Some(Code::PROVIDER_FAILED), "{other}");
+        }
     }
 
     #[test]

@@ -86,6 +86,7 @@ impl LineParser for Parser {
                 out.push(Event::Error {
                     message,
                     details: error,
+                    code: None,
                 });
             }
             _ => {}

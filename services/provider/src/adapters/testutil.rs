@@ -75,6 +75,7 @@ pub fn error(message: &str, details: Option<serde_json::Value>) -> Event {
     Event::Error {
         message: message.to_owned(),
         details,
+        code: None,
     }
 }
 
