@@ -18,6 +18,7 @@ use tonic::transport::Channel;
 
 pub use pedelec_common::code_of_status;
 
+pub mod mock_ollama;
 mod native_host;
 pub mod schema;
 mod sessions;
