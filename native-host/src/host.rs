@@ -76,7 +76,7 @@ where
     let mut reader = FrameReader::new(stdin);
     pedelec_common::memory::spawn_trimmer();
     if allowed {
-        serve(&mut reader, core, out).await;
+        serve(&mut reader, core, out, extension_origin).await;
     } else {
         refuse(&mut reader, &out, &extension_origin).await;
         drop(out);
@@ -120,6 +120,9 @@ async fn refuse<R: AsyncRead + Unpin>(
 
 struct Host {
     core: Core,
+    /// argv[1], the calling extension's origin: only its own pages may use
+    /// the settings requests.
+    extension_origin: String,
     out: mpsc::Sender<String>,
     attached: Mutex<HashMap<String, Attachment>>,
     generation: AtomicU64,
@@ -176,9 +179,11 @@ async fn serve<R: AsyncRead + Unpin>(
     reader: &mut FrameReader<R>,
     core: Core,
     out: mpsc::Sender<String>,
+    extension_origin: String,
 ) {
     let host = Arc::new(Host {
         core,
+        extension_origin,
         out,
         attached: Mutex::new(HashMap::new()),
         generation: AtomicU64::new(0),
@@ -302,6 +307,21 @@ impl Host {
         self.send(reply).await;
     }
 
+    /// The settings requests carry credentials: only the extension's own
+    /// pages (origin `chrome-extension://<id>`, the id from argv[1]) may send
+    /// them, never a web page's route.
+    fn settings_caller(&self, origin: &str, request: &'static str) -> Result<(), HostError> {
+        let own = self.extension_origin.trim_end_matches('/');
+        if !own.is_empty() && origin.trim_end_matches('/') == own {
+            return Ok(());
+        }
+        Err(HostError::SettingsDenied {
+            request,
+            origin: origin.to_string(),
+            extension: own.to_string(),
+        })
+    }
+
     async fn dispatch(&self, origin: &str, request: Request) -> Result<Value, HostError> {
         let core = &self.core;
         let thread = |session_id: &str| pb::ThreadRequest {
@@ -344,6 +364,31 @@ impl Host {
                     .map(wire::provider_info)
                     .collect();
                 json!({"providers": providers})
+            }
+            Request::GetFullSettings => {
+                self.settings_caller(origin, "get_full_settings")?;
+                let r = rpc!(
+                    core,
+                    core::PROVIDER,
+                    provider.get_full_settings(pb::GetSettingsRequest {})
+                )?;
+                p::masked_settings(r.get_ref())
+            }
+            Request::UpdateSettings(update) => {
+                self.settings_caller(origin, "update_settings")?;
+                // Read-modify-write: the page changes fields, never sees keys.
+                let current = rpc!(
+                    core,
+                    core::PROVIDER,
+                    provider.get_full_settings(pb::GetSettingsRequest {})
+                )?
+                .into_inner();
+                let settings = p::apply_settings_update(current, update);
+                let req = pb::UpdateSettingsRequest {
+                    settings: Some(settings),
+                };
+                let r = rpc!(core, core::PROVIDER, provider.update_settings(req))?;
+                p::masked_settings(r.get_ref())
             }
             Request::GetSettings => {
                 // Only the public part: full settings hold credentials.

@@ -87,6 +87,10 @@ pub enum Request {
     ListAssets {
         session_id: String,
     },
+    /// Every setting, keys masked; only from the extension's own pages.
+    GetFullSettings,
+    /// Changes settings; only from the extension's own pages.
+    UpdateSettings(SettingsUpdate),
 }
 
 impl Request {
@@ -109,6 +113,8 @@ impl Request {
             Request::CreateUploadTicket(_) => "create_upload_ticket",
             Request::CreateDownloadTicket(_) => "create_download_ticket",
             Request::ListAssets { .. } => "list_assets",
+            Request::GetFullSettings => "get_full_settings",
+            Request::UpdateSettings(_) => "update_settings",
         }
     }
 }
@@ -171,6 +177,38 @@ pub struct UploadTicket {
     pub content_type: String,
 }
 
+/// `update_settings`: absent fields are kept; `defaultProvider: null` unsets
+/// it; `profiles` replaces all profiles; keys change only by an explicit action.
+#[derive(Debug, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SettingsUpdate {
+    #[serde(default, deserialize_with = "present")]
+    pub default_provider: Option<Option<String>>,
+    pub profiles: Option<std::collections::BTreeMap<String, wire::ProfilesDoc>>,
+    pub ollama_endpoint: Option<String>,
+    pub ollama_api_key: Option<KeyChange>,
+    pub tavily_api_key: Option<KeyChange>,
+}
+
+/// What to do with a stored key: the page never sees a key, so it cannot
+/// send one back; it keeps, replaces or clears it.
+#[derive(Debug, PartialEq, Deserialize)]
+#[serde(tag = "action", rename_all = "snake_case", deny_unknown_fields)]
+pub enum KeyChange {
+    Keep,
+    Replace { value: String },
+    Clear,
+}
+
+/// A field that is present (even as `null`) is `Some`.
+fn present<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    T::deserialize(d).map(Some)
+}
+
 #[derive(Debug, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DownloadTicket {
@@ -217,6 +255,58 @@ struct ToolErrorPayload {
     code: String,
     message: String,
     details: Option<Value>,
+}
+
+/// How a stored key is shown: set or not, and its last four characters when
+/// it is long enough that they give nothing away (`••••1234`).
+pub fn mask_key(key: &str) -> Value {
+    if key.is_empty() {
+        return json!({"set": false, "masked": ""});
+    }
+    let chars: Vec<char> = key.chars().collect();
+    let masked = if chars.len() >= 12 {
+        let tail: String = chars[chars.len() - 4..].iter().collect();
+        format!("••••{tail}")
+    } else {
+        "••••".to_string()
+    };
+    json!({"set": true, "masked": masked})
+}
+
+/// The `get_full_settings` / `update_settings` result: the settings document
+/// with each key replaced by its mask.
+pub fn masked_settings(s: &pb::Settings) -> Value {
+    let doc = wire::SettingsDoc::from(s);
+    let mut value = serde_json::to_value(&doc).unwrap_or_else(|_| json!({}));
+    value["defaultProvider"] = json!(doc.default_provider);
+    value["ollamaApiKey"] = mask_key(&doc.ollama_api_key);
+    value["tavilyApiKey"] = mask_key(&doc.tavily_api_key);
+    value
+}
+
+/// The stored settings with `update` applied (ProviderService validates them).
+pub fn apply_settings_update(current: pb::Settings, update: SettingsUpdate) -> pb::Settings {
+    let mut doc = wire::SettingsDoc::from(&current);
+    if let Some(default) = update.default_provider {
+        doc.default_provider = default;
+    }
+    if let Some(profiles) = update.profiles {
+        doc.profiles = profiles;
+    }
+    if let Some(endpoint) = update.ollama_endpoint {
+        doc.ollama_endpoint = endpoint;
+    }
+    for (key, change) in [
+        (&mut doc.ollama_api_key, update.ollama_api_key),
+        (&mut doc.tavily_api_key, update.tavily_api_key),
+    ] {
+        match change {
+            None | Some(KeyChange::Keep) => {}
+            Some(KeyChange::Replace { value }) => *key = value,
+            Some(KeyChange::Clear) => key.clear(),
+        }
+    }
+    doc.into()
 }
 
 fn invalid(id: &Value, message: impl Into<String>) -> Rejected {
@@ -416,6 +506,8 @@ fn request(kind: &str, mut map: Map<String, Value>) -> Result<Request, String> {
         }
         "create_upload_ticket" => Request::CreateUploadTicket(payload(kind, map)?),
         "create_download_ticket" => Request::CreateDownloadTicket(payload(kind, map)?),
+        "get_full_settings" => Request::GetFullSettings,
+        "update_settings" => Request::UpdateSettings(payload(kind, map)?),
         "list_assets" => Request::ListAssets {
             session_id: thread(map)?,
         },
@@ -547,6 +639,43 @@ mod tests {
     }
 
     #[test]
+    fn keys_are_masked_and_change_only_by_action() {
+        assert_eq!(mask_key(""), json!({"set": false, "masked": ""}));
+        assert_eq!(mask_key("short"), json!({"set": true, "masked": "••••"}));
+        assert_eq!(
+            mask_key("tvly-abcdefgh1234"),
+            json!({"set": true, "masked": "••••1234"})
+        );
+        let current = pb::Settings {
+            default_provider: Some("codex".into()),
+            ollama_endpoint: "http://h:1".into(),
+            ollama_api_key: "old-ollama-key".into(),
+            tavily_api_key: "old-tavily-key".into(),
+            ..Default::default()
+        };
+        let masked = masked_settings(&current);
+        assert!(!masked.to_string().contains("old-"), "{masked}");
+        assert_eq!(masked["defaultProvider"], "codex");
+
+        let parse_update = |text: &str| -> SettingsUpdate { serde_json::from_str(text).unwrap() };
+        let kept = apply_settings_update(current.clone(), parse_update("{}"));
+        assert_eq!(kept, current);
+        let changed = apply_settings_update(
+            current.clone(),
+            parse_update(
+                r#"{"defaultProvider":null,"ollamaApiKey":{"action":"replace","value":"new"},"tavilyApiKey":{"action":"clear"}}"#,
+            ),
+        );
+        assert_eq!(changed.default_provider, None);
+        assert_eq!(changed.ollama_api_key, "new");
+        assert_eq!(changed.tavily_api_key, "");
+        assert_eq!(changed.ollama_endpoint, "http://h:1");
+        // A key value outside a replace action is not accepted.
+        assert!(serde_json::from_str::<SettingsUpdate>(r#"{"ollamaApiKey":"k"}"#).is_err());
+        assert!(serde_json::from_str::<SettingsUpdate>(r#"{"unknown":1}"#).is_err());
+    }
+
+    #[test]
     fn every_type_parses() {
         let s = r#""sessionId":"s""#;
         for (kind, payload) in [
@@ -581,6 +710,11 @@ mod tests {
                 format!("{{{s},\"path\":\"a.txt\"}}"),
             ),
             ("list_assets", format!("{{{s}}}")),
+            ("get_full_settings", "{}".into()),
+            (
+                "update_settings",
+                r#"{"defaultProvider":null,"ollamaApiKey":{"action":"clear"}}"#.into(),
+            ),
         ] {
             let frame =
                 format!("{{\"id\":1,\"type\":\"{kind}\",\"origin\":\"o\",\"payload\":{payload}}}");

@@ -307,6 +307,58 @@ export type ListAssetsRequest = {
   };
 };
 
+/** Provider code -> {levels: effort level -> {model, effort}}. */
+export type SettingsProfiles = Record<string, unknown>;
+
+/** What to do with a stored key: keep it, replace it with `value`, or clear it. */
+export type KeyChange = ({
+  action: "keep";
+}) | ({
+  action: "replace";
+  value: string;
+}) | ({
+  action: "clear";
+});
+
+/** A stored key as shown: whether it is set and its mask (`••••1234`, or `••••` for a short key; empty when unset). */
+export type MaskedKey = {
+  set: boolean;
+  masked: string;
+};
+
+/** Every setting, keys masked. Accepted only when `origin` is the calling extension's own origin (chrome-extension://<id>); anything else is SETTINGS_ACCESS_DENIED. */
+export type GetFullSettingsRequest = {
+  id: RequestId;
+  type: "get_full_settings";
+  origin: Origin;
+  payload?: Record<string, never>;
+};
+
+/** Absent fields are kept. `defaultProvider: null` unsets it; `profiles` replaces every profile; `ollamaEndpoint: ""` means the default. */
+export type UpdateSettingsPayload = {
+  defaultProvider?: ProviderCode | null;
+  profiles?: SettingsProfiles;
+  ollamaEndpoint?: string;
+  ollamaApiKey?: KeyChange;
+  tavilyApiKey?: KeyChange;
+};
+
+/** Changes settings; answers them as stored, keys masked. Accepted only when `origin` is the calling extension's own origin; anything else is SETTINGS_ACCESS_DENIED. */
+export type UpdateSettingsRequest = {
+  id: RequestId;
+  type: "update_settings";
+  origin: Origin;
+  payload: UpdateSettingsPayload;
+};
+
+export type FullSettingsResult = {
+  defaultProvider: ProviderCode | null;
+  profiles: SettingsProfiles;
+  ollamaEndpoint: string;
+  ollamaApiKey: MaskedKey;
+  tavilyApiKey: MaskedKey;
+};
+
 export type PingResult = {
   pong: true;
   version: string;
@@ -406,6 +458,8 @@ export type ResultByType = {
   create_upload_ticket: Ticket;
   create_download_ticket: Ticket;
   list_assets: ListAssetsResult;
+  get_full_settings: FullSettingsResult;
+  update_settings: FullSettingsResult;
 };
 
 export type OkReply = {
@@ -533,7 +587,7 @@ export type ChunkFrame = {
   data: string;
 };
 
-export type Request = PingRequest | HelloRequest | ListProvidersRequest | GetSettingsRequest | CreateSessionRequest | AttachRequest | DetachRequest | SendTextRequest | PrepareRequest | CancelRequest | EndRequest | ReactivateRequest | GetSessionRequest | SubmitToolResultRequest | CreateUploadTicketRequest | CreateDownloadTicketRequest | ListAssetsRequest;
+export type Request = PingRequest | HelloRequest | ListProvidersRequest | GetSettingsRequest | CreateSessionRequest | AttachRequest | DetachRequest | SendTextRequest | PrepareRequest | CancelRequest | EndRequest | ReactivateRequest | GetSessionRequest | SubmitToolResultRequest | CreateUploadTicketRequest | CreateDownloadTicketRequest | ListAssetsRequest | GetFullSettingsRequest | UpdateSettingsRequest;
 
 /** Everything the host writes to stdout. */
 export type HostMessage = OkReply | ErrorReply | EventFrame | DetachedFrame | ChunkFrame;
