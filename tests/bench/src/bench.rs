@@ -52,6 +52,7 @@ pub async fn run(cfg: &Config) -> i32 {
     );
 
     phase(
+        cfg,
         &mut rows,
         "floor.spawn_static",
         "spawn+exit of a trivial static binary",
@@ -59,6 +60,7 @@ pub async fn run(cfg: &Config) -> i32 {
     )
     .await;
     phase(
+        cfg,
         &mut rows,
         "floor.uds_echo",
         "Unix-socket echo round trip (64 B)",
@@ -66,6 +68,7 @@ pub async fn run(cfg: &Config) -> i32 {
     )
     .await;
     phase(
+        cfg,
         &mut rows,
         "floor.frame_echo",
         "native-messaging frame echo through a child's stdio",
@@ -73,6 +76,7 @@ pub async fn run(cfg: &Config) -> i32 {
     )
     .await;
     phase(
+        cfg,
         &mut rows,
         "breakdown.journal_write",
         "SessionService's record write, alone",
@@ -80,14 +84,31 @@ pub async fn run(cfg: &Config) -> i32 {
     )
     .await;
     phase(
+        cfg,
         &mut rows,
         "up.all_healthy",
         "`pedelecd up` spawn -> all four serving",
         up_phase(cfg),
     )
     .await;
-    phase(&mut rows, "main", "services + native host", main_phase(cfg)).await;
     phase(
+        cfg,
+        &mut rows,
+        "main",
+        "services + native host",
+        main_phase(cfg),
+    )
+    .await;
+    phase(
+        cfg,
+        &mut rows,
+        "agent",
+        "pedelec-agent and the stub agent against the mock Ollama server",
+        crate::agent::agent_phase(cfg),
+    )
+    .await;
+    phase(
+        cfg,
         &mut rows,
         "autostart.first_answer",
         "native host's first answer with the services down",
@@ -113,6 +134,10 @@ pub async fn run(cfg: &Config) -> i32 {
         "deltas.host.latency_paced",
         "deltas.host.latency_burst",
         "deltas.grpc",
+        "agent.first_delta.real",
+        "agent.first_delta.stub",
+        "agent.deltas.real",
+        "agent.deltas.stub",
         "create_session.host",
         "attach.host",
         "end.host",
@@ -133,6 +158,7 @@ pub async fn run(cfg: &Config) -> i32 {
         "floor.frame_echo",
         "floor.frame_stream",
         "floor.host_hop",
+        "floor.mock_ndjson",
     ];
     // Derived, not measured on its own: the least any host request costs is
     // one frame round trip through a child's stdio plus one gRPC unary call.
@@ -196,11 +222,19 @@ pub async fn run(cfg: &Config) -> i32 {
 }
 
 async fn phase(
+    cfg: &Config,
     rows: &mut Vec<Row>,
     id: &'static str,
     what: &str,
     fut: impl std::future::Future<Output = Result<Vec<Row>, String>>,
 ) {
+    if cfg
+        .only
+        .as_deref()
+        .is_some_and(|only| !id.starts_with(only))
+    {
+        return;
+    }
     eprintln!("-- {what}");
     match fut.await {
         Ok(mut new) => rows.append(&mut new),

@@ -5,6 +5,7 @@
 //! The same executable doubles as the helper processes (stub agent, frame echo,
 //! socket echo), chosen by argv, so the harness needs nothing but itself.
 
+mod agent;
 mod bench;
 mod env;
 mod helpers;
@@ -22,6 +23,8 @@ pub struct Config {
     pub out: PathBuf,
     /// `--profile DIR`: record perf profiles of the hot loops there.
     pub profile: Option<PathBuf>,
+    /// `--only PREFIX`: run only the phases whose id starts with it (e.g. `agent`).
+    pub only: Option<String>,
 }
 
 impl Config {
@@ -31,8 +34,7 @@ impl Config {
     }
 }
 
-const USAGE: &str =
-    "usage: pedelec-bench [--quick] [--release DIR] [--noop PROGRAM] [--out FILE] [--profile DIR]";
+const USAGE: &str = "usage: pedelec-bench [--quick] [--release DIR] [--noop PROGRAM] [--out FILE] [--profile DIR] [--only PREFIX]";
 
 fn main() {
     let argv0 = std::env::args().next().unwrap_or_default();
@@ -56,6 +58,7 @@ fn main() {
         noop: release.join("pedelec-bench-noop"),
         out: PathBuf::from("target/bench/results.json"),
         profile: None,
+        only: None,
         release,
     };
     let mut it = args.into_iter();
@@ -66,6 +69,7 @@ fn main() {
             "--noop" => cfg.noop = it.next().map(PathBuf::from).unwrap_or_default(),
             "--out" => cfg.out = it.next().map(PathBuf::from).unwrap_or_default(),
             "--profile" => cfg.profile = it.next().map(PathBuf::from),
+            "--only" => cfg.only = it.next(),
             _ => {
                 eprintln!("{USAGE}");
                 std::process::exit(2);
