@@ -36,6 +36,9 @@ pub const ENV_OLLAMA_KEY: &str = "PEDELEC_OLLAMA_API_KEY";
 pub const ENV_TAVILY_KEY: &str = "PEDELEC_TAVILY_API_KEY";
 /// Overrides Tavily's URL (tests point it at a mock).
 pub const ENV_TAVILY_ENDPOINT: &str = "PEDELEC_TAVILY_ENDPOINT";
+/// A PEM file of extra CA certificates trusted for https endpoints (a private
+/// CA or a corporate proxy), on top of the Mozilla roots.
+pub const ENV_CA_FILE: &str = "PEDELEC_AGENT_CA_FILE";
 pub const ENV_THREAD_ID: &str = "PEDELEC_THREAD_ID";
 pub const ENV_TOOL_TOKEN: &str = "PEDELEC_TOOL_TOKEN";
 
@@ -72,6 +75,7 @@ pub struct Config {
     pub thread_id: Option<String>,
     pub tool_token: Option<String>,
     pub toolbridge_socket: PathBuf,
+    pub ca_file: Option<PathBuf>,
 }
 
 impl Config {
@@ -91,6 +95,7 @@ impl Config {
             thread_id: var(ENV_THREAD_ID),
             tool_token: var(ENV_TOOL_TOKEN),
             toolbridge_socket: RuntimeDir::from_env().socket(ServiceName::ToolBridge),
+            ca_file: var(ENV_CA_FILE).map(PathBuf::from),
             args,
         }
     }
@@ -157,12 +162,16 @@ pub async fn run_turn(config: &Config, prompt: &str, out: &mut Output) -> Result
         }
         _ => None,
     };
+    let http = http::Http::new(config.ca_file.as_deref())
+        .map_err(|reason| AgentError::Usage(format!("{ENV_CA_FILE}: {reason}")))?;
     let web = config.tavily_key.as_ref().map(|key| tools::web::WebSearch {
+        http: http.clone(),
         endpoint: config.tavily_endpoint.clone(),
         key: key.clone(),
     });
     let mut toolset = tools::Toolset::new(tools::files::Files::new(workspace), page, web);
     let client = ollama::Client {
+        http,
         endpoint,
         api_key: config.ollama_key.clone(),
         model: config.args.model.clone(),

@@ -6,7 +6,7 @@ use serde::Deserialize;
 use serde_json::{Value as Json, json};
 
 use crate::error::AgentError;
-use crate::http::{self, Endpoint, HttpError};
+use crate::http::{self, Endpoint, Http, HttpError};
 use crate::output::Output;
 
 /// Longest NDJSON line accepted from the server.
@@ -141,6 +141,7 @@ impl Round {
 }
 
 pub struct Client {
+    pub http: Http,
     pub endpoint: Endpoint,
     pub api_key: Option<String>,
     pub model: String,
@@ -165,7 +166,9 @@ impl Client {
             endpoint: self.endpoint.url.clone(),
             reason,
         };
-        let mut resp = http::post_json(&self.endpoint, "/api/chat", self.api_key.as_deref(), body)
+        let mut resp = self
+            .http
+            .post_json(&self.endpoint, "/api/chat", self.api_key.as_deref(), body)
             .await
             .map_err(|e| match e {
                 HttpError::Connect(r) => unreachable(r),
@@ -329,6 +332,7 @@ mod tests {
     #[test]
     fn statuses_map_to_errors() {
         let c = Client {
+            http: Http::new(None).unwrap(),
             endpoint: Endpoint::parse("http://127.0.0.1:1").unwrap(),
             api_key: None,
             model: "m".into(),

@@ -188,6 +188,7 @@ mod tests {
         assert_eq!(answer["error"]["code"], "TOOL_ARGS_INVALID");
 
         let web = web::WebSearch {
+            http: crate::http::Http::new(None).unwrap(),
             endpoint: "http://127.0.0.1:9".into(),
             key: "k".into(),
         };

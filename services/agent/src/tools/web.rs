@@ -6,7 +6,7 @@ use serde_json::{Value as Json, json};
 use pedelec_common::Code;
 
 use crate::error::AgentError;
-use crate::http::{self, Endpoint, HttpError};
+use crate::http::{self, Endpoint, Http, HttpError};
 
 pub const DEFAULT_ENDPOINT: &str = "https://api.tavily.com";
 pub const MAX_RESULTS: u32 = 5;
@@ -15,6 +15,7 @@ const MAX_BODY: usize = 1 << 20;
 const MAX_CONTENT: usize = 2000;
 
 pub struct WebSearch {
+    pub http: Http,
     pub endpoint: String,
     pub key: String,
 }
@@ -34,7 +35,9 @@ impl WebSearch {
             "max_results": MAX_RESULTS,
         });
         let body = serde_json::to_vec(&body).map_err(|e| fail(e.to_string()))?;
-        let mut resp = http::post_json(&endpoint, "/search", Some(&self.key), body)
+        let mut resp = self
+            .http
+            .post_json(&endpoint, "/search", Some(&self.key), body)
             .await
             .map_err(|e| match e {
                 HttpError::Connect(r) | HttpError::Protocol(r) => fail(r),
