@@ -81,7 +81,7 @@ impl Conversation {
         }
     }
 
-    /// Replaces the file atomically, 0600 (it holds what the user wrote).
+    /// Replaces the file atomically (temp file, rename), 0600: it holds what the user wrote.
     pub fn save(&self) -> Result<(), AgentError> {
         let file = File {
             version: 1,
@@ -96,7 +96,10 @@ impl Conversation {
         if let Some(dir) = self.path.parent() {
             std::fs::create_dir_all(dir).map_err(fail)?;
         }
-        pedelec_common::paths::write_atomic(&self.path, &bytes, 0o600).map_err(fail)
+        // No fsync: the file is saved after every round and survives this
+        // process crashing (the page cache keeps it); an fsync per round would
+        // cost the first delta milliseconds on a slow disk.
+        pedelec_common::paths::replace_file(&self.path, &bytes, 0o600, false).map_err(fail)
     }
 }
 
