@@ -138,6 +138,7 @@ pub async fn run(cfg: &Config) -> i32 {
         "agent.first_delta.stub",
         "agent.deltas.real",
         "agent.deltas.stub",
+        "agent.mock_stream",
         "create_session.host",
         "attach.host",
         "end.host",
@@ -158,7 +159,6 @@ pub async fn run(cfg: &Config) -> i32 {
         "floor.frame_echo",
         "floor.frame_stream",
         "floor.host_hop",
-        "floor.mock_ndjson",
     ];
     // Derived, not measured on its own: the least any host request costs is
     // one frame round trip through a child's stdio plus one gRPC unary call.
