@@ -269,7 +269,7 @@ pub fn strip_runtime_block(prompt: &str) -> &str {
 fn system_message(toolset: &tools::Toolset) -> Json {
     let mut text = String::from(
         "You are Pedelec's agent. The user talks to you from a web application; you work in a folder on the user's machine (the workspace).\n\
-         Use the tools you are given through function calls: list_files and read_file read the workspace (paths relative to it), write_asset saves a file the web application can show or download.",
+         Use the tools you are given through function calls: list_files and read_file read the workspace (paths relative to it), write_asset saves a file the web application can show or download. Files the user shares with this session are in .pedelec-runtime/assets/.",
     );
     if toolset
         .definitions()
