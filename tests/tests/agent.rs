@@ -583,3 +583,67 @@ async fn a_page_tool_round_trip_through_toolbridge_and_the_native_host() {
     );
     assert!(!first.body.to_string().contains("pedelec-cli"));
 }
+
+#[tokio::test]
+async fn a_reactivated_thread_keeps_its_conversation() {
+    let mock = MockOllama::start(|req| {
+        if req.last_content() == "What is my name?" {
+            text_reply(&["Ada."], 30, 2)
+        } else {
+            text_reply(&["Hello Ada."], 10, 3)
+        }
+    })
+    .await;
+    let env = TestEnv::new();
+    let _launcher = services_with(&env, &mock, "").await;
+    let mut sessions = env.session().await;
+    let id = sessions
+        .create_session(create_session_request(Some("ollama")))
+        .await
+        .unwrap()
+        .into_inner()
+        .session_id;
+    let mut events = attach_past_snapshot(&mut sessions, &id, "r1").await;
+    sessions
+        .send_text(send_text_request(&id, "My name is Ada"))
+        .await
+        .unwrap();
+    operation(&mut events).await;
+
+    sessions
+        .end(pb::EndRequest {
+            session_id: id.clone(),
+            origin: ORIGIN.into(),
+            reason: pb::EndReason::Requested as i32,
+        })
+        .await
+        .unwrap();
+    sessions.reactivate(thread_request(&id)).await.unwrap();
+    sessions
+        .send_text(send_text_request(&id, "What is my name?"))
+        .await
+        .unwrap();
+    let seen = events
+        .until(|e| kind(e) == "operation_finished:completed")
+        .await;
+    assert!(
+        kinds(&seen).contains(&"ended".to_string()),
+        "{:?}",
+        kinds(&seen)
+    );
+    assert_eq!(chat_text(&seen), "Ada.");
+
+    // The second turn's request carried the first turn, read back from the workspace.
+    let chats = mock.chats();
+    assert_eq!(chats.len(), 2);
+    let history: Vec<_> = chats[1]
+        .messages()
+        .iter()
+        .skip(1)
+        .map(|m| m["content"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        history,
+        ["My name is Ada", "Hello Ada.", "What is my name?"]
+    );
+}
