@@ -298,6 +298,8 @@ function render(): void {
   ui.end.disabled = !live;
   ui.resume.disabled = !s || s.detached || status !== "ended";
   ui.upload.disabled = ui.refreshAssets.disabled = !live;
+  // An ended or detached session's files cannot be read (SESSION_ENDED): say so before a click.
+  for (const b of ui.assets.querySelectorAll("button")) b.disabled = !live;
   const saved = loadSaved();
   ui.saved.hidden = !saved || (!!s && s.sessionId === saved.sessionId && !s.detached);
   ui.savedId.textContent = saved?.sessionId ?? "";
@@ -438,6 +440,7 @@ function renderAssets(list: AssetInfo[]): void {
     li.append(name, acts, meta);
     ui.assets.append(li);
   }
+  render();
 }
 
 function formatSize(n: number): string {

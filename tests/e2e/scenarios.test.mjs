@@ -615,6 +615,7 @@ test("14 assets: upload, list, read as text/JSON/file, the agent reads it; SESSI
     return codes;
   });
   assert.deepEqual(ended.ok, ["SESSION_ENDED", "SESSION_ENDED", "SESSION_ENDED"]);
+  assert.equal(await page.isDisabled('#assets .asset[data-path="/notes.json"] button[data-as="text"]'), true, "the demo disables reads of an ended session's files");
   // The explicit workspace is deleted: resume() cannot reopen it.
   rmSync(join(w.base, "app-workspace"), { recursive: true, force: true });
   await page.click("#resume");
