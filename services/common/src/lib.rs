@@ -39,6 +39,20 @@ pub const TOOL_TOKEN_HEADER: &str = "x-pedelec-tool-token";
 /// JSON is the size that matters.
 pub const MAX_TOOL_RESULT_BYTES: usize = 2 << 20;
 
+/// Exit codes of `pedelecd`, stable for scripts, the native host (which tells
+/// "already running" from a failed start by them) and the tests.
+pub mod pedelecd_exit {
+    pub const OK: u8 = 0;
+    /// Failure: start/stop failed, I/O, an RPC error.
+    pub const FAILURE: u8 = 1;
+    /// Usage error (clap) or a subcommand that is not available yet.
+    pub const USAGE: u8 = 2;
+    /// `status`, `restart`: pedelecd is not running.
+    pub const NOT_RUNNING: u8 = 3;
+    /// `start`, `up`: another pedelecd already runs on this runtime dir.
+    pub const ALREADY_RUNNING: u8 = 4;
+}
+
 /// The environment variables Pedelec's processes read or set.
 pub mod env {
     /// The runtime dir (sockets, logs); see [`crate::RuntimeDir`].

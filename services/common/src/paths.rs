@@ -79,6 +79,11 @@ impl RuntimeDir {
     pub fn socket(&self, service: ServiceName) -> PathBuf {
         self.0.join(service.socket_file())
     }
+
+    /// The services' and the launcher's log files (`<service>.log`, `pedelecd.log`).
+    pub fn logs(&self) -> PathBuf {
+        self.0.join("logs")
+    }
 }
 
 /// Where state lives: `$PEDELEC_HOME`, else the platform data dir

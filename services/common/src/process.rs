@@ -26,8 +26,8 @@ pub fn is_root() -> bool {
 /// checks that the group still has a member. False when the group is gone.
 /// While any member lives the group id cannot be reused, so signalling the
 /// group of an unreaped child never hits a stranger.
-pub fn signal_group(pgid: u32, sig: libc::c_int) -> bool {
-    let Ok(pgid) = libc::pid_t::try_from(pgid) else {
+pub fn signal_group(pgid: impl TryInto<libc::pid_t>, sig: libc::c_int) -> bool {
+    let Ok(pgid) = pgid.try_into() else {
         return false;
     };
     if pgid <= 1 {
@@ -39,8 +39,8 @@ pub fn signal_group(pgid: u32, sig: libc::c_int) -> bool {
 }
 
 /// Sends `sig` to the single process `pid`; false when it is gone.
-pub fn signal(pid: u32, sig: libc::c_int) -> bool {
-    let Ok(pid) = libc::pid_t::try_from(pid) else {
+pub fn signal(pid: impl TryInto<libc::pid_t>, sig: libc::c_int) -> bool {
+    let Ok(pid) = pid.try_into() else {
         return false;
     };
     if pid <= 0 {
@@ -133,6 +133,22 @@ pub fn describe_exit(status: ExitStatus) -> String {
     }
 }
 
+/// How a process ended, as a phrase for messages: `exited with code 1`,
+/// `was killed by signal 9`. Takes the parts so that an exit reported over
+/// gRPC (`TurnExited{code, signal}`) reads the same as a local one.
+pub fn how_it_ended(code: Option<i32>, signal: Option<i32>) -> String {
+    match (code, signal) {
+        (Some(code), _) => format!("exited with code {code}"),
+        (None, Some(sig)) => format!("was killed by signal {sig}"),
+        (None, None) => "ended for an unknown reason".to_string(),
+    }
+}
+
+/// [`how_it_ended`] for a local exit status.
+pub fn ended(status: ExitStatus) -> String {
+    how_it_ended(status.code(), status.signal())
+}
+
 /// An exit status that reads as `exit 1`, for a process whose real status
 /// could not be learnt.
 pub fn failed_status() -> ExitStatus {
@@ -149,6 +165,8 @@ mod tests {
         assert_eq!(describe_exit(ExitStatus::from_raw(1 << 8)), "exit 1");
         assert_eq!(describe_exit(ExitStatus::from_raw(0)), "exit 0");
         assert_eq!(describe_exit(failed_status()), "exit 1");
+        assert_eq!(ended(ExitStatus::from_raw(9)), "was killed by signal 9");
+        assert_eq!(ended(ExitStatus::from_raw(3 << 8)), "exited with code 3");
     }
 
     #[test]
@@ -156,6 +174,7 @@ mod tests {
         // 0 and 1 would be our own group and init's: refused, not sent.
         assert!(!signal_group(0, 0));
         assert!(!signal_group(1, 0));
+        assert!(!signal_group(-1, 0));
         assert!(!signal_group(u32::MAX, 0));
     }
 
