@@ -3,15 +3,13 @@
 
 use std::io::Read;
 
-use pedelec_common::{RuntimeDir, ServiceName, uds};
-use pedelec_proto::v1::provider_service_client::ProviderServiceClient;
-use pedelec_proto::v1::session_service_client::SessionServiceClient;
+use pedelec_common::clients::{ProviderClient, SessionClient};
+use pedelec_common::{Clients, RuntimeDir, ServiceName};
 use pedelec_proto::v1::{
     EffortProfile, GetSettingsRequest, ListProvidersRequest, ListRequest, Settings, ThreadRequest,
     UpdateSettingsRequest,
 };
 use serde_json::Value as Json;
-use tonic::transport::Channel;
 
 use crate::error::{CliError, EXIT_OK};
 use crate::output;
@@ -61,7 +59,7 @@ pub fn run(command: AdminCommand) -> i32 {
 }
 
 fn execute(command: AdminCommand) -> Result<String, CliError> {
-    let runtime_dir = RuntimeDir::from_env();
+    let clients = Clients::new(RuntimeDir::from_env());
     // Secrets from stdin are read before connecting, like every other local check.
     let command = match command {
         AdminCommand::SettingsSet(change) => AdminCommand::SettingsSet(read_secret(change)?),
@@ -71,7 +69,7 @@ fn execute(command: AdminCommand) -> Result<String, CliError> {
     rt.block_on(async {
         match command {
             AdminCommand::SessionsList { origin, json } => {
-                let mut client = session_client(&runtime_dir).await?;
+                let mut client = session_client(&clients).await?;
                 let resp = client
                     .list(ListRequest { origin })
                     .await
@@ -86,7 +84,7 @@ fn execute(command: AdminCommand) -> Result<String, CliError> {
                 })
             }
             AdminCommand::SessionsShow { session_id, origin } => {
-                let mut client = session_client(&runtime_dir).await?;
+                let mut client = session_client(&clients).await?;
                 let snapshot = client
                     .get(ThreadRequest { session_id, origin })
                     .await
@@ -95,7 +93,7 @@ fn execute(command: AdminCommand) -> Result<String, CliError> {
                 Ok(output::pretty(&wire::snapshot(&snapshot)))
             }
             AdminCommand::Providers { json } => {
-                let mut client = provider_client(&runtime_dir).await?;
+                let mut client = provider_client(&clients).await?;
                 let resp = client
                     .list_providers(ListProvidersRequest {})
                     .await
@@ -110,12 +108,12 @@ fn execute(command: AdminCommand) -> Result<String, CliError> {
                 })
             }
             AdminCommand::SettingsGet => {
-                let mut client = provider_client(&runtime_dir).await?;
+                let mut client = provider_client(&clients).await?;
                 let settings = full_settings(&mut client).await?;
                 Ok(output::pretty(&wire::settings(&settings)))
             }
             AdminCommand::SettingsSet(change) => {
-                let mut client = provider_client(&runtime_dir).await?;
+                let mut client = provider_client(&clients).await?;
                 let mut settings = full_settings(&mut client).await?;
                 apply(&mut settings, change);
                 let updated = client
@@ -131,19 +129,19 @@ fn execute(command: AdminCommand) -> Result<String, CliError> {
     })
 }
 
-async fn session_client(dir: &RuntimeDir) -> Result<SessionServiceClient<Channel>, CliError> {
-    Ok(SessionServiceClient::new(
-        uds::connect(&dir.socket(ServiceName::Session)).await?,
-    ))
+/// Connects first, so a service that is not running is a connection error
+/// (exit 2), not a failed call.
+async fn session_client(clients: &Clients) -> Result<SessionClient, CliError> {
+    clients.connect(ServiceName::Session).await?;
+    Ok(clients.session())
 }
 
-async fn provider_client(dir: &RuntimeDir) -> Result<ProviderServiceClient<Channel>, CliError> {
-    Ok(ProviderServiceClient::new(
-        uds::connect(&dir.socket(ServiceName::Provider)).await?,
-    ))
+async fn provider_client(clients: &Clients) -> Result<ProviderClient, CliError> {
+    clients.connect(ServiceName::Provider).await?;
+    Ok(clients.provider())
 }
 
-async fn full_settings(client: &mut ProviderServiceClient<Channel>) -> Result<Settings, CliError> {
+async fn full_settings(client: &mut ProviderClient) -> Result<Settings, CliError> {
     Ok(client
         .get_full_settings(GetSettingsRequest {})
         .await
