@@ -6,7 +6,7 @@ use std::sync::Arc;
 use pedelec_proto::v1::{ProviderInfo, PublicSettings, ResolvedProfile, Settings};
 
 use crate::availability::{Availability, ProgramEnv};
-use crate::catalog::{self, DEFAULT_LEVEL, OLLAMA};
+use crate::catalog::{self, DEFAULT_LEVEL};
 use crate::error::ProviderError;
 use crate::settings::{self, SettingsStore};
 use crate::turns::Turns;
@@ -135,7 +135,7 @@ impl Providers {
             .and_then(|p| p.levels.get(level))
             .cloned()
             .unwrap_or_default();
-        if spec.code == OLLAMA && profile.model.is_empty() {
+        if spec.needs_model && profile.model.is_empty() {
             return Err(ProviderError::ModelRequired {
                 provider: spec.code.to_string(),
                 level: level.to_string(),
@@ -252,7 +252,7 @@ mod tests {
         );
         assert_eq!(
             list[4].error.as_deref(),
-            Some("`claude --version` exited with 1: bad")
+            Some("`claude --version` exited with code 1: bad")
         );
     }
 
