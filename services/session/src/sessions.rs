@@ -6,13 +6,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use pb::provider_service_client::ProviderServiceClient;
 use pb::session_event::Event;
-use pb::tool_bridge_service_client::ToolBridgeServiceClient;
-use pedelec_common::{Code, CodedError, DataDir, RuntimeDir, ids, json};
+use pedelec_common::clients::{ProviderClient, ToolBridgeClient};
+use pedelec_common::{Clients, Code, CodedError, DataDir, RuntimeDir, ids, json};
 use pedelec_proto::v1 as pb;
 use tokio::sync::mpsc;
-use tonic::transport::Channel;
 
 use crate::error::{SessionError, upstream};
 use crate::record::{Journal, OpKind, Outcome, Status, ThreadRecord, UsageRecord};
@@ -49,8 +47,8 @@ pub(crate) struct Inner {
     pub config: Config,
     pub journal: Journal,
     threads: Mutex<HashMap<String, SharedThread>>,
-    pub provider: ProviderServiceClient<Channel>,
-    pub tools: ToolBridgeServiceClient<Channel>,
+    pub provider: ProviderClient,
+    pub tools: ToolBridgeClient,
 }
 
 /// Events an ended thread keeps for routes catching up with its end.
@@ -66,22 +64,17 @@ pub type EventStream = mpsc::Receiver<Result<pb::SessionEvent, tonic::Status>>;
 /// on their sockets, or in-process fakes in the unit tests.
 #[derive(Clone)]
 pub struct Upstream {
-    pub provider: ProviderServiceClient<Channel>,
-    pub tools: ToolBridgeServiceClient<Channel>,
+    pub provider: ProviderClient,
+    pub tools: ToolBridgeClient,
 }
 
 impl Upstream {
     /// Lazy connections to the sibling services' sockets in `runtime_dir`.
     pub fn on_sockets(runtime_dir: &RuntimeDir) -> Upstream {
-        let max = pedelec_common::MAX_GRPC_MESSAGE;
-        let channel = |service| pedelec_common::uds::connect_lazy(&runtime_dir.socket(service));
+        let clients = Clients::new(runtime_dir.clone());
         Upstream {
-            provider: ProviderServiceClient::new(channel(pedelec_common::ServiceName::Provider))
-                .max_decoding_message_size(max)
-                .max_encoding_message_size(max),
-            tools: ToolBridgeServiceClient::new(channel(pedelec_common::ServiceName::ToolBridge))
-                .max_decoding_message_size(max)
-                .max_encoding_message_size(max),
+            provider: clients.provider(),
+            tools: clients.toolbridge(),
         }
     }
 }
@@ -742,23 +735,26 @@ impl Sessions {
         req: pb::SubmitToolResultRequest,
     ) -> Result<(), SessionError> {
         let thread = self.thread(&req.session_id, &req.origin)?;
+        // Measured as ToolBridge measures it, so both refuse the same results.
         let size = match &req.outcome {
             Some(pb::submit_tool_result_request::Outcome::Result(v)) => {
-                prost::Message::encoded_len(v)
+                json::tool_result_len(&json::from_value(v))
             }
-            Some(pb::submit_tool_result_request::Outcome::Error(e)) => {
-                prost::Message::encoded_len(e)
-            }
+            Some(pb::submit_tool_result_request::Outcome::Error(e)) => json::tool_error_len(
+                &e.code,
+                &e.message,
+                e.details.as_ref().map(json::from_value).as_ref(),
+            ),
             None => {
                 return Err(SessionError::InvalidInput(
                     "a tool result needs a result or an error".into(),
                 ));
             }
         };
-        if size > crate::tools::MAX_TOOL_RESULT_BYTES {
+        if size > pedelec_common::MAX_TOOL_RESULT_BYTES {
             return Err(SessionError::TooLarge(
                 size,
-                crate::tools::MAX_TOOL_RESULT_BYTES,
+                pedelec_common::MAX_TOOL_RESULT_BYTES,
             ));
         }
         // Marked answered before the bridge hands the answer to the agent, so

@@ -20,9 +20,12 @@ pub fn tool_env(
     token: Option<&str>,
 ) -> std::collections::HashMap<String, String> {
     let mut env = std::collections::HashMap::new();
-    env.insert("PEDELEC_THREAD_ID".to_string(), session_id.to_string());
     env.insert(
-        "PEDELEC_RUNTIME_DIR".to_string(),
+        pedelec_common::env::THREAD_ID.to_string(),
+        session_id.to_string(),
+    );
+    env.insert(
+        pedelec_common::env::RUNTIME_DIR.to_string(),
         sessions
             .inner
             .config
@@ -32,7 +35,10 @@ pub fn tool_env(
             .to_string(),
     );
     if let Some(token) = token {
-        env.insert("PEDELEC_TOOL_TOKEN".to_string(), token.to_string());
+        env.insert(
+            pedelec_common::env::TOOL_TOKEN.to_string(),
+            token.to_string(),
+        );
     }
     env
 }

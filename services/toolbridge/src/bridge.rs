@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
 
-use pedelec_common::{Code, CodedError, ids};
+use pedelec_common::{Code, CodedError, MAX_TOOL_RESULT_BYTES, ids, json};
 use serde_json::{Map, Value as Json, json};
 use tokio::sync::{broadcast, oneshot};
 
@@ -31,10 +31,6 @@ use crate::error::ToolBridgeError;
 use crate::manifest::{MAX_TIMEOUT_MS, Manifest};
 use crate::{prompt, validate};
 
-/// The request metadata key carrying the thread's tool token.
-pub const TOKEN_HEADER: &str = "x-pedelec-tool-token";
-/// Largest page result (or error) accepted, as encoded JSON.
-pub const MAX_OUTCOME_BYTES: usize = 2 * 1024 * 1024;
 /// Watch subscribers that fall this far behind lose events (and it is logged).
 const EVENT_BUFFER: usize = 4096;
 
@@ -363,10 +359,10 @@ impl ToolBridge {
             .get_mut(session_id)
             .filter(|t| t.exposed.as_ref().is_some_and(|p| p.id == tool_request_id))
             .ok_or_else(|| ToolBridgeError::NoPendingRequest(tool_request_id.to_string()))?;
-        if size > MAX_OUTCOME_BYTES {
+        if size > MAX_TOOL_RESULT_BYTES {
             return Err(ToolBridgeError::TooLarge {
                 size,
-                limit: MAX_OUTCOME_BYTES,
+                limit: MAX_TOOL_RESULT_BYTES,
             });
         }
         let reason = if outcome.is_ok() {
@@ -535,26 +531,10 @@ fn same_secret(expected: &str, given: &str) -> bool {
 
 /// The encoded JSON size of an outcome, counted without building the string.
 fn outcome_size(outcome: &Outcome) -> usize {
-    struct Counter(usize);
-    impl std::io::Write for Counter {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 += buf.len();
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
+    match outcome {
+        Ok(result) => json::tool_result_len(result),
+        Err(e) => json::tool_error_len(&e.code, &e.message, e.details.as_ref()),
     }
-    let mut counter = Counter(0);
-    let written = match outcome {
-        Ok(result) => serde_json::to_writer(&mut counter, result),
-        Err(e) => serde_json::to_writer(
-            &mut counter,
-            &json!({"code": e.code, "message": e.message, "details": e.details}),
-        ),
-    };
-    debug_assert!(written.is_ok());
-    counter.0
 }
 
 #[cfg(test)]
@@ -810,15 +790,16 @@ mod tests {
         let (_, mut rx) = bridge.subscribe();
         let task = spawn_call(&bridge, &token, call("echo", json!({"n": 1}), None));
         let (id, ..) = next_requested(&mut rx).await;
-        let big = Json::String("x".repeat(MAX_OUTCOME_BYTES));
+        let big = Json::String("x".repeat(MAX_TOOL_RESULT_BYTES));
         let err = bridge.resolve(SID, &id, Ok(big)).unwrap_err();
         assert_eq!(err.code(), Code::MESSAGE_TOO_LARGE);
-        let huge_error = CodedError::new(Code::TOOL_HANDLER_ERROR, "x".repeat(MAX_OUTCOME_BYTES));
+        let huge_error =
+            CodedError::new(Code::TOOL_HANDLER_ERROR, "x".repeat(MAX_TOOL_RESULT_BYTES));
         let err = bridge.resolve(SID, &id, Err(huge_error)).unwrap_err();
         assert_eq!(err.code(), Code::MESSAGE_TOO_LARGE);
         assert!(rx.try_recv().is_err());
         // Just under the bound (the quotes count) still goes through.
-        let fits = Json::String("x".repeat(MAX_OUTCOME_BYTES - 2));
+        let fits = Json::String("x".repeat(MAX_TOOL_RESULT_BYTES - 2));
         bridge.resolve(SID, &id, Ok(fits.clone())).unwrap();
         assert_eq!(task.await.unwrap().unwrap(), Ok(fits));
     }

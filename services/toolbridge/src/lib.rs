@@ -20,8 +20,7 @@ pub mod prompt;
 pub mod validate;
 
 pub use bridge::{
-    BridgeEvent, CallRequest, Outcome, Registered, SettleReason, TOKEN_HEADER, ToolBridge,
-    ToolSpecInfo,
+    BridgeEvent, CallRequest, Outcome, Registered, SettleReason, ToolBridge, ToolSpecInfo,
 };
 pub use error::ToolBridgeError;
 pub use grpc::ToolBridgeGrpc;
