@@ -121,8 +121,7 @@ pub(crate) mod testutil {
 mod tests {
     use std::time::Duration;
 
-    use pedelec_common::{code_of_status, uds};
-    use pedelec_proto::v1::provider_service_client::ProviderServiceClient;
+    use pedelec_common::code_of_status;
     use pedelec_proto::v1::{
         CancelTurnRequest, GetSettingsRequest, ListProvidersRequest, ResolveProfileRequest,
         Settings, UpdateSettingsRequest,
@@ -144,20 +143,22 @@ mod tests {
             programs: bin.env(),
         };
         let socket = config.runtime_dir.socket(ServiceName::Provider);
+        let clients = pedelec_common::Clients::new(config.runtime_dir.clone());
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(run_until(config, async {
             let _ = stopped.await;
         }));
 
-        let mut channel = None;
+        let mut up = false;
         for _ in 0..200 {
-            if let Ok(c) = uds::connect(&socket).await {
-                channel = Some(c);
+            if clients.connect(ServiceName::Provider).await.is_ok() {
+                up = true;
                 break;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        let mut client = ProviderServiceClient::new(channel.expect("service came up"));
+        assert!(up, "service came up");
+        let mut client = clients.provider();
 
         let err = client
             .resolve_profile(ResolveProfileRequest::default())
