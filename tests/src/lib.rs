@@ -9,9 +9,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use pb::provider_service_client::ProviderServiceClient;
-use pb::session_service_client::SessionServiceClient;
-use pb::supervisor_service_client::SupervisorServiceClient;
 use pedelec_common::ServiceName;
 use pedelec_proto::v1 as pb;
 use tonic::transport::Channel;
@@ -208,10 +205,13 @@ impl TestEnv {
     }
 
     pub async fn supervisor_status(&self) -> Result<pb::SupervisorStatus, String> {
-        let channel = pedelec_common::uds::connect(&self.socket(ServiceName::Launcher))
+        let clients = self.clients();
+        clients
+            .connect(ServiceName::Launcher)
             .await
             .map_err(|e| e.to_string())?;
-        SupervisorServiceClient::new(channel)
+        clients
+            .supervisor()
             .status(pb::SupervisorStatusRequest {})
             .await
             .map(|r| r.into_inner())
@@ -264,12 +264,31 @@ impl TestEnv {
             .unwrap_or_else(|e| panic!("connect {}: {e}", service.as_str()))
     }
 
-    pub async fn session(&self) -> SessionServiceClient<Channel> {
-        SessionServiceClient::new(self.channel(ServiceName::Session).await)
+    /// The client hub for this environment's runtime dir.
+    pub fn clients(&self) -> pedelec_common::Clients {
+        pedelec_common::Clients::new(pedelec_common::RuntimeDir::at(self.runtime_dir()))
     }
 
-    pub async fn provider(&self) -> ProviderServiceClient<Channel> {
-        ProviderServiceClient::new(self.channel(ServiceName::Provider).await)
+    /// A client of `service`'s socket, connected now (panics when nothing serves).
+    async fn connected(&self, service: ServiceName) -> pedelec_common::Clients {
+        let clients = self.clients();
+        clients
+            .connect(service)
+            .await
+            .unwrap_or_else(|e| panic!("connect {}: {e}", service.as_str()));
+        clients
+    }
+
+    pub async fn session(&self) -> pedelec_common::clients::SessionClient {
+        self.connected(ServiceName::Session).await.session()
+    }
+
+    pub async fn provider(&self) -> pedelec_common::clients::ProviderClient {
+        self.connected(ServiceName::Provider).await.provider()
+    }
+
+    pub async fn asset(&self) -> pedelec_common::clients::AssetClient {
+        self.connected(ServiceName::Asset).await.asset()
     }
 }
 

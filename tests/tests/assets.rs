@@ -5,13 +5,11 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use pb::asset_service_client::AssetServiceClient;
-use pedelec_common::ServiceName;
+use pedelec_common::clients::AssetClient;
 use pedelec_proto::v1 as pb;
 use pedelec_tests::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tonic::transport::Channel;
 
 const OTHER: &str = "https://evil.example";
 const MIB: usize = 1024 * 1024;
@@ -19,7 +17,7 @@ const MIB: usize = 1024 * 1024;
 struct Fixture {
     env: TestEnv,
     _launcher: Launcher,
-    assets: AssetServiceClient<Channel>,
+    assets: AssetClient,
 }
 
 struct Thread {
@@ -36,7 +34,7 @@ impl Thread {
 impl Fixture {
     async fn start(env: TestEnv) -> Fixture {
         let launcher = env.up().await;
-        let assets = AssetServiceClient::new(env.channel(ServiceName::Asset).await);
+        let assets = env.asset().await;
         Fixture {
             env,
             _launcher: launcher,
