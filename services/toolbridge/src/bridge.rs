@@ -34,6 +34,15 @@ use crate::{prompt, validate};
 /// Watch subscribers that fall this far behind lose events (and it is logged).
 const EVENT_BUFFER: usize = 4096;
 
+/// Why a thread's tool calls are dropped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DropReason {
+    /// Its operation was cancelled: the thread goes on, with its tools.
+    Cancelled,
+    /// The thread ended: its manifest and token go too.
+    Ended,
+}
+
 /// What the caller of a tool gets back: the page's result or a tool error.
 pub type Outcome = std::result::Result<Json, CodedError>;
 
@@ -381,29 +390,30 @@ impl ToolBridge {
         Ok(())
     }
 
-    /// Fails every pending and queued call of a thread; unless
-    /// `keep_manifest`, also forgets its manifest and token. Returns how many
-    /// calls were failed. An unknown thread is not an error (End is idempotent).
-    pub fn drop_thread(&self, session_id: &str, keep_manifest: bool) -> u32 {
+    /// Fails every pending and queued call of a thread with an error naming
+    /// `why`; when the thread ended, also forgets its manifest and token.
+    /// Returns how many calls were failed. An unknown thread is not an error
+    /// (End is idempotent).
+    pub fn drop_thread(&self, session_id: &str, why: DropReason) -> u32 {
         let mut threads = self.lock();
         let mut removed;
-        let thread = if keep_manifest {
-            threads.get_mut(session_id)
-        } else {
-            removed = threads.remove(session_id);
-            removed.as_mut()
+        let thread = match why {
+            DropReason::Cancelled => threads.get_mut(session_id),
+            DropReason::Ended => {
+                removed = threads.remove(session_id);
+                removed.as_mut()
+            }
         };
         let Some(thread) = thread else { return 0 };
-        let error = if keep_manifest {
-            CodedError::new(
+        let error = match why {
+            DropReason::Cancelled => CodedError::new(
                 Code::CANCELLED,
                 "the operation was cancelled before the page answered",
-            )
-        } else {
-            CodedError::new(
+            ),
+            DropReason::Ended => CodedError::new(
                 Code::SESSION_ENDED,
                 "the session ended before the page answered",
-            )
+            ),
         };
         let mut count = 0;
         if let Some(pending) = thread.exposed.take() {
@@ -422,7 +432,7 @@ impl ToolBridge {
         tracing::debug!(
             session = session_id,
             count,
-            keep_manifest,
+            why = ?why,
             "tool calls dropped"
         );
         count
@@ -814,7 +824,7 @@ mod tests {
         while bridge.lock()[SID].queue.is_empty() {
             tokio::task::yield_now().await;
         }
-        assert_eq!(bridge.drop_thread(SID, true), 2);
+        assert_eq!(bridge.drop_thread(SID, DropReason::Cancelled), 2);
         assert_eq!(next_settled(&mut rx).await, (id1, SettleReason::Dropped));
         for task in [first, second] {
             assert_eq!(task.await.unwrap().unwrap().unwrap_err().code, "CANCELLED");
@@ -834,7 +844,7 @@ mod tests {
         let (_, mut rx) = bridge.subscribe();
         let task = spawn_call(&bridge, &token, call("echo", json!({"n": 1}), None));
         let (id, ..) = next_requested(&mut rx).await;
-        assert_eq!(bridge.drop_thread(SID, false), 1);
+        assert_eq!(bridge.drop_thread(SID, DropReason::Ended), 1);
         assert_eq!(next_settled(&mut rx).await, (id, SettleReason::Dropped));
         assert_eq!(
             task.await.unwrap().unwrap().unwrap_err().code,
@@ -847,8 +857,8 @@ mod tests {
         assert_eq!(err.code(), Code::TOOL_ACCESS_DENIED);
         assert_eq!(bridge.render_prompt(SID, "/assets").unwrap(), "");
         // Idempotent.
-        assert_eq!(bridge.drop_thread(SID, false), 0);
-        assert_eq!(bridge.drop_thread(SID, true), 0);
+        assert_eq!(bridge.drop_thread(SID, DropReason::Ended), 0);
+        assert_eq!(bridge.drop_thread(SID, DropReason::Cancelled), 0);
     }
 
     #[tokio::test]

@@ -14,7 +14,7 @@ use tokio_stream::wrappers::BroadcastStream;
 use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 use tonic::{Request, Response, Status};
 
-use crate::bridge::{BridgeEvent, CallRequest, ToolBridge};
+use crate::bridge::{BridgeEvent, CallRequest, DropReason, ToolBridge};
 use crate::error::ToolBridgeError;
 
 type Result<T> = std::result::Result<Response<T>, Status>;
@@ -187,7 +187,12 @@ impl ToolBridgeService for ToolBridgeGrpc {
 
     async fn drop(&self, req: Request<pb::DropToolsRequest>) -> Result<pb::DropToolsResponse> {
         let req = req.into_inner();
-        let dropped = self.bridge.drop_thread(&req.session_id, req.keep_manifest);
+        let why = if req.keep_manifest {
+            DropReason::Cancelled
+        } else {
+            DropReason::Ended
+        };
+        let dropped = self.bridge.drop_thread(&req.session_id, why);
         Ok(Response::new(pb::DropToolsResponse { dropped }))
     }
 }

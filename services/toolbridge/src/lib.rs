@@ -20,7 +20,8 @@ pub mod prompt;
 pub mod validate;
 
 pub use bridge::{
-    BridgeEvent, CallRequest, Outcome, Registered, SettleReason, ToolBridge, ToolSpecInfo,
+    BridgeEvent, CallRequest, DropReason, Outcome, Registered, SettleReason, ToolBridge,
+    ToolSpecInfo,
 };
 pub use error::ToolBridgeError;
 pub use grpc::ToolBridgeGrpc;
