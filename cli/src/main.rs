@@ -1,5 +1,7 @@
 //! pedelec-cli: parses the command line and hands over to the library.
 
+#![forbid(unsafe_code)]
+
 use clap::{Args, Parser, Subcommand};
 use pedelec_cli::admin::{AdminCommand, SettingChange};
 use pedelec_cli::tools::{ToolCommand, ToolContext};

@@ -3,6 +3,8 @@
 //! each request into a call on the Pedelec services (DESIGN.md section 6;
 //! the wire format is in docs/native-messaging.md).
 
+#![forbid(unsafe_code)]
+
 pub mod core;
 pub mod error;
 pub mod frame;

@@ -4,6 +4,8 @@
 //! The binaries are taken from the cargo target dir (`target/debug`); build
 //! them first (`tests/run.sh` does: `cargo build --workspace --bins`).
 
+#![forbid(unsafe_code)]
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -345,9 +347,10 @@ impl Drop for Launcher {
 }
 
 pub fn signal(pid: i32, sig: i32) {
-    // SAFETY: kill has no memory-safety preconditions.
-    unsafe {
-        libc::kill(pid, sig);
+    if pid < 0 {
+        pedelec_common::process::signal_group(-pid, sig);
+    } else {
+        pedelec_common::process::signal(pid, sig);
     }
 }
 

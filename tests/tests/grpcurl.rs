@@ -2,6 +2,8 @@
 //! against the sockets: reflection lists every service, and a session can be
 //! created, read and ended from JSON on the command line.
 
+#![forbid(unsafe_code)]
+
 use std::path::PathBuf;
 use std::process::Command;
 

@@ -3,6 +3,9 @@
 //! calls go over gRPC; page bodies go over a loopback HTTP server this service
 //! runs, authorised by single-use tickets.
 
+// The only unsafe code is the *at() calls in `beneath`.
+#![deny(unsafe_code)]
+
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,6 +15,7 @@ use pedelec_proto::v1::asset_service_server::AssetServiceServer;
 use tonic::service::Routes;
 
 pub mod assets;
+#[allow(unsafe_code)]
 mod beneath;
 pub mod error;
 mod grpc;

@@ -2,6 +2,9 @@
 //! connecting over Unix sockets with the peer-uid check, the Pedelec error codes
 //! and their gRPC form, JSON <-> `google.protobuf.Value`, ids and tracing.
 
+// All of Pedelec's unsafe code is the libc calls in `process`.
+#![deny(unsafe_code)]
+
 #[cfg(feature = "clap")]
 pub mod args;
 pub mod clients;
@@ -12,6 +15,7 @@ pub mod ids;
 pub mod json;
 pub mod memory;
 pub mod paths;
+#[allow(unsafe_code)]
 pub mod process;
 pub mod telemetry;
 pub mod uds;

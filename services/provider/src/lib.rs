@@ -2,6 +2,8 @@
 //! profiles, and the agent turns. `Providers` holds the logic; `grpc`
 //! is the thin tonic adapter; `run` serves it on `provider.sock`.
 
+#![forbid(unsafe_code)]
+
 pub mod adapters;
 pub mod availability;
 pub mod catalog;

@@ -5,6 +5,8 @@
 //! (arguments), [`prompt`] (the first-turn block) and [`bridge`] (registry and
 //! pending calls) — and [`ToolBridgeGrpc`] is a thin tonic adapter over them.
 
+#![forbid(unsafe_code)]
+
 use std::future::Future;
 use std::sync::Arc;
 
