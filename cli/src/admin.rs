@@ -5,6 +5,7 @@ use std::io::Read;
 
 use pedelec_common::clients::{ProviderClient, SessionClient};
 use pedelec_common::{Clients, RuntimeDir, ServiceName};
+use pedelec_proto::prost_types::FieldMask;
 use pedelec_proto::v1::{
     EffortProfile, GetSettingsRequest, ListProvidersRequest, ListRequest, Settings, ThreadRequest,
     UpdateSettingsRequest,
@@ -114,12 +115,8 @@ fn execute(command: AdminCommand) -> Result<String, CliError> {
             }
             AdminCommand::SettingsSet(change) => {
                 let mut client = provider_client(&clients).await?;
-                let mut settings = full_settings(&mut client).await?;
-                apply(&mut settings, change);
                 let updated = client
-                    .update_settings(UpdateSettingsRequest {
-                        settings: Some(settings),
-                    })
+                    .update_settings(update_request(change))
                     .await
                     .map_err(|s| CliError::from_status(&s))?
                     .into_inner();
@@ -167,21 +164,36 @@ fn read_secret(change: SettingChange) -> Result<SettingChange, CliError> {
     })
 }
 
-/// Applies one change; ProviderService validates the result on update.
-pub fn apply(settings: &mut Settings, change: SettingChange) {
-    match change {
+/// The UpdateSettings request for one change: the new value and an
+/// `update_mask` naming only it, so the service keeps every other setting
+/// (also one changed by someone else since we looked). ProviderService
+/// validates the result.
+pub fn update_request(change: SettingChange) -> UpdateSettingsRequest {
+    let mut settings = Settings::default();
+    let path = match change {
         SettingChange::DefaultProvider(p) => {
             settings.default_provider = (!p.is_empty()).then_some(p);
+            "default_provider".to_string()
         }
-        SettingChange::OllamaEndpoint(v) => settings.ollama_endpoint = v,
-        SettingChange::OllamaApiKey(v) => settings.ollama_api_key = v,
-        SettingChange::TavilyApiKey(v) => settings.tavily_api_key = v,
+        SettingChange::OllamaEndpoint(v) => {
+            settings.ollama_endpoint = v;
+            "ollama_endpoint".to_string()
+        }
+        SettingChange::OllamaApiKey(v) => {
+            settings.ollama_api_key = v;
+            "ollama_api_key".to_string()
+        }
+        SettingChange::TavilyApiKey(v) => {
+            settings.tavily_api_key = v;
+            "tavily_api_key".to_string()
+        }
         SettingChange::Profile {
             provider,
             level,
             model,
             effort,
         } => {
+            let path = format!("profiles.{provider}.{level}");
             settings
                 .profiles
                 .entry(provider)
@@ -194,7 +206,12 @@ pub fn apply(settings: &mut Settings, change: SettingChange) {
                         effort: effort.unwrap_or_default(),
                     },
                 );
+            path
         }
+    };
+    UpdateSettingsRequest {
+        settings: Some(settings),
+        update_mask: Some(FieldMask { paths: vec![path] }),
     }
 }
 
@@ -202,50 +219,56 @@ pub fn apply(settings: &mut Settings, change: SettingChange) {
 mod tests {
     use super::*;
 
-    #[test]
-    fn set_default_provider_and_clear_it() {
-        let mut s = Settings::default();
-        apply(&mut s, SettingChange::DefaultProvider("claude".into()));
-        assert_eq!(s.default_provider.as_deref(), Some("claude"));
-        apply(&mut s, SettingChange::DefaultProvider(String::new()));
-        assert_eq!(s.default_provider, None);
+    fn paths(req: &UpdateSettingsRequest) -> Vec<&str> {
+        req.update_mask
+            .as_ref()
+            .map(|m| m.paths.iter().map(String::as_str).collect())
+            .unwrap_or_default()
     }
 
     #[test]
-    fn set_profile_keeps_other_levels() {
-        let mut s = Settings::default();
-        apply(
-            &mut s,
-            SettingChange::Profile {
-                provider: "codex".into(),
-                level: "low".into(),
-                model: "m1".into(),
-                effort: Some("low".into()),
-            },
+    fn set_default_provider_and_clear_it_names_only_it() {
+        let req = update_request(SettingChange::DefaultProvider("claude".into()));
+        assert_eq!(paths(&req), ["default_provider"]);
+        assert_eq!(
+            req.settings.unwrap().default_provider.as_deref(),
+            Some("claude")
         );
-        apply(
-            &mut s,
-            SettingChange::Profile {
-                provider: "codex".into(),
-                level: "high".into(),
-                model: "m2".into(),
-                effort: None,
-            },
-        );
-        let levels = &s.profiles["codex"].levels;
-        assert_eq!(levels["low"].model, "m1");
-        assert_eq!(levels["low"].effort, "low");
+        let req = update_request(SettingChange::DefaultProvider(String::new()));
+        assert_eq!(paths(&req), ["default_provider"]);
+        assert_eq!(req.settings.unwrap().default_provider, None);
+    }
+
+    #[test]
+    fn set_profile_names_one_level() {
+        let req = update_request(SettingChange::Profile {
+            provider: "codex".into(),
+            level: "high".into(),
+            model: "m2".into(),
+            effort: None,
+        });
+        assert_eq!(paths(&req), ["profiles.codex.high"]);
+        let settings = req.settings.unwrap();
+        let levels = &settings.profiles["codex"].levels;
+        assert_eq!(levels.len(), 1);
         assert_eq!(levels["high"].model, "m2");
         assert_eq!(levels["high"].effort, "");
     }
 
     #[test]
-    fn set_endpoint() {
-        let mut s = Settings::default();
-        apply(
-            &mut s,
-            SettingChange::OllamaEndpoint("http://127.0.0.1:11434".into()),
+    fn set_endpoint_and_keys() {
+        let req = update_request(SettingChange::OllamaEndpoint(
+            "http://127.0.0.1:11434".into(),
+        ));
+        assert_eq!(paths(&req), ["ollama_endpoint"]);
+        assert_eq!(
+            req.settings.unwrap().ollama_endpoint,
+            "http://127.0.0.1:11434"
         );
-        assert_eq!(s.ollama_endpoint, "http://127.0.0.1:11434");
+        let req = update_request(SettingChange::OllamaApiKey("k".into()));
+        assert_eq!(paths(&req), ["ollama_api_key"]);
+        let req = update_request(SettingChange::TavilyApiKey("t".into()));
+        assert_eq!(paths(&req), ["tavily_api_key"]);
+        assert_eq!(req.settings.unwrap().tavily_api_key, "t");
     }
 }

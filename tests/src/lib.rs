@@ -255,6 +255,7 @@ impl TestEnv {
             .await
             .update_settings(pb::UpdateSettingsRequest {
                 settings: Some(settings),
+                update_mask: None,
             })
             .await
             .unwrap();

@@ -100,6 +100,7 @@ async fn provider_service_lists_resolves_and_keeps_settings() {
     };
     let update = |settings: pb::Settings| pb::UpdateSettingsRequest {
         settings: Some(settings),
+        update_mask: None,
     };
     assert_eq!(
         code(provider.resolve_profile(resolve(None, None)).await),

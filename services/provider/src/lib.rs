@@ -178,9 +178,37 @@ mod tests {
         client
             .update_settings(UpdateSettingsRequest {
                 settings: Some(settings),
+                update_mask: None,
             })
             .await
             .unwrap();
+        // A masked update changes only what it names.
+        let stored = client
+            .update_settings(UpdateSettingsRequest {
+                settings: Some(Settings {
+                    ollama_endpoint: "http://127.0.0.1:11434".into(),
+                    default_provider: Some("codex".into()),
+                    ..Default::default()
+                }),
+                update_mask: Some(pedelec_proto::prost_types::FieldMask {
+                    paths: vec!["ollama_endpoint".into()],
+                }),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(stored.default_provider.as_deref(), Some("claude"));
+        assert_eq!(stored.ollama_endpoint, "http://127.0.0.1:11434");
+        let err = client
+            .update_settings(UpdateSettingsRequest {
+                settings: None,
+                update_mask: Some(pedelec_proto::prost_types::FieldMask {
+                    paths: vec!["effort_profiles".into()],
+                }),
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(code_of_status(&err).as_deref(), Some("INVALID_INPUT"));
         let public = client
             .get_settings(GetSettingsRequest {})
             .await
@@ -211,7 +239,10 @@ mod tests {
         );
 
         let err = client
-            .update_settings(UpdateSettingsRequest { settings: None })
+            .update_settings(UpdateSettingsRequest {
+                settings: None,
+                update_mask: None,
+            })
             .await
             .unwrap_err();
         assert_eq!(code_of_status(&err).as_deref(), Some("INVALID_INPUT"));

@@ -81,8 +81,14 @@ impl Providers {
     }
 
     /// Validates and replaces the settings; returns them as stored.
-    pub async fn update_settings(&self, settings: Settings) -> Result<Settings, ProviderError> {
-        self.settings.replace(settings).await
+    /// Replaces the settings, or with a `mask` (UpdateSettings' `update_mask`
+    /// paths) only the parts it names.
+    pub async fn update_settings(
+        &self,
+        settings: Settings,
+        mask: Option<&[String]>,
+    ) -> Result<Settings, ProviderError> {
+        self.settings.update(settings, mask).await
     }
 
     /// The provider and effort profile for a new thread. Absent or empty
@@ -183,7 +189,7 @@ mod tests {
 
     impl Fixture {
         async fn set(&self, s: Settings) {
-            self.providers.update_settings(s).await.unwrap();
+            self.providers.update_settings(s, None).await.unwrap();
         }
 
         async fn set_default(&self, code: &str) {
