@@ -49,7 +49,7 @@ HUMAN COMMANDS (sessions, providers, settings)
 #[command(name = "pedelec-cli", version, after_help = AFTER_HELP)]
 struct Cli {
     /// The thread whose tools are used.
-    #[arg(long, global = true, value_name = "ID", env = "PEDELEC_THREAD_ID")]
+    #[arg(long, global = true, value_name = "ID", env = pedelec_common::env::THREAD_ID)]
     thread_id: Option<String>,
     /// tool-call only: the call's timeout in milliseconds, overriding the tool's own.
     #[arg(long, global = true, value_name = "N")]

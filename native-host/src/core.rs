@@ -414,12 +414,8 @@ fn too_large(req: &impl prost::Message) -> Result<(), HostError> {
 
 /// `$PEDELEC_BIN_DIR/pedelecd`, else `pedelecd` beside this executable.
 fn pedelecd_path() -> PathBuf {
-    if let Some(dir) = std::env::var_os(env::BIN_DIR).filter(|d| !d.is_empty()) {
-        return PathBuf::from(dir).join("pedelecd");
-    }
-    std::env::current_exe()
-        .ok()
-        .and_then(|exe| exe.parent().map(|d| d.join("pedelecd")))
+    pedelec_common::paths::bin_dir()
+        .map(|d| d.join("pedelecd"))
         .unwrap_or_else(|| PathBuf::from("pedelecd"))
 }
 

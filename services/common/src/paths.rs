@@ -166,6 +166,17 @@ impl DataDir {
     }
 }
 
+/// Where Pedelec's binaries are: `$PEDELEC_BIN_DIR`, else the folder of the
+/// running executable (they are installed side by side). None only when the
+/// running executable cannot be found.
+pub fn bin_dir() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os(crate::env::BIN_DIR).filter(|d| !d.is_empty()) {
+        return Some(PathBuf::from(dir));
+    }
+    let exe = std::env::current_exe().ok()?;
+    exe.parent().map(Path::to_path_buf)
+}
+
 /// Writes `bytes` to `path` atomically: a temp file in the same folder, fsync,
 /// rename. Readers see the old file or the new one, never half of either.
 pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use pedelec_common::{DataDir, ServiceName, env, uds};
+use pedelec_common::{DataDir, ServiceName, uds};
 use pedelec_proto::v1::supervisor_service_server::SupervisorServiceServer;
 use tokio::signal::unix::{SignalKind, signal};
 use tonic::service::Routes;
@@ -20,14 +20,12 @@ const START_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Where the service binaries are: `$PEDELEC_BIN_DIR`, else beside pedelecd.
 pub fn bin_dir() -> Result<PathBuf, LauncherError> {
-    if let Some(dir) = std::env::var_os(env::BIN_DIR).filter(|d| !d.is_empty()) {
-        return Ok(PathBuf::from(dir));
-    }
-    let exe = std::env::current_exe().map_err(|e| LauncherError::io("current_exe", e))?;
-    Ok(exe
-        .parent()
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(".")))
+    pedelec_common::paths::bin_dir().ok_or_else(|| {
+        LauncherError::io(
+            "current_exe",
+            std::io::Error::other("cannot find the running executable"),
+        )
+    })
 }
 
 /// Runs the launcher until SIGTERM/SIGINT, then stops everything and clears
