@@ -57,6 +57,15 @@ const ENDED_REPLAY_EVENTS: usize = 64;
 /// How many events a route takes from the replay buffer at a time.
 const ROUTE_BATCH: usize = 256;
 
+/// Why a thread's tool calls are dropped (ToolBridge's `Drop`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum DropTools {
+    /// The operation was cancelled; the thread keeps its tools.
+    Cancelled,
+    /// The thread ended; ToolBridge forgets its manifest and token.
+    Ended,
+}
+
 /// An attached route's stream of events.
 pub type EventStream = mpsc::Receiver<Result<pb::SessionEvent, tonic::Status>>;
 
@@ -537,7 +546,7 @@ impl Sessions {
             };
             if let Some(id) = ended {
                 sessions.schedule_eviction(&thread);
-                sessions.drop_tool_calls(id, false).await;
+                sessions.drop_tool_calls(id, DropTools::Ended).await;
             }
         });
     }
@@ -562,7 +571,7 @@ impl Sessions {
         // overtaken by this drop.
         if let Some(id) = ended {
             self.schedule_eviction(&thread);
-            self.drop_tool_calls(id, false).await;
+            self.drop_tool_calls(id, DropTools::Ended).await;
         }
         Ok(snapshot)
     }
@@ -593,15 +602,15 @@ impl Sessions {
         Some(t.id().to_string())
     }
 
-    /// Fails the thread's pending tool calls (and forgets its tools unless
-    /// `keep_manifest`). Its provider process needs no call: finishing the
-    /// operation makes its task drop the RunTurn stream, and ProviderService
-    /// kills the process group when its stream goes away.
-    async fn drop_tool_calls(&self, session_id: String, keep_manifest: bool) {
+    /// Fails the thread's pending tool calls (and, when it ended, forgets its
+    /// tools). Its provider process needs no call: finishing the operation
+    /// makes its task drop the RunTurn stream, and ProviderService kills the
+    /// process group when its stream goes away.
+    async fn drop_tool_calls(&self, session_id: String, why: DropTools) {
         let mut tools = self.inner.tools.clone();
         let dropped = tools.drop(pb::DropToolsRequest {
             session_id: session_id.clone(),
-            keep_manifest,
+            keep_manifest: why == DropTools::Cancelled,
         });
         match tokio::time::timeout(std::time::Duration::from_secs(2), dropped).await {
             Ok(Ok(_)) => {}
@@ -726,7 +735,8 @@ impl Sessions {
         // which makes ProviderService kill the process group. A separate
         // CancelTurn here could arrive after the next turn started and kill that.
         // Pending tool calls fail now; the manifest stays for the next turn.
-        self.drop_tool_calls(id.to_string(), true).await;
+        self.drop_tool_calls(id.to_string(), DropTools::Cancelled)
+            .await;
         Ok(cancelled)
     }
 

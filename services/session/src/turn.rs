@@ -256,11 +256,7 @@ async fn stream_turn(
     match exit {
         Some(pb::TurnExited { code: Some(0), .. }) => Ok(()),
         Some(exited) => {
-            let how = match (exited.code, exited.signal) {
-                (Some(code), _) => format!("exited with code {code}"),
-                (None, Some(signal)) => format!("was killed by signal {signal}"),
-                (None, None) => "ended".to_string(),
-            };
+            let how = pedelec_common::process::how_it_ended(exited.code, exited.signal);
             Err((
                 CodedError::new(Code::PROVIDER_FAILED, format!("the provider process {how}")),
                 pb::ErrorSource::Provider,
