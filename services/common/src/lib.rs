@@ -2,7 +2,7 @@
 //! connecting over Unix sockets with the peer-uid check, the Pedelec error codes
 //! and their gRPC form, JSON <-> `google.protobuf.Value`, ids and tracing.
 
-// All of Pedelec's unsafe code is the libc calls in `process`.
+// All of Pedelec's unsafe code is the libc calls in `process` and `memory`.
 #![deny(unsafe_code)]
 
 #[cfg(feature = "clap")]
@@ -13,6 +13,7 @@ pub mod error;
 pub mod extension;
 pub mod ids;
 pub mod json;
+#[allow(unsafe_code)]
 pub mod memory;
 pub mod paths;
 #[allow(unsafe_code)]
