@@ -1,7 +1,7 @@
 //! Child processes: signalling process groups, tying a child's life to its
 //! parent's, detaching with `setsid`, spawning past ETXTBSY, and describing
-//! how a process ended. The only place outside `paths`/`uds` that needs
-//! `unsafe`, so every other crate can forbid it.
+//! how a process ended. Its libc calls are most of Pedelec's `unsafe` code
+//! (the rest is `memory`), so every other module and crate can forbid it.
 
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::ExitStatus;
