@@ -74,7 +74,8 @@ pub mod env {
     pub const TOOL_TOKEN: &str = "PEDELEC_TOOL_TOKEN";
     /// The `pedelec-cli` named in the agent's prompt, when not beside the bridge.
     pub const CLI: &str = "PEDELEC_CLI";
-    /// More extension ids the native host accepts (comma-separated).
+    /// More extension ids the native host and the asset transfer server
+    /// accept (comma-separated), e.g. a Web Store build or a developer's own key.
     pub const ALLOWED_EXTENSIONS: &str = "PEDELEC_ALLOWED_EXTENSIONS";
     /// SessionService: the auto-end grace period.
     pub const AUTO_END_GRACE_MS: &str = "PEDELEC_AUTO_END_GRACE_MS";
