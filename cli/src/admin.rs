@@ -3,15 +3,14 @@
 
 use std::io::Read;
 
-use pedelec_common::{RuntimeDir, ServiceName, uds};
-use pedelec_proto::v1::provider_service_client::ProviderServiceClient;
-use pedelec_proto::v1::session_service_client::SessionServiceClient;
+use pedelec_common::clients::{ProviderClient, SessionClient};
+use pedelec_common::{Clients, RuntimeDir, ServiceName};
+use pedelec_proto::prost_types::FieldMask;
 use pedelec_proto::v1::{
     EffortProfile, GetSettingsRequest, ListProvidersRequest, ListRequest, Settings, ThreadRequest,
     UpdateSettingsRequest,
 };
 use serde_json::Value as Json;
-use tonic::transport::Channel;
 
 use crate::error::{CliError, EXIT_OK};
 use crate::output;
@@ -61,7 +60,7 @@ pub fn run(command: AdminCommand) -> i32 {
 }
 
 fn execute(command: AdminCommand) -> Result<String, CliError> {
-    let runtime_dir = RuntimeDir::from_env();
+    let clients = Clients::new(RuntimeDir::from_env());
     // Secrets from stdin are read before connecting, like every other local check.
     let command = match command {
         AdminCommand::SettingsSet(change) => AdminCommand::SettingsSet(read_secret(change)?),
@@ -71,7 +70,7 @@ fn execute(command: AdminCommand) -> Result<String, CliError> {
     rt.block_on(async {
         match command {
             AdminCommand::SessionsList { origin, json } => {
-                let mut client = session_client(&runtime_dir).await?;
+                let mut client = session_client(&clients).await?;
                 let resp = client
                     .list(ListRequest { origin })
                     .await
@@ -86,7 +85,7 @@ fn execute(command: AdminCommand) -> Result<String, CliError> {
                 })
             }
             AdminCommand::SessionsShow { session_id, origin } => {
-                let mut client = session_client(&runtime_dir).await?;
+                let mut client = session_client(&clients).await?;
                 let snapshot = client
                     .get(ThreadRequest { session_id, origin })
                     .await
@@ -95,7 +94,7 @@ fn execute(command: AdminCommand) -> Result<String, CliError> {
                 Ok(output::pretty(&wire::snapshot(&snapshot)))
             }
             AdminCommand::Providers { json } => {
-                let mut client = provider_client(&runtime_dir).await?;
+                let mut client = provider_client(&clients).await?;
                 let resp = client
                     .list_providers(ListProvidersRequest {})
                     .await
@@ -110,18 +109,14 @@ fn execute(command: AdminCommand) -> Result<String, CliError> {
                 })
             }
             AdminCommand::SettingsGet => {
-                let mut client = provider_client(&runtime_dir).await?;
+                let mut client = provider_client(&clients).await?;
                 let settings = full_settings(&mut client).await?;
                 Ok(output::pretty(&wire::settings(&settings)))
             }
             AdminCommand::SettingsSet(change) => {
-                let mut client = provider_client(&runtime_dir).await?;
-                let mut settings = full_settings(&mut client).await?;
-                apply(&mut settings, change);
+                let mut client = provider_client(&clients).await?;
                 let updated = client
-                    .update_settings(UpdateSettingsRequest {
-                        settings: Some(settings),
-                    })
+                    .update_settings(update_request(change))
                     .await
                     .map_err(|s| CliError::from_status(&s))?
                     .into_inner();
@@ -131,19 +126,19 @@ fn execute(command: AdminCommand) -> Result<String, CliError> {
     })
 }
 
-async fn session_client(dir: &RuntimeDir) -> Result<SessionServiceClient<Channel>, CliError> {
-    Ok(SessionServiceClient::new(
-        uds::connect(&dir.socket(ServiceName::Session)).await?,
-    ))
+/// Connects first, so a service that is not running is a connection error
+/// (exit 2), not a failed call.
+async fn session_client(clients: &Clients) -> Result<SessionClient, CliError> {
+    clients.connect(ServiceName::Session).await?;
+    Ok(clients.session())
 }
 
-async fn provider_client(dir: &RuntimeDir) -> Result<ProviderServiceClient<Channel>, CliError> {
-    Ok(ProviderServiceClient::new(
-        uds::connect(&dir.socket(ServiceName::Provider)).await?,
-    ))
+async fn provider_client(clients: &Clients) -> Result<ProviderClient, CliError> {
+    clients.connect(ServiceName::Provider).await?;
+    Ok(clients.provider())
 }
 
-async fn full_settings(client: &mut ProviderServiceClient<Channel>) -> Result<Settings, CliError> {
+async fn full_settings(client: &mut ProviderClient) -> Result<Settings, CliError> {
     Ok(client
         .get_full_settings(GetSettingsRequest {})
         .await
@@ -169,21 +164,36 @@ fn read_secret(change: SettingChange) -> Result<SettingChange, CliError> {
     })
 }
 
-/// Applies one change; ProviderService validates the result on update.
-pub fn apply(settings: &mut Settings, change: SettingChange) {
-    match change {
+/// The UpdateSettings request for one change: the new value and an
+/// `update_mask` naming only it, so the service keeps every other setting
+/// (also one changed by someone else since we looked). ProviderService
+/// validates the result.
+pub fn update_request(change: SettingChange) -> UpdateSettingsRequest {
+    let mut settings = Settings::default();
+    let path = match change {
         SettingChange::DefaultProvider(p) => {
             settings.default_provider = (!p.is_empty()).then_some(p);
+            "default_provider".to_string()
         }
-        SettingChange::OllamaEndpoint(v) => settings.ollama_endpoint = v,
-        SettingChange::OllamaApiKey(v) => settings.ollama_api_key = v,
-        SettingChange::TavilyApiKey(v) => settings.tavily_api_key = v,
+        SettingChange::OllamaEndpoint(v) => {
+            settings.ollama_endpoint = v;
+            "ollama_endpoint".to_string()
+        }
+        SettingChange::OllamaApiKey(v) => {
+            settings.ollama_api_key = v;
+            "ollama_api_key".to_string()
+        }
+        SettingChange::TavilyApiKey(v) => {
+            settings.tavily_api_key = v;
+            "tavily_api_key".to_string()
+        }
         SettingChange::Profile {
             provider,
             level,
             model,
             effort,
         } => {
+            let path = format!("profiles.{provider}.{level}");
             settings
                 .profiles
                 .entry(provider)
@@ -196,7 +206,12 @@ pub fn apply(settings: &mut Settings, change: SettingChange) {
                         effort: effort.unwrap_or_default(),
                     },
                 );
+            path
         }
+    };
+    UpdateSettingsRequest {
+        settings: Some(settings),
+        update_mask: Some(FieldMask { paths: vec![path] }),
     }
 }
 
@@ -204,50 +219,56 @@ pub fn apply(settings: &mut Settings, change: SettingChange) {
 mod tests {
     use super::*;
 
-    #[test]
-    fn set_default_provider_and_clear_it() {
-        let mut s = Settings::default();
-        apply(&mut s, SettingChange::DefaultProvider("claude".into()));
-        assert_eq!(s.default_provider.as_deref(), Some("claude"));
-        apply(&mut s, SettingChange::DefaultProvider(String::new()));
-        assert_eq!(s.default_provider, None);
+    fn paths(req: &UpdateSettingsRequest) -> Vec<&str> {
+        req.update_mask
+            .as_ref()
+            .map(|m| m.paths.iter().map(String::as_str).collect())
+            .unwrap_or_default()
     }
 
     #[test]
-    fn set_profile_keeps_other_levels() {
-        let mut s = Settings::default();
-        apply(
-            &mut s,
-            SettingChange::Profile {
-                provider: "codex".into(),
-                level: "low".into(),
-                model: "m1".into(),
-                effort: Some("low".into()),
-            },
+    fn set_default_provider_and_clear_it_names_only_it() {
+        let req = update_request(SettingChange::DefaultProvider("claude".into()));
+        assert_eq!(paths(&req), ["default_provider"]);
+        assert_eq!(
+            req.settings.unwrap().default_provider.as_deref(),
+            Some("claude")
         );
-        apply(
-            &mut s,
-            SettingChange::Profile {
-                provider: "codex".into(),
-                level: "high".into(),
-                model: "m2".into(),
-                effort: None,
-            },
-        );
-        let levels = &s.profiles["codex"].levels;
-        assert_eq!(levels["low"].model, "m1");
-        assert_eq!(levels["low"].effort, "low");
+        let req = update_request(SettingChange::DefaultProvider(String::new()));
+        assert_eq!(paths(&req), ["default_provider"]);
+        assert_eq!(req.settings.unwrap().default_provider, None);
+    }
+
+    #[test]
+    fn set_profile_names_one_level() {
+        let req = update_request(SettingChange::Profile {
+            provider: "codex".into(),
+            level: "high".into(),
+            model: "m2".into(),
+            effort: None,
+        });
+        assert_eq!(paths(&req), ["profiles.codex.high"]);
+        let settings = req.settings.unwrap();
+        let levels = &settings.profiles["codex"].levels;
+        assert_eq!(levels.len(), 1);
         assert_eq!(levels["high"].model, "m2");
         assert_eq!(levels["high"].effort, "");
     }
 
     #[test]
-    fn set_endpoint() {
-        let mut s = Settings::default();
-        apply(
-            &mut s,
-            SettingChange::OllamaEndpoint("http://127.0.0.1:11434".into()),
+    fn set_endpoint_and_keys() {
+        let req = update_request(SettingChange::OllamaEndpoint(
+            "http://127.0.0.1:11434".into(),
+        ));
+        assert_eq!(paths(&req), ["ollama_endpoint"]);
+        assert_eq!(
+            req.settings.unwrap().ollama_endpoint,
+            "http://127.0.0.1:11434"
         );
-        assert_eq!(s.ollama_endpoint, "http://127.0.0.1:11434");
+        let req = update_request(SettingChange::OllamaApiKey("k".into()));
+        assert_eq!(paths(&req), ["ollama_api_key"]);
+        let req = update_request(SettingChange::TavilyApiKey("t".into()));
+        assert_eq!(paths(&req), ["tavily_api_key"]);
+        assert_eq!(req.settings.unwrap().tavily_api_key, "t");
     }
 }

@@ -2,6 +2,8 @@
 //! (module `tools`), and local admin commands (module `admin`).
 //! `main.rs` only parses flags and calls in here.
 
+#![forbid(unsafe_code)]
+
 pub mod admin;
 pub mod error;
 pub mod output;

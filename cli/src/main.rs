@@ -1,5 +1,7 @@
 //! pedelec-cli: parses the command line and hands over to the library.
 
+#![forbid(unsafe_code)]
+
 use clap::{Args, Parser, Subcommand};
 use pedelec_cli::admin::{AdminCommand, SettingChange};
 use pedelec_cli::tools::{ToolCommand, ToolContext};
@@ -47,7 +49,7 @@ HUMAN COMMANDS (sessions, providers, settings)
 #[command(name = "pedelec-cli", version, after_help = AFTER_HELP)]
 struct Cli {
     /// The thread whose tools are used.
-    #[arg(long, global = true, value_name = "ID", env = "PEDELEC_THREAD_ID")]
+    #[arg(long, global = true, value_name = "ID", env = pedelec_common::env::THREAD_ID)]
     thread_id: Option<String>,
     /// tool-call only: the call's timeout in milliseconds, overriding the tool's own.
     #[arg(long, global = true, value_name = "N")]

@@ -3,25 +3,17 @@
 //! connect, ask and print.
 
 use std::io::Read;
-use std::path::PathBuf;
 use std::time::Duration;
 
+use pedelec_common::clients::ToolBridgeClient;
 use pedelec_common::json::{from_value, to_value};
-use pedelec_common::{RuntimeDir, ServiceName, uds};
+use pedelec_common::{Clients, RuntimeDir, ServiceName, env};
 use pedelec_proto::v1::call_tool_response::Outcome;
-use pedelec_proto::v1::tool_bridge_service_client::ToolBridgeServiceClient;
 use pedelec_proto::v1::{CallToolRequest, GetToolSpecRequest};
 use serde_json::Value as Json;
-use tonic::metadata::MetadataValue;
-use tonic::transport::Channel;
 
 use crate::error::CliError;
 use crate::output;
-
-/// The gRPC metadata key carrying the thread's tool token.
-pub const TOKEN_METADATA: &str = "x-pedelec-tool-token";
-pub const THREAD_ID_ENV: &str = "PEDELEC_THREAD_ID";
-pub const TOKEN_ENV: &str = "PEDELEC_TOOL_TOKEN";
 
 /// Extra time the client waits beyond an explicit `--timeout-ms`, so the
 /// bridge's own TOOL_TIMEOUT answer arrives before our local deadline fires.
@@ -32,7 +24,8 @@ const DEADLINE_GRACE: Duration = Duration::from_secs(5);
 pub struct ToolContext {
     pub thread_id: Option<String>,
     pub token: Option<String>,
-    pub socket: PathBuf,
+    /// Where toolbridge.sock is.
+    pub runtime: RuntimeDir,
     pub timeout_ms: Option<u32>,
 }
 
@@ -43,8 +36,10 @@ impl ToolContext {
     pub fn from_env(thread_id: Option<String>, timeout_ms: Option<u32>) -> Self {
         ToolContext {
             thread_id: thread_id.filter(|t| !t.is_empty()),
-            token: std::env::var(TOKEN_ENV).ok().filter(|t| !t.is_empty()),
-            socket: RuntimeDir::from_env().socket(ServiceName::ToolBridge),
+            token: std::env::var(env::TOOL_TOKEN)
+                .ok()
+                .filter(|t| !t.is_empty()),
+            runtime: RuntimeDir::from_env(),
             timeout_ms,
         }
     }
@@ -102,70 +97,52 @@ fn execute(ctx: &ToolContext, command: ToolCommand) -> Result<Json, CliError> {
         ToolCommand::Spec { .. } => None,
     };
     let thread_id = ctx.thread_id.clone().ok_or(CliError::NoThreadId)?;
-    let token =
-        match &ctx.token {
-            Some(t) => Some(MetadataValue::try_from(t.as_str()).map_err(|_| {
-                CliError::Usage(format!("{TOKEN_ENV} is not a valid metadata value"))
-            })?),
-            None => None,
-        };
+    let mut clients = Clients::new(ctx.runtime.clone());
+    if let Some(token) = &ctx.token {
+        clients = clients.with_tool_token(token).map_err(|_| {
+            CliError::Usage(format!("{} is not a valid metadata value", env::TOOL_TOKEN))
+        })?;
+    }
     let rt = crate::runtime()?;
     rt.block_on(async {
-        let channel = uds::connect(&ctx.socket).await?;
+        // Connect first: no socket is CORE_UNAVAILABLE at once, not a failed call.
+        clients.connect(ServiceName::ToolBridge).await?;
+        let client = clients.toolbridge();
         match (command, args) {
-            (ToolCommand::Spec { tool }, _) => tool_spec(channel, token, thread_id, tool).await,
+            (ToolCommand::Spec { tool }, _) => tool_spec(client, thread_id, tool).await,
             (ToolCommand::Call { tool, .. }, Some(args)) => {
-                tool_call(channel, token, thread_id, tool, args, ctx.timeout_ms).await
+                tool_call(client, thread_id, tool, args, ctx.timeout_ms).await
             }
             (ToolCommand::Call { .. }, None) => unreachable!("arguments parsed above"),
         }
     })
 }
 
-fn request<T>(
-    message: T,
-    token: Option<MetadataValue<tonic::metadata::Ascii>>,
-) -> tonic::Request<T> {
-    let mut req = tonic::Request::new(message);
-    if let Some(token) = token {
-        req.metadata_mut().insert(TOKEN_METADATA, token);
-    }
-    req
-}
-
 async fn tool_spec(
-    channel: Channel,
-    token: Option<MetadataValue<tonic::metadata::Ascii>>,
+    mut client: ToolBridgeClient,
     session_id: String,
     tool: String,
 ) -> Result<Json, CliError> {
-    let mut client = ToolBridgeServiceClient::new(channel);
-    let req = request(GetToolSpecRequest { session_id, tool }, token);
     let spec = client
-        .get_tool_spec(req)
+        .get_tool_spec(GetToolSpecRequest { session_id, tool })
         .await
         .map_err(|s| CliError::from_status(&s))?;
     Ok(pedelec_common::wire::tool_spec(spec.get_ref()))
 }
 
 async fn tool_call(
-    channel: Channel,
-    token: Option<MetadataValue<tonic::metadata::Ascii>>,
+    mut client: ToolBridgeClient,
     session_id: String,
     tool: String,
     args: Json,
     timeout_ms: Option<u32>,
 ) -> Result<Json, CliError> {
-    let mut client = ToolBridgeServiceClient::new(channel);
-    let mut req = request(
-        CallToolRequest {
-            session_id,
-            tool: tool.clone(),
-            args: Some(to_value(&args)),
-            timeout_ms,
-        },
-        token,
-    );
+    let mut req = tonic::Request::new(CallToolRequest {
+        session_id,
+        tool: tool.clone(),
+        args: Some(to_value(&args)),
+        timeout_ms,
+    });
     // Only with an explicit timeout: otherwise the tool's own timeout (known
     // to the bridge, not to us) bounds the call.
     if let Some(ms) = timeout_ms {
@@ -226,7 +203,7 @@ mod tests {
         let ctx = ToolContext {
             thread_id: None,
             token: None,
-            socket: PathBuf::from("/nonexistent/toolbridge.sock"),
+            runtime: RuntimeDir::at("/nonexistent"),
             timeout_ms: None,
         };
         let e = execute(&ctx, ToolCommand::Spec { tool: "t".into() }).unwrap_err();
@@ -238,7 +215,7 @@ mod tests {
         let ctx = ToolContext {
             thread_id: Some("thr_1".into()),
             token: None,
-            socket: PathBuf::from("/nonexistent/toolbridge.sock"),
+            runtime: RuntimeDir::at("/nonexistent"),
             timeout_ms: None,
         };
         let e = execute(&ctx, ToolCommand::Spec { tool: "t".into() }).unwrap_err();

@@ -1,6 +1,8 @@
 //! The built pedelec-cli binary against a tiny fake ToolBridgeService on a temp
 //! Unix socket: token metadata, output documents, exit codes, stdin input.
 
+#![forbid(unsafe_code)]
+
 use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};

@@ -8,14 +8,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use pb::asset_service_client::AssetServiceClient;
-use pb::provider_service_client::ProviderServiceClient;
-use pb::session_service_client::SessionServiceClient;
-use pb::supervisor_service_client::SupervisorServiceClient;
-use pedelec_common::{Code, CodedError, MAX_GRPC_MESSAGE, RuntimeDir, ServiceName, uds};
+use pedelec_common::clients::{AssetClient, ProviderClient, SessionClient};
+use pedelec_common::{
+    Clients, Code, CodedError, MAX_GRPC_MESSAGE, RuntimeDir, ServiceName, env, pedelecd_exit,
+    process, uds,
+};
 use pedelec_proto::v1 as pb;
 use tokio::sync::Mutex;
-use tonic::transport::Channel;
 
 use crate::error::HostError;
 
@@ -47,10 +46,7 @@ pub struct Core {
 }
 
 struct Inner {
-    runtime: RuntimeDir,
-    session: Channel,
-    provider: Channel,
-    asset: Channel,
+    clients: Clients,
     /// Per service of `CALLED`: set once it answered; cleared when a call
     /// finds it gone.
     up: [AtomicBool; 3],
@@ -64,6 +60,13 @@ struct Inner {
 struct Attempt {
     finished: Instant,
     outcome: Result<(), String>,
+}
+
+/// Why `pedelecd start` did not start the services.
+enum StartFailed {
+    /// Another instance runs (or is starting) on this runtime dir: wait for it.
+    AlreadyRunning(String),
+    Other(String),
 }
 
 fn slot(service: ServiceName) -> usize {
@@ -80,14 +83,10 @@ fn names(services: &[ServiceName]) -> String {
 
 impl Core {
     pub fn new(runtime: RuntimeDir, log_file: Option<PathBuf>) -> Core {
-        // Lazy channels connect on first use and reconnect after a restart.
-        let channel = |s| uds::connect_lazy(&runtime.socket(s));
         Core {
             inner: Arc::new(Inner {
-                session: channel(ServiceName::Session),
-                provider: channel(ServiceName::Provider),
-                asset: channel(ServiceName::Asset),
-                runtime,
+                // Its channels connect on first use and reconnect after a restart.
+                clients: Clients::new(runtime),
                 up: Default::default(),
                 attempt: Mutex::new(None),
                 pedelecd: pedelecd_path(),
@@ -96,22 +95,20 @@ impl Core {
         }
     }
 
-    pub fn session(&self) -> SessionServiceClient<Channel> {
-        SessionServiceClient::new(self.inner.session.clone())
-            .max_decoding_message_size(MAX_GRPC_MESSAGE)
-            .max_encoding_message_size(MAX_GRPC_MESSAGE)
+    pub fn session(&self) -> SessionClient {
+        self.inner.clients.session()
     }
 
-    pub fn provider(&self) -> ProviderServiceClient<Channel> {
-        ProviderServiceClient::new(self.inner.provider.clone())
-            .max_decoding_message_size(MAX_GRPC_MESSAGE)
-            .max_encoding_message_size(MAX_GRPC_MESSAGE)
+    pub fn provider(&self) -> ProviderClient {
+        self.inner.clients.provider()
     }
 
-    pub fn asset(&self) -> AssetServiceClient<Channel> {
-        AssetServiceClient::new(self.inner.asset.clone())
-            .max_decoding_message_size(MAX_GRPC_MESSAGE)
-            .max_encoding_message_size(MAX_GRPC_MESSAGE)
+    pub fn asset(&self) -> AssetClient {
+        self.inner.clients.asset()
+    }
+
+    fn runtime(&self) -> &RuntimeDir {
+        self.inner.clients.runtime()
     }
 
     /// Whether SessionService answers its health check now (no auto-start).
@@ -174,7 +171,7 @@ impl Core {
 
     /// One health check, bounded by `HEALTH_TIMEOUT`.
     async fn serving(&self, service: ServiceName) -> bool {
-        let socket = self.inner.runtime.socket(service);
+        let socket = self.runtime().socket(service);
         tokio::time::timeout(HEALTH_TIMEOUT, uds::is_serving(&socket, service))
             .await
             .unwrap_or(false)
@@ -250,14 +247,17 @@ impl Core {
                 ));
             }
             tracing::info!(pedelecd = %exe.display(), needed = %names(needed), "services not running; starting pedelecd");
-            if let Err(why) = self.start_pedelecd().await {
-                // It may have found an instance already starting (then wait
-                // for it); otherwise, without a launcher answering, there is
-                // nothing to wait for.
-                if !why.contains("already running") && self.launcher_status().await.is_none() {
-                    return Err(format!("Pedelec services could not be started: {why}"));
+            match self.start_pedelecd().await {
+                Ok(()) => {}
+                // An instance already starting: wait for it.
+                Err(StartFailed::AlreadyRunning(why)) => reason = Some(why),
+                // Without a launcher answering there is nothing to wait for.
+                Err(StartFailed::Other(why)) => {
+                    if self.launcher_status().await.is_none() {
+                        return Err(format!("Pedelec services could not be started: {why}"));
+                    }
+                    reason = Some(why);
                 }
-                reason = Some(why);
             }
         }
         loop {
@@ -307,10 +307,8 @@ impl Core {
 
     /// SupervisorService.Status of a running pedelecd; None when none answers.
     async fn launcher_status(&self) -> Option<pb::SupervisorStatus> {
-        let socket = self.inner.runtime.socket(ServiceName::Launcher);
         tokio::time::timeout(HEALTH_TIMEOUT, async {
-            let channel = uds::connect(&socket).await.ok()?;
-            let mut client = SupervisorServiceClient::new(channel);
+            let mut client = self.inner.clients.supervisor();
             let status = client.status(pb::SupervisorStatusRequest {}).await.ok()?;
             Some(status.into_inner())
         })
@@ -321,11 +319,9 @@ impl Core {
 
     /// SupervisorService.Restart for `service`, bounded by `deadline`.
     async fn restart(&self, service: ServiceName, deadline: Instant) -> Result<(), String> {
-        let socket = self.inner.runtime.socket(ServiceName::Launcher);
         let left = deadline.saturating_duration_since(Instant::now());
         let call = async {
-            let channel = uds::connect(&socket).await.map_err(|e| e.to_string())?;
-            let mut client = SupervisorServiceClient::new(channel);
+            let mut client = self.inner.clients.supervisor();
             client
                 .restart(pb::RestartServiceRequest {
                     service: service.as_str().to_string(),
@@ -346,34 +342,34 @@ impl Core {
 
     /// Runs `pedelecd start` in its own session (so it survives Chrome killing
     /// the host) with its output going to the log, never to our stdout.
-    async fn start_pedelecd(&self) -> Result<(), String> {
+    async fn start_pedelecd(&self) -> Result<(), StartFailed> {
         let exe = &self.inner.pedelecd;
         if !exe.exists() {
-            return Err(format!("{} not found", exe.display()));
+            return Err(StartFailed::Other(format!("{} not found", exe.display())));
         }
         let mut cmd = tokio::process::Command::new(exe);
         cmd.arg("start")
-            .env("PEDELEC_RUNTIME_DIR", self.inner.runtime.path())
+            .env(env::RUNTIME_DIR, self.runtime().path())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(false);
-        // SAFETY: setsid is async-signal-safe and touches no memory.
-        unsafe {
-            cmd.pre_exec(|| {
-                if libc::setsid() == -1 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        process::detach(cmd.as_std_mut());
         let child = cmd
             .spawn()
-            .map_err(|e| format!("cannot run {}: {e}", exe.display()))?;
+            .map_err(|e| StartFailed::Other(format!("cannot run {}: {e}", exe.display())))?;
         let out = match tokio::time::timeout(START_WAIT, child.wait_with_output()).await {
             Ok(Ok(out)) => out,
-            Ok(Err(e)) => return Err(format!("waiting for pedelecd start: {e}")),
-            Err(_) => return Err("pedelecd start did not finish in time".into()),
+            Ok(Err(e)) => {
+                return Err(StartFailed::Other(format!(
+                    "waiting for pedelecd start: {e}"
+                )));
+            }
+            Err(_) => {
+                return Err(StartFailed::Other(
+                    "pedelecd start did not finish in time".into(),
+                ));
+            }
         };
         let said = format!(
             "{}{}",
@@ -381,14 +377,17 @@ impl Core {
             String::from_utf8_lossy(&out.stderr)
         );
         tracing::info!(status = %out.status, output = %said.trim(), log = ?self.inner.log_file, "pedelecd start finished");
-        if out.status.success() {
-            Ok(())
-        } else {
-            Err(format!(
+        let why = || {
+            format!(
                 "pedelecd start failed ({}): {}",
-                out.status,
+                process::describe_exit(out.status),
                 said.trim()
-            ))
+            )
+        };
+        match out.status.code().and_then(|c| u8::try_from(c).ok()) {
+            Some(pedelecd_exit::OK) => Ok(()),
+            Some(pedelecd_exit::ALREADY_RUNNING) => Err(StartFailed::AlreadyRunning(why())),
+            _ => Err(StartFailed::Other(why())),
         }
     }
 }
@@ -415,12 +414,8 @@ fn too_large(req: &impl prost::Message) -> Result<(), HostError> {
 
 /// `$PEDELEC_BIN_DIR/pedelecd`, else `pedelecd` beside this executable.
 fn pedelecd_path() -> PathBuf {
-    if let Some(dir) = std::env::var_os("PEDELEC_BIN_DIR").filter(|d| !d.is_empty()) {
-        return PathBuf::from(dir).join("pedelecd");
-    }
-    std::env::current_exe()
-        .ok()
-        .and_then(|exe| exe.parent().map(|d| d.join("pedelecd")))
+    pedelec_common::paths::bin_dir()
+        .map(|d| d.join("pedelecd"))
         .unwrap_or_else(|| PathBuf::from("pedelecd"))
 }
 

@@ -60,10 +60,23 @@ pub fn is_allowed(origin: Option<&str>, allowed: &[String]) -> bool {
         .is_some_and(|id| allowed.iter().any(|a| a == id))
 }
 
-/// Serves stdin/stdout until stdin ends. `allowed == false` answers every
-/// request with NATIVE_HOST_UNAVAILABLE and exits.
-pub async fn run<R, W>(stdin: R, stdout: W, core: Core, extension_origin: String, allowed: bool)
-where
+/// What the host does with the extension that started it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Admission {
+    /// One of the extensions this host was installed for: serve it.
+    Serve,
+    /// Any other caller: answer every request with NATIVE_HOST_UNAVAILABLE and exit.
+    Refuse,
+}
+
+/// Serves stdin/stdout until stdin ends, as `admission` says.
+pub async fn run<R, W>(
+    stdin: R,
+    stdout: W,
+    core: Core,
+    extension_origin: String,
+    admission: Admission,
+) where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
 {
@@ -75,11 +88,12 @@ where
     });
     let mut reader = FrameReader::new(stdin);
     pedelec_common::memory::spawn_trimmer();
-    if allowed {
-        serve(&mut reader, core, out, extension_origin).await;
-    } else {
-        refuse(&mut reader, &out, &extension_origin).await;
-        drop(out);
+    match admission {
+        Admission::Serve => serve(&mut reader, core, out, extension_origin).await,
+        Admission::Refuse => {
+            refuse(&mut reader, &out, &extension_origin).await;
+            drop(out);
+        }
     }
     // Every sender is gone now, so the writer drains its queue and stops.
     if tokio::time::timeout(Duration::from_millis(500), writer)
@@ -384,8 +398,10 @@ impl Host {
                 )?
                 .into_inner();
                 let settings = p::apply_settings_update(current, update);
+                // A full replace of what was just read with the page's changes.
                 let req = pb::UpdateSettingsRequest {
                     settings: Some(settings),
+                    update_mask: None,
                 };
                 let r = rpc!(core, core::PROVIDER, provider.update_settings(req))?;
                 p::masked_settings(r.get_ref())

@@ -3,6 +3,8 @@
 //! each request into a call on the Pedelec services (DESIGN.md section 6;
 //! the wire format is in docs/native-messaging.md).
 
+#![forbid(unsafe_code)]
+
 pub mod core;
 pub mod error;
 pub mod frame;
@@ -19,9 +21,13 @@ pub async fn main(extension_origin: Option<String>) {
     let runtime = RuntimeDir::from_env();
     let log_file = log::init(&runtime);
     let allowed_ids = pedelec_common::extension::allowed_ids();
-    let allowed = host::is_allowed(extension_origin.as_deref(), &allowed_ids);
+    let admission = if host::is_allowed(extension_origin.as_deref(), &allowed_ids) {
+        host::Admission::Serve
+    } else {
+        host::Admission::Refuse
+    };
     let origin = extension_origin.unwrap_or_default();
-    if allowed {
+    if admission == host::Admission::Serve {
         tracing::info!(extension = %origin, pid = std::process::id(), runtime = %runtime.path().display(), "native host started");
     } else {
         tracing::warn!(extension = %origin, allowed = ?allowed_ids, "refusing an extension this host was not installed for");
@@ -32,7 +38,7 @@ pub async fn main(extension_origin: Option<String>) {
         tokio::io::stdout(),
         core,
         origin,
-        allowed,
+        admission,
     )
     .await;
     tracing::info!("native host exiting");

@@ -67,7 +67,7 @@ pub fn init(runtime: &RuntimeDir) -> Option<PathBuf> {
         Some((p, f)) => (Some(p), Some(Arc::new(Mutex::new(f)))),
         None => (None, None),
     };
-    let filter = std::env::var("PEDELEC_LOG")
+    let filter = std::env::var(pedelec_common::env::LOG)
         .or_else(|_| std::env::var("RUST_LOG"))
         .unwrap_or_else(|_| "info".to_string());
     let _ = tracing_subscriber::fmt()

@@ -1,6 +1,8 @@
 //! Chrome runs `pedelec-native-host chrome-extension://<id>/ [--parent-window=…]`
 //! with stdin/stdout as the message pipe.
 
+#![forbid(unsafe_code)]
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let extension_origin = std::env::args().nth(1);

@@ -2,6 +2,8 @@
 //! parser: arbitrary input never panics, and valid frames round-trip however
 //! the reads are split. `PROPTEST_CASES` raises the case count for long runs.
 
+#![forbid(unsafe_code)]
+
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};

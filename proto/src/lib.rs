@@ -1,5 +1,7 @@
 //! The `pedelec.v1` contract. Generated code lives here and nowhere else.
 
+#![forbid(unsafe_code)]
+
 pub mod v1 {
     tonic::include_proto!("pedelec.v1");
 

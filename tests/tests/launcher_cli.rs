@@ -2,6 +2,8 @@
 //! refused second start, the status table, a clean stop, a start over stale
 //! sockets left by a killed launcher.
 
+#![forbid(unsafe_code)]
+
 use pedelec_common::ServiceName;
 use pedelec_tests::*;
 
@@ -36,10 +38,11 @@ async fn start_status_stop_and_restart_over_stale_sockets() {
         );
     }
 
-    // A second start is refused and names the running instance.
+    // A second start is refused with its own exit code (the native host
+    // decides by it) and names the running instance.
     let status = env.supervisor_status().await.unwrap();
     let out = env.pedelecd(&["start"]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(4), "{out:?}");
     let said = format!("{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
     assert!(
         said.contains("already running") && said.contains(&format!("pid {}", status.launcher_pid)),
@@ -53,6 +56,11 @@ async fn start_status_stop_and_restart_over_stale_sockets() {
     for header in ["SERVICE", "PID", "SOCKET", "STATE", "RESTARTS", "UPTIME"] {
         assert!(table.contains(header), "{table}");
     }
+    let rt = env.runtime_dir().display().to_string();
+    assert!(
+        table.starts_with(&format!("runtime dir: {rt}\n")),
+        "{table}"
+    );
     for s in &status.services {
         let row = table
             .lines()
@@ -66,6 +74,7 @@ async fn start_status_stop_and_restart_over_stale_sockets() {
     let json: serde_json::Value =
         serde_json::from_slice(&env.pedelecd(&["status", "--json"]).stdout).unwrap();
     assert_eq!(json["services"].as_array().unwrap().len(), 4);
+    assert_eq!(json["runtime_dir"], rt);
 
     // Stop: nothing left running, no sockets.
     let out = env.pedelecd(&["stop"]);

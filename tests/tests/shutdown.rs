@@ -2,6 +2,8 @@
 //! during a turn ends promptly without SIGKILLing services, and a
 //! ProviderService killed with SIGKILL has its agents ended on restart.
 
+#![forbid(unsafe_code)]
+
 use std::path::Path;
 use std::time::{Duration, Instant};
 

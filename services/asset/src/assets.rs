@@ -4,11 +4,10 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use pb::session_service_client::SessionServiceClient;
-use pedelec_common::{Code, CodedError, MAX_GRPC_MESSAGE};
+use pedelec_common::clients::SessionClient;
+use pedelec_common::{Code, CodedError};
 use pedelec_proto::v1 as pb;
 use tokio::io::{AsyncWriteExt, BufWriter};
-use tonic::transport::Channel;
 
 use crate::beneath::{Dir, Entry};
 use crate::error::AssetError;
@@ -42,7 +41,7 @@ impl Default for Limits {
 
 /// The asset service's logic, independent of gRPC.
 pub struct Assets {
-    sessions: SessionServiceClient<Channel>,
+    sessions: SessionClient,
     tickets: Tickets,
     limits: Limits,
     /// `http://127.0.0.1:<port>` of the transfer server.
@@ -53,11 +52,9 @@ pub struct Assets {
 }
 
 impl Assets {
-    pub fn new(sessions: Channel, limits: Limits, base_url: String) -> Assets {
+    pub fn new(sessions: SessionClient, limits: Limits, base_url: String) -> Assets {
         Assets {
-            sessions: SessionServiceClient::new(sessions)
-                .max_decoding_message_size(MAX_GRPC_MESSAGE)
-                .max_encoding_message_size(MAX_GRPC_MESSAGE),
+            sessions,
             tickets: Tickets::with_extension_origins(
                 limits.ticket_ttl,
                 pedelec_common::extension::allowed_ids()
@@ -513,9 +510,10 @@ mod tests {
     use super::*;
 
     fn assets(max: u64) -> Assets {
-        let channel = tonic::transport::Endpoint::from_static("http://127.0.0.1:9").connect_lazy();
+        // Nothing serves there: these tests never reach SessionService.
+        let clients = pedelec_common::Clients::new(pedelec_common::RuntimeDir::at("/nonexistent"));
         Assets::new(
-            channel,
+            clients.session(),
             Limits {
                 max_asset_bytes: max,
                 ticket_ttl: Duration::from_secs(60),

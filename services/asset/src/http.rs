@@ -438,9 +438,10 @@ mod tests {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = bind().await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let channel = tonic::transport::Endpoint::from_static("http://127.0.0.1:9").connect_lazy();
+        // Nothing serves there: this test never reaches SessionService.
+        let clients = pedelec_common::Clients::new(pedelec_common::RuntimeDir::at("/nonexistent"));
         let assets = Arc::new(Assets::new(
-            channel,
+            clients.session(),
             crate::assets::Limits::default(),
             format!("http://{addr}"),
         ));

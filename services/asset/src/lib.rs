@@ -3,15 +3,19 @@
 //! calls go over gRPC; page bodies go over a loopback HTTP server this service
 //! runs, authorised by single-use tickets.
 
+// The only unsafe code is the *at() calls in `beneath`.
+#![deny(unsafe_code)]
+
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use pedelec_common::{DataDir, MAX_GRPC_MESSAGE, RuntimeDir, ServiceName, uds};
+use pedelec_common::{Clients, DataDir, MAX_GRPC_MESSAGE, RuntimeDir, ServiceName, uds};
 use pedelec_proto::v1::asset_service_server::AssetServiceServer;
 use tonic::service::Routes;
 
 pub mod assets;
+#[allow(unsafe_code)]
 mod beneath;
 pub mod error;
 mod grpc;
@@ -50,7 +54,7 @@ pub async fn run_until(
     let addr = listener
         .local_addr()
         .map_err(|e| AssetError::io("transfer server address", e))?;
-    let sessions = uds::connect_lazy(&config.runtime_dir.socket(ServiceName::Session));
+    let sessions = Clients::new(config.runtime_dir.clone()).session();
     let limits = Limits {
         max_asset_bytes: config.max_asset_bytes,
         ticket_ttl: config.ticket_ttl,

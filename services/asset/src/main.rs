@@ -1,25 +1,23 @@
-use std::path::PathBuf;
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use pedelec_common::{DataDir, RuntimeDir};
+use pedelec_common::args::DirArgs;
+use pedelec_common::env;
 
 /// Pedelec AssetService: files shared between the page and the agent.
 #[derive(Parser)]
 #[command(name = "pedelec-asset", version)]
 struct Args {
-    /// Sockets folder (default: $PEDELEC_RUNTIME_DIR, else $XDG_RUNTIME_DIR/pedelec).
-    #[arg(long)]
-    runtime_dir: Option<PathBuf>,
-    /// State folder (default: $PEDELEC_HOME, else the platform data dir).
-    #[arg(long)]
-    data_dir: Option<PathBuf>,
+    #[command(flatten)]
+    dirs: DirArgs,
     /// Largest accepted asset, in bytes.
-    #[arg(long, env = "PEDELEC_ASSET_MAX_BYTES", default_value_t = 100 * 1024 * 1024)]
+    #[arg(long, env = env::ASSET_MAX_BYTES, default_value_t = 100 * 1024 * 1024)]
     max_asset_bytes: u64,
     /// How long a transfer ticket stays valid, in milliseconds.
-    #[arg(long, env = "PEDELEC_ASSET_TICKET_TTL_MS", default_value_t = 5 * 60 * 1000)]
+    #[arg(long, env = env::ASSET_TICKET_TTL_MS, default_value_t = 5 * 60 * 1000)]
     ticket_ttl_ms: u64,
 }
 
@@ -28,10 +26,8 @@ async fn main() -> ExitCode {
     let args = Args::parse();
     pedelec_common::telemetry::init("pedelec-asset");
     let config = pedelec_asset::Config {
-        runtime_dir: args
-            .runtime_dir
-            .map_or_else(RuntimeDir::from_env, RuntimeDir::at),
-        data_dir: args.data_dir.map_or_else(DataDir::from_env, DataDir::at),
+        runtime_dir: args.dirs.runtime(),
+        data_dir: args.dirs.data(),
         max_asset_bytes: args.max_asset_bytes,
         ticket_ttl: Duration::from_millis(args.ticket_ttl_ms),
     };

@@ -26,6 +26,8 @@ pub enum CommonError {
     AlreadyServing { path: PathBuf },
     #[error("cannot connect to {path}: {reason}")]
     Connect { path: PathBuf, reason: String },
+    #[error("the tool token is not a valid gRPC metadata value")]
+    InvalidToolToken,
 }
 
 impl CommonError {
@@ -39,6 +41,7 @@ impl CommonError {
     pub fn code(&self) -> Code {
         match self {
             CommonError::Connect { .. } => Code::CORE_UNAVAILABLE,
+            CommonError::InvalidToolToken => Code::INVALID_INPUT,
             _ => Code::INTERNAL,
         }
     }

@@ -53,10 +53,50 @@ fn number(n: f64) -> Json {
     }
 }
 
+/// The length of `json` serialized compactly, without building the text.
+pub fn json_len(json: &Json) -> usize {
+    struct Counter(usize);
+    impl std::io::Write for Counter {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Counter(0);
+    // Writing a Value to a writer that never fails cannot fail.
+    let _ = serde_json::to_writer(&mut counter, json);
+    counter.0
+}
+
+/// A tool result's size as [`crate::MAX_TOOL_RESULT_BYTES`] counts it.
+pub fn tool_result_len(result: &Json) -> usize {
+    json_len(result)
+}
+
+/// A tool error's size as [`crate::MAX_TOOL_RESULT_BYTES`] counts it: the
+/// `{"code","message","details"}` object the agent receives.
+pub fn tool_error_len(code: &str, message: &str, details: Option<&Json>) -> usize {
+    json_len(&serde_json::json!({"code": code, "message": message, "details": details}))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn sizes_are_those_of_the_json_text() {
+        let doc = json!({"a": [1, "x\"y"], "b": null});
+        assert_eq!(json_len(&doc), serde_json::to_string(&doc).unwrap().len());
+        assert_eq!(tool_result_len(&json!("xy")), 4);
+        assert_eq!(
+            tool_error_len("E", "m", None),
+            r#"{"code":"E","details":null,"message":"m"}"#.len()
+        );
+    }
 
     #[test]
     fn round_trips_nested_json() {

@@ -2,17 +2,27 @@
 //! connecting over Unix sockets with the peer-uid check, the Pedelec error codes
 //! and their gRPC form, JSON <-> `google.protobuf.Value`, ids and tracing.
 
+// All of Pedelec's unsafe code is the libc calls in `process` and `memory`.
+#![deny(unsafe_code)]
+
+#[cfg(feature = "clap")]
+pub mod args;
+pub mod clients;
 pub mod codes;
 pub mod error;
 pub mod extension;
 pub mod ids;
 pub mod json;
+#[allow(unsafe_code)]
 pub mod memory;
 pub mod paths;
+#[allow(unsafe_code)]
+pub mod process;
 pub mod telemetry;
 pub mod uds;
 pub mod wire;
 
+pub use clients::Clients;
 pub use codes::{Code, CodedError, code_of_status, status_with_code};
 pub use error::CommonError;
 pub use paths::{DataDir, RuntimeDir};
@@ -21,9 +31,61 @@ pub use paths::{DataDir, RuntimeDir};
 /// (64 MiB, as the native host accepts). tonic's default decode limit is
 /// 4 MiB and is set per generated server and client, not per channel: every
 /// server sets `.max_decoding_message_size(MAX_GRPC_MESSAGE)
-/// .max_encoding_message_size(MAX_GRPC_MESSAGE)`, and so does every client made
-/// over a channel from [`uds::connect`] / [`uds::connect_lazy`].
+/// .max_encoding_message_size(MAX_GRPC_MESSAGE)`, and [`clients::Clients`]
+/// does it for every client.
 pub const MAX_GRPC_MESSAGE: usize = 64 << 20;
+
+/// The gRPC metadata key carrying a thread's tool token on ToolBridge calls.
+pub const TOOL_TOKEN_HEADER: &str = "x-pedelec-tool-token";
+
+/// The largest tool result (or tool error) a page may answer with, counted as
+/// the bytes of its serialized JSON ([`json::tool_result_len`],
+/// [`json::tool_error_len`]): it ends up in the agent's stdout as JSON, so
+/// JSON is the size that matters.
+pub const MAX_TOOL_RESULT_BYTES: usize = 2 << 20;
+
+/// Exit codes of `pedelecd`, stable for scripts, the native host (which tells
+/// "already running" from a failed start by them) and the tests.
+pub mod pedelecd_exit {
+    pub const OK: u8 = 0;
+    /// Failure: start/stop failed, I/O, an RPC error.
+    pub const FAILURE: u8 = 1;
+    /// Usage error (clap) or a subcommand that is not available yet.
+    pub const USAGE: u8 = 2;
+    /// `status`, `restart`: pedelecd is not running.
+    pub const NOT_RUNNING: u8 = 3;
+    /// `start`, `up`: another pedelecd already runs on this runtime dir.
+    pub const ALREADY_RUNNING: u8 = 4;
+}
+
+/// The environment variables Pedelec's processes read or set.
+pub mod env {
+    /// The runtime dir (sockets, logs); see [`crate::RuntimeDir`].
+    pub const RUNTIME_DIR: &str = "PEDELEC_RUNTIME_DIR";
+    /// The data dir (settings, journal, workspaces); see [`crate::DataDir`].
+    pub const HOME: &str = "PEDELEC_HOME";
+    /// Where `pedelecd` and the service binaries are, when not beside the caller.
+    pub const BIN_DIR: &str = "PEDELEC_BIN_DIR";
+    /// Log filter (`RUST_LOG` syntax).
+    pub const LOG: &str = "PEDELEC_LOG";
+    /// Set for the agent process: its thread.
+    pub const THREAD_ID: &str = "PEDELEC_THREAD_ID";
+    /// Set for the agent process: its thread's secret tool token.
+    pub const TOOL_TOKEN: &str = "PEDELEC_TOOL_TOKEN";
+    /// The `pedelec-cli` named in the agent's prompt, when not beside the bridge.
+    pub const CLI: &str = "PEDELEC_CLI";
+    /// More extension ids the native host and the asset transfer server
+    /// accept (comma-separated), e.g. a Web Store build or a developer's own key.
+    pub const ALLOWED_EXTENSIONS: &str = "PEDELEC_ALLOWED_EXTENSIONS";
+    /// SessionService: the auto-end grace period.
+    pub const AUTO_END_GRACE_MS: &str = "PEDELEC_AUTO_END_GRACE_MS";
+    /// SessionService: how long ended threads stay in memory.
+    pub const EVICT_ENDED_MS: &str = "PEDELEC_EVICT_ENDED_MS";
+    /// AssetService: the largest upload.
+    pub const ASSET_MAX_BYTES: &str = "PEDELEC_ASSET_MAX_BYTES";
+    /// AssetService: how long a transfer ticket lives.
+    pub const ASSET_TICKET_TTL_MS: &str = "PEDELEC_ASSET_TICKET_TTL_MS";
+}
 
 /// The four supervised services and the launcher, with their socket names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

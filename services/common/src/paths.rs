@@ -10,11 +10,6 @@ use crate::error::CommonError;
 /// sockaddr_un holds 108 bytes; stay well under it.
 pub const MAX_SOCKET_PATH: usize = 100;
 
-fn my_uid() -> u32 {
-    // SAFETY: getuid cannot fail and has no preconditions.
-    unsafe { libc::getuid() }
-}
-
 /// Creates `path` (and parents) if needed, then insists that it is a directory
 /// owned by this user, and tightens it to 0700.
 pub fn ensure_private_dir(path: &Path) -> Result<(), CommonError> {
@@ -25,7 +20,7 @@ pub fn ensure_private_dir(path: &Path) -> Result<(), CommonError> {
     if !meta.is_dir() {
         return Err(CommonError::NotADirectory { path: path.into() });
     }
-    let me = my_uid();
+    let me = crate::process::uid();
     if meta.uid() != me {
         return Err(CommonError::NotOwned {
             path: path.into(),
@@ -41,17 +36,18 @@ pub fn ensure_private_dir(path: &Path) -> Result<(), CommonError> {
 }
 
 /// Where sockets live: `$PEDELEC_RUNTIME_DIR`, else `$XDG_RUNTIME_DIR/pedelec`,
-/// else `<tmp>/pedelec-<uid>`.
+/// else `<tmp>/pedelec-<uid>` (`/tmp` unless `$TMPDIR` says otherwise).
+/// `pedelecd paths` prints it.
 #[derive(Clone, Debug)]
 pub struct RuntimeDir(PathBuf);
 
 impl RuntimeDir {
     pub fn from_env() -> Self {
-        let path = match std::env::var_os("PEDELEC_RUNTIME_DIR") {
+        let path = match std::env::var_os(crate::env::RUNTIME_DIR) {
             Some(p) if !p.is_empty() => PathBuf::from(p),
             _ => match std::env::var_os("XDG_RUNTIME_DIR") {
                 Some(p) if !p.is_empty() => PathBuf::from(p).join("pedelec"),
-                _ => std::env::temp_dir().join(format!("pedelec-{}", my_uid())),
+                _ => std::env::temp_dir().join(format!("pedelec-{}", crate::process::uid())),
             },
         };
         RuntimeDir(path)
@@ -83,6 +79,11 @@ impl RuntimeDir {
     pub fn socket(&self, service: ServiceName) -> PathBuf {
         self.0.join(service.socket_file())
     }
+
+    /// The services' and the launcher's log files (`<service>.log`, `pedelecd.log`).
+    pub fn logs(&self) -> PathBuf {
+        self.0.join("logs")
+    }
 }
 
 /// Where state lives: `$PEDELEC_HOME`, else the platform data dir
@@ -93,7 +94,7 @@ pub struct DataDir(PathBuf);
 
 impl DataDir {
     pub fn from_env() -> Self {
-        if let Some(p) = std::env::var_os("PEDELEC_HOME").filter(|p| !p.is_empty()) {
+        if let Some(p) = std::env::var_os(crate::env::HOME).filter(|p| !p.is_empty()) {
             return DataDir(PathBuf::from(p));
         }
         let home = std::env::var_os("HOME")
@@ -163,6 +164,17 @@ impl DataDir {
         }
         failures
     }
+}
+
+/// Where Pedelec's binaries are: `$PEDELEC_BIN_DIR`, else the folder of the
+/// running executable (they are installed side by side). None only when the
+/// running executable cannot be found.
+pub fn bin_dir() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os(crate::env::BIN_DIR).filter(|d| !d.is_empty()) {
+        return Some(PathBuf::from(dir));
+    }
+    let exe = std::env::current_exe().ok()?;
+    exe.parent().map(Path::to_path_buf)
 }
 
 /// Writes `bytes` to `path` atomically: a temp file in the same folder, fsync,

@@ -5,7 +5,7 @@ use tracing_subscriber::EnvFilter;
 /// Logs to stderr, filtered by `PEDELEC_LOG` (else `RUST_LOG`, else `info`),
 /// with the usual `target=level` directives.
 pub fn init(process: &str) {
-    let filter = std::env::var("PEDELEC_LOG")
+    let filter = std::env::var(crate::env::LOG)
         .or_else(|_| std::env::var("RUST_LOG"))
         .unwrap_or_else(|_| "info".to_string());
     // Colours only for a terminal: under pedelecd, stderr is a log file.

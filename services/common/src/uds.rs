@@ -34,8 +34,7 @@ pub fn bind(path: &Path) -> Result<UnixListener, CommonError> {
 
 /// Whether the connected peer runs as this user (SO_PEERCRED).
 pub fn peer_is_same_user(stream: &UnixStream) -> bool {
-    // SAFETY: getuid cannot fail and has no preconditions.
-    let me = unsafe { libc::getuid() };
+    let me = crate::process::uid();
     match stream.peer_cred() {
         Ok(cred) if cred.uid() == me => true,
         Ok(cred) => {
@@ -182,9 +181,8 @@ fn connector(
 
 /// Connects now; fails at once when nobody serves on `path`.
 ///
-/// Message size limits are per generated client, not per channel: callers set
-/// `.max_decoding_message_size(crate::MAX_GRPC_MESSAGE)` and
-/// `.max_encoding_message_size(crate::MAX_GRPC_MESSAGE)` on their client.
+/// Message size limits are per generated client, not per channel: get
+/// clients from [`crate::clients::Clients`], which sets them.
 pub async fn connect(path: &Path) -> Result<Channel, CommonError> {
     endpoint()
         .connect_with_connector(connector(path.to_path_buf()))
@@ -196,8 +194,8 @@ pub async fn connect(path: &Path) -> Result<Channel, CommonError> {
 }
 
 /// A channel that connects on first use and reconnects after the peer restarts,
-/// for services that talk to each other under the launcher. Set the message
-/// size limits on the client as for [`connect`].
+/// for services that talk to each other under the launcher. Get clients from
+/// [`crate::clients::Clients`], which sets the message size limits.
 pub fn connect_lazy(path: &Path) -> Channel {
     endpoint().connect_with_connector_lazy(connector(path.to_path_buf()))
 }

@@ -3,14 +3,14 @@
 
 use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use clap::{Parser, Subcommand};
-use pedelec_common::ServiceName;
+use clap::{Parser, Subcommand, ValueEnum};
+use pedelec_common::args::DirArgs;
+use pedelec_common::{ServiceName, env, process};
 use pedelec_proto::v1::{ServiceState, ServiceStatus, SupervisorStatus};
-use std::os::unix::process::CommandExt;
 
 use crate::error::{LauncherError, exit};
 use crate::{Dirs, client, daemon};
@@ -18,16 +18,25 @@ use crate::{Dirs, client, daemon};
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Shown under `pedelecd --help`.
+const AFTER_HELP: &str = "\
+WHERE THINGS ARE
+  Sockets and logs: --runtime-dir, else $PEDELEC_RUNTIME_DIR, else
+  $XDG_RUNTIME_DIR/pedelec, else /tmp/pedelec-<uid> (under $TMPDIR when set).
+  State: --data-dir, else $PEDELEC_HOME, else $XDG_DATA_HOME/pedelec, else
+  ~/.local/share/pedelec. `pedelecd paths` prints them all, e.g.
+  RT=$(pedelecd paths runtime-dir).
+
+EXIT CODES
+  0 ok, 1 failure, 2 usage, 3 not running (status, restart),
+  4 already running (start, up).";
+
 /// pedelecd: starts and supervises the Pedelec services.
 #[derive(Debug, Parser)]
-#[command(name = "pedelecd", version)]
+#[command(name = "pedelecd", version, after_help = AFTER_HELP)]
 pub struct Cli {
-    /// Sockets folder (default: $PEDELEC_RUNTIME_DIR, else $XDG_RUNTIME_DIR/pedelec).
-    #[arg(long, global = true)]
-    pub runtime_dir: Option<PathBuf>,
-    /// State folder (default: $PEDELEC_HOME, else the platform data dir).
-    #[arg(long, global = true)]
-    pub data_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub dirs: DirArgs,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -40,10 +49,18 @@ pub enum Command {
     Start,
     /// Stop a running launcher and its services.
     Stop,
-    /// Show the supervised services.
+    /// Show the runtime dir and the supervised services.
     Status {
         /// Print the Status message as JSON.
         #[arg(long)]
+        json: bool,
+    },
+    /// Print where the sockets, logs and state are (needs no running pedelecd).
+    Paths {
+        /// Print only this one path, e.g. `pedelecd paths runtime-dir`.
+        which: Option<PathName>,
+        /// Print JSON.
+        #[arg(long, conflicts_with = "which")]
         json: bool,
     },
     /// Restart one service (SIGTERM, start again) and reset its crash count.
@@ -59,16 +76,39 @@ pub enum Command {
     Doctor,
 }
 
+/// One path `pedelecd paths` can print alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum PathName {
+    RuntimeDir,
+    DataDir,
+    LogDir,
+    Session,
+    Toolbridge,
+    Provider,
+    Asset,
+    Launcher,
+}
+
 /// Runs a subcommand and returns the process exit code; errors are printed
 /// here, once, on stderr.
 pub async fn run(cli: Cli) -> u8 {
-    let dirs = daemon::resolve_dirs(cli.runtime_dir, cli.data_dir);
+    let dirs = Dirs {
+        runtime: cli.dirs.runtime(),
+        data: cli.dirs.data(),
+    };
     let result = match cli.command {
         Command::Up => daemon::up(&dirs).await,
         Command::Start => start(&dirs).await,
         Command::Stop => stop(&dirs).await,
         Command::Status { json } => status(&dirs, json).await,
-        Command::Restart { service } => restart(&dirs, &service).await,
+        Command::Paths { which, json } => {
+            print!("{}", paths(&dirs, which, json));
+            Ok(())
+        }
+        Command::Restart { service } => match crate::supervisor::supervised(&service) {
+            Ok(service) => restart(&dirs, service).await,
+            Err(e) => Err(e),
+        },
         Command::Install => Err(LauncherError::NotAvailable("install")),
         Command::Uninstall => Err(LauncherError::NotAvailable("uninstall")),
         Command::Doctor => Err(LauncherError::NotAvailable("doctor")),
@@ -82,20 +122,79 @@ pub async fn run(cli: Cli) -> u8 {
     }
 }
 
-fn launcher_socket(dirs: &Dirs) -> PathBuf {
-    dirs.runtime.socket(ServiceName::Launcher)
+/// Every path, one `name  path` line each, or JSON, or the one asked for.
+pub fn paths(dirs: &Dirs, which: Option<PathName>, json: bool) -> String {
+    let socket = |s: ServiceName| dirs.runtime.socket(s).display().to_string();
+    let rows = [
+        (
+            PathName::RuntimeDir,
+            "runtime_dir",
+            dirs.runtime.path().display().to_string(),
+        ),
+        (
+            PathName::DataDir,
+            "data_dir",
+            dirs.data.path().display().to_string(),
+        ),
+        (
+            PathName::LogDir,
+            "log_dir",
+            dirs.runtime.logs().display().to_string(),
+        ),
+        (PathName::Session, "session", socket(ServiceName::Session)),
+        (
+            PathName::Toolbridge,
+            "toolbridge",
+            socket(ServiceName::ToolBridge),
+        ),
+        (
+            PathName::Provider,
+            "provider",
+            socket(ServiceName::Provider),
+        ),
+        (PathName::Asset, "asset", socket(ServiceName::Asset)),
+        (
+            PathName::Launcher,
+            "launcher",
+            socket(ServiceName::Launcher),
+        ),
+    ];
+    if let Some(which) = which {
+        let (_, _, path) = rows
+            .iter()
+            .find(|(n, ..)| *n == which)
+            .expect("every name has a row");
+        return format!("{path}\n");
+    }
+    if json {
+        let sockets: serde_json::Map<String, serde_json::Value> = rows[3..]
+            .iter()
+            .map(|(_, k, v)| (k.to_string(), v.clone().into()))
+            .collect();
+        let doc = serde_json::json!({
+            "runtime_dir": rows[0].2,
+            "data_dir": rows[1].2,
+            "log_dir": rows[2].2,
+            "sockets": sockets,
+        });
+        return format!("{doc}\n");
+    }
+    let width = rows.iter().map(|(_, k, _)| k.len()).max().unwrap_or(0);
+    rows.iter()
+        .map(|(_, k, v)| format!("{k:<width$}  {v}\n"))
+        .collect()
 }
 
 async fn start(dirs: &Dirs) -> Result<(), LauncherError> {
     dirs.runtime.ensure()?;
-    let socket = launcher_socket(dirs);
-    if let Ok(status) = client::status(&socket).await {
+    let socket = dirs.runtime.socket(ServiceName::Launcher);
+    if let Ok(status) = client::status(&dirs.runtime).await {
         return Err(LauncherError::AlreadyRunning {
             pid: status.launcher_pid,
             socket,
         });
     }
-    let logs = dirs.runtime.path().join("logs");
+    let logs = dirs.runtime.logs();
     pedelec_common::paths::ensure_private_dir(&logs)?;
     let log_path = logs.join("pedelecd.log");
     let open_log = || {
@@ -113,21 +212,13 @@ async fn start(dirs: &Dirs) -> Result<(), LauncherError> {
         .arg(dirs.runtime.path())
         .arg("--data-dir")
         .arg(dirs.data.path())
-        .env("PEDELEC_RUNTIME_DIR", dirs.runtime.path())
-        .env("PEDELEC_HOME", dirs.data.path())
+        .env(env::RUNTIME_DIR, dirs.runtime.path())
+        .env(env::HOME, dirs.data.path())
         .stdin(Stdio::null())
         .stdout(open_log()?)
         .stderr(open_log()?);
-    // SAFETY: setsid is async-signal-safe; the new session detaches the launcher
-    // from our terminal so it outlives this command.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::setsid() == -1 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    // Its own session: the launcher outlives this command and its terminal.
+    process::detach(&mut cmd);
     let mut child = cmd.spawn().map_err(|e| LauncherError::io(&exe, e))?;
     let pid = child.id();
 
@@ -136,12 +227,12 @@ async fn start(dirs: &Dirs) -> Result<(), LauncherError> {
         if let Ok(Some(status)) = child.try_wait() {
             return Err(LauncherError::StartFailed(format!(
                 "pedelecd up exited ({}) before its services were healthy; {}:\n{}",
-                crate::supervisor::describe_exit(status),
+                process::describe_exit(status),
                 log_path.display(),
                 log_tail(&log_path, 20)
             )));
         }
-        if let Ok(status) = client::status(&socket).await
+        if let Ok(status) = client::status(&dirs.runtime).await
             && status.launcher_pid == pid
         {
             let settled = status
@@ -185,8 +276,7 @@ async fn start(dirs: &Dirs) -> Result<(), LauncherError> {
 }
 
 async fn stop(dirs: &Dirs) -> Result<(), LauncherError> {
-    let socket = launcher_socket(dirs);
-    let status = match client::status(&socket).await {
+    let status = match client::status(&dirs.runtime).await {
         Ok(status) => status,
         Err(LauncherError::NotRunning) => {
             println!("pedelecd is not running");
@@ -195,13 +285,10 @@ async fn stop(dirs: &Dirs) -> Result<(), LauncherError> {
         Err(e) => return Err(e),
     };
     let pid = status.launcher_pid;
-    // SAFETY: kill has no memory-safety preconditions.
-    unsafe {
-        libc::kill(pid as libc::pid_t, libc::SIGTERM);
-    }
+    process::signal(pid, process::SIGTERM);
     let deadline = Instant::now() + STOP_TIMEOUT;
     loop {
-        if !process_alive(pid) && client::status(&socket).await.is_err() {
+        if !process::is_alive(pid) && client::status(&dirs.runtime).await.is_err() {
             println!("stopped");
             return Ok(());
         }
@@ -215,33 +302,27 @@ async fn stop(dirs: &Dirs) -> Result<(), LauncherError> {
     }
 }
 
-/// Whether `pid` is alive; a zombie (exited, not yet reaped by its parent) is not.
-fn process_alive(pid: u32) -> bool {
-    // SAFETY: signal 0 only checks for existence.
-    if unsafe { libc::kill(pid as libc::pid_t, 0) } != 0 {
-        return std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
-    }
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state follows the parenthesised command name, which may hold spaces.
-        Ok(stat) => !stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
-        Err(_) => true,
-    }
-}
-
 async fn status(dirs: &Dirs, json: bool) -> Result<(), LauncherError> {
-    let status = client::status(&launcher_socket(dirs)).await?;
+    let status = match client::status(&dirs.runtime).await {
+        Ok(status) => status,
+        Err(e @ LauncherError::NotRunning) => {
+            // Say where we looked: a launcher on another runtime dir is invisible here.
+            eprintln!("runtime dir: {}", dirs.runtime.path().display());
+            return Err(e);
+        }
+        Err(e) => return Err(e),
+    };
     if json {
         println!("{}", status_json(&status));
     } else {
+        println!("runtime dir: {}", status.runtime_dir);
         print!("{}", status_table(&status));
     }
     Ok(())
 }
 
-async fn restart(dirs: &Dirs, service: &str) -> Result<(), LauncherError> {
-    let s = client::restart(&launcher_socket(dirs), service).await?;
+async fn restart(dirs: &Dirs, service: ServiceName) -> Result<(), LauncherError> {
+    let s = client::restart(&dirs.runtime, service).await?;
     let state = state_of(&s);
     if state != ServiceState::Serving {
         return Err(LauncherError::StartFailed(format!(
@@ -400,6 +481,54 @@ fn log_tail(path: &Path, lines: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn paths_name_every_socket_plain_json_and_alone() {
+        let dirs = Dirs {
+            runtime: pedelec_common::RuntimeDir::at("/run/x"),
+            data: pedelec_common::DataDir::at("/d"),
+        };
+        assert_eq!(paths(&dirs, Some(PathName::RuntimeDir), false), "/run/x\n");
+        assert_eq!(
+            paths(&dirs, Some(PathName::Asset), false),
+            "/run/x/asset.sock\n"
+        );
+        let plain = paths(&dirs, None, false);
+        assert!(
+            plain
+                .lines()
+                .any(|l| l.split_whitespace().eq(["log_dir", "/run/x/logs"])),
+            "{plain}"
+        );
+        let json: serde_json::Value = serde_json::from_str(&paths(&dirs, None, true)).unwrap();
+        assert_eq!(json["data_dir"], "/d");
+        for s in ServiceName::SUPERVISED
+            .into_iter()
+            .chain([ServiceName::Launcher])
+        {
+            assert_eq!(
+                json["sockets"][s.as_str()],
+                format!("/run/x/{}", s.socket_file()),
+                "{json}"
+            );
+        }
+    }
+
+    #[test]
+    fn help_names_the_runtime_dir_fallbacks_and_exit_codes() {
+        use clap::CommandFactory;
+        let help = Cli::command().render_long_help().to_string();
+        for needle in [
+            "$PEDELEC_RUNTIME_DIR",
+            "$XDG_RUNTIME_DIR/pedelec",
+            "/tmp/pedelec-<uid>",
+            "pedelecd paths",
+            "4 already running",
+        ] {
+            assert!(help.contains(needle), "help lacks {needle}");
+        }
+        assert_eq!(exit::ALREADY_RUNNING, 4);
+    }
 
     #[test]
     fn uptime_is_human() {

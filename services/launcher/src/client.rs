@@ -1,32 +1,39 @@
-//! Talking to a running launcher over `launcher.sock`.
+//! Talking to a running launcher over `launcher.sock`, with the client hub's
+//! SupervisorService client.
 
-use std::path::Path;
 use std::time::Duration;
 
-use pedelec_common::uds;
-use pedelec_proto::v1::supervisor_service_client::SupervisorServiceClient;
+use pedelec_common::clients::SupervisorClient;
+use pedelec_common::{Clients, RuntimeDir, ServiceName};
 use pedelec_proto::v1::{
     RestartServiceRequest, ServiceStatus, SupervisorStatus, SupervisorStatusRequest,
 };
-use tonic::transport::Channel;
 
 use crate::error::LauncherError;
 
-async fn client(socket: &Path) -> Result<SupervisorServiceClient<Channel>, LauncherError> {
-    if !socket.exists() {
+/// How long `status` waits for an answer.
+const STATUS_TIMEOUT: Duration = Duration::from_secs(3);
+
+async fn client(runtime: &RuntimeDir) -> Result<SupervisorClient, LauncherError> {
+    if !runtime.socket(ServiceName::Launcher).exists() {
         return Err(LauncherError::NotRunning);
     }
-    let channel = uds::connect(socket)
+    let clients = Clients::new(runtime.clone());
+    clients
+        .connect(ServiceName::Launcher)
         .await
         .map_err(|_| LauncherError::NotRunning)?;
-    Ok(SupervisorServiceClient::new(channel))
+    Ok(clients.supervisor())
 }
 
 /// Asks the launcher to restart one service; answers once it is healthy again.
-pub async fn restart(socket: &Path, service: &str) -> Result<ServiceStatus, LauncherError> {
-    let mut client = client(socket).await?;
+pub async fn restart(
+    runtime: &RuntimeDir,
+    service: ServiceName,
+) -> Result<ServiceStatus, LauncherError> {
+    let mut client = client(runtime).await?;
     let request = RestartServiceRequest {
-        service: service.to_string(),
+        service: service.as_str().to_string(),
     };
     client
         .restart(request)
@@ -36,15 +43,16 @@ pub async fn restart(socket: &Path, service: &str) -> Result<ServiceStatus, Laun
 }
 
 /// The launcher's Status; `NotRunning` when nothing answers on the socket.
-pub async fn status(socket: &Path) -> Result<SupervisorStatus, LauncherError> {
-    let mut client = client(socket).await?;
+pub async fn status(runtime: &RuntimeDir) -> Result<SupervisorStatus, LauncherError> {
+    let mut client = client(runtime).await?;
     let call = client.status(SupervisorStatusRequest {});
-    match tokio::time::timeout(Duration::from_secs(3), call).await {
+    match tokio::time::timeout(STATUS_TIMEOUT, call).await {
         Ok(Ok(resp)) => Ok(resp.into_inner()),
         Ok(Err(status)) => Err(LauncherError::Rpc(status.message().to_string())),
         Err(_) => Err(LauncherError::Rpc(format!(
-            "{} did not answer within 3s",
-            socket.display()
+            "{} did not answer within {}s",
+            runtime.socket(ServiceName::Launcher).display(),
+            STATUS_TIMEOUT.as_secs()
         ))),
     }
 }

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use pedelec_common::{DataDir, RuntimeDir, ServiceName, uds};
+use pedelec_common::{DataDir, ServiceName, uds};
 use pedelec_proto::v1::supervisor_service_server::SupervisorServiceServer;
 use tokio::signal::unix::{SignalKind, signal};
 use tonic::service::Routes;
@@ -20,14 +20,12 @@ const START_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Where the service binaries are: `$PEDELEC_BIN_DIR`, else beside pedelecd.
 pub fn bin_dir() -> Result<PathBuf, LauncherError> {
-    if let Some(dir) = std::env::var_os("PEDELEC_BIN_DIR").filter(|d| !d.is_empty()) {
-        return Ok(PathBuf::from(dir));
-    }
-    let exe = std::env::current_exe().map_err(|e| LauncherError::io("current_exe", e))?;
-    Ok(exe
-        .parent()
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(".")))
+    pedelec_common::paths::bin_dir().ok_or_else(|| {
+        LauncherError::io(
+            "current_exe",
+            std::io::Error::other("cannot find the running executable"),
+        )
+    })
 }
 
 /// Runs the launcher until SIGTERM/SIGINT, then stops everything and clears
@@ -41,7 +39,7 @@ pub async fn up(dirs: &Dirs) -> Result<(), LauncherError> {
     dirs.runtime.ensure()?;
     dirs.data.ensure()?;
     let socket = dirs.runtime.socket(ServiceName::Launcher);
-    if let Ok(status) = client::status(&socket).await {
+    if let Ok(status) = client::status(&dirs.runtime).await {
         return Err(LauncherError::AlreadyRunning {
             pid: status.launcher_pid,
             socket,
@@ -51,7 +49,7 @@ pub async fn up(dirs: &Dirs) -> Result<(), LauncherError> {
         Acquired::Locked(lock) => lock,
         Acquired::Busy(pid) => {
             // The other one may still be binding its socket; prefer its own word.
-            let pid = match client::status(&socket).await {
+            let pid = match client::status(&dirs.runtime).await {
                 Ok(status) => status.launcher_pid,
                 Err(_) => pid.unwrap_or(0),
             };
@@ -143,13 +141,5 @@ pub async fn up(dirs: &Dirs) -> Result<(), LauncherError> {
 fn clear_app_state(data: &DataDir) {
     for (path, e) in data.clear_app_state() {
         tracing::warn!(path = %path.display(), error = %e, "could not remove app state; retried at next start");
-    }
-}
-
-/// The dirs as resolved from flags, else the environment.
-pub fn resolve_dirs(runtime: Option<PathBuf>, data: Option<PathBuf>) -> Dirs {
-    Dirs {
-        runtime: runtime.map_or_else(RuntimeDir::from_env, RuntimeDir::at),
-        data: data.map_or_else(DataDir::from_env, DataDir::at),
     }
 }

@@ -5,16 +5,9 @@ use std::path::PathBuf;
 
 use pedelec_common::{Code, CodedError, CommonError};
 
-/// Exit codes of `pedelecd`, stable for scripts and tests.
-pub mod exit {
-    pub const OK: u8 = 0;
-    /// Failure: already running, start/stop failed, I/O.
-    pub const FAILURE: u8 = 1;
-    /// Usage error (clap) or a subcommand that is not available yet.
-    pub const USAGE: u8 = 2;
-    /// `status`: pedelecd is not running.
-    pub const NOT_RUNNING: u8 = 3;
-}
+/// Exit codes of `pedelecd`, stable for scripts and tests; defined in
+/// pedelec-common because the native host reads them.
+pub use pedelec_common::pedelecd_exit as exit;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LauncherError {
@@ -65,6 +58,7 @@ impl LauncherError {
     pub fn exit_code(&self) -> u8 {
         match self {
             LauncherError::NotRunning => exit::NOT_RUNNING,
+            LauncherError::AlreadyRunning { .. } => exit::ALREADY_RUNNING,
             LauncherError::NotAvailable(_) => exit::USAGE,
             _ => exit::FAILURE,
         }

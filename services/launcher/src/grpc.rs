@@ -33,8 +33,9 @@ impl SupervisorService for SupervisorGrpc {
         &self,
         request: Request<RestartServiceRequest>,
     ) -> Result<Response<ServiceStatus>, Status> {
-        let service = request.into_inner().service;
-        let snapshot = self.supervisor.restart(&service).await?;
+        let name = request.into_inner().service;
+        let service = crate::supervisor::supervised(&name)?;
+        let snapshot = self.supervisor.restart(service).await?;
         Ok(Response::new(service_to_proto(snapshot)))
     }
 }

@@ -2,6 +2,8 @@
 //! restarts a crashed one with backoff, stops them all on SIGTERM, and serves
 //! SupervisorService on `launcher.sock`.
 
+#![forbid(unsafe_code)]
+
 pub mod backoff;
 pub mod cli;
 pub mod client;

@@ -2,9 +2,8 @@
 //! the launcher's life and released by the kernel however it ends. Checking the
 //! socket alone would let two launchers started at once both pass.
 
-use std::fs::File;
+use std::fs::{File, TryLockError};
 use std::io::{Read, Seek, Write};
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
@@ -29,15 +28,15 @@ pub fn acquire(path: &Path) -> Result<Acquired, LauncherError> {
         .mode(0o600)
         .open(path)
         .map_err(|e| LauncherError::io(path, e))?;
-    // SAFETY: flock on a descriptor we own.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        let err = std::io::Error::last_os_error();
-        if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+    // std's try_lock is flock(LOCK_EX | LOCK_NB) on Unix.
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(TryLockError::WouldBlock) => {
             let mut text = String::new();
             let _ = file.read_to_string(&mut text);
             return Ok(Acquired::Busy(text.trim().parse().ok()));
         }
-        return Err(LauncherError::io(path, err));
+        Err(TryLockError::Error(err)) => return Err(LauncherError::io(path, err)),
     }
     let write = (|| {
         file.set_len(0)?;

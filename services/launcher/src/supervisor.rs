@@ -3,14 +3,14 @@
 
 use std::future::Future;
 use std::os::unix::fs::OpenOptionsExt;
-use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use pedelec_common::{DataDir, RuntimeDir, ServiceName, uds};
+use pedelec_common::process::{self, SIGKILL, SIGTERM, describe_exit, signal_group};
+use pedelec_common::{DataDir, RuntimeDir, ServiceName, env, uds};
 use pedelec_proto::v1::ServiceState;
 use tokio::process::{Child, Command as ProcessCommand};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -165,12 +165,12 @@ impl Supervisor {
 
     /// Stops the service (SIGTERM, SIGKILL after the grace), starts it again,
     /// forgets its crashes, and answers once it is healthy.
-    pub async fn restart(&self, service: &str) -> Result<ServiceSnapshot, LauncherError> {
+    pub async fn restart(&self, service: ServiceName) -> Result<ServiceSnapshot, LauncherError> {
         let slot = self
             .slots
             .iter()
-            .find(|s| s.name.as_str() == service)
-            .ok_or_else(|| LauncherError::UnknownService(service.to_string()))?;
+            .find(|s| s.name == service)
+            .ok_or_else(|| LauncherError::UnknownService(service.as_str().to_string()))?;
         let (tx, rx) = oneshot::channel();
         slot.commands
             .send(Command::Restart(tx))
@@ -214,47 +214,17 @@ impl Slot {
     }
 }
 
+/// The supervised service named `name` (what `Restart` and `pedelecd restart` take).
+pub fn supervised(name: &str) -> Result<ServiceName, LauncherError> {
+    ServiceName::parse(name)
+        .filter(|s| ServiceName::SUPERVISED.contains(s))
+        .ok_or_else(|| LauncherError::UnknownService(name.to_string()))
+}
+
 fn logs_dir(runtime_dir: &RuntimeDir) -> Result<PathBuf, LauncherError> {
-    let logs = runtime_dir.path().join("logs");
+    let logs = runtime_dir.logs();
     pedelec_common::paths::ensure_private_dir(&logs)?;
     Ok(logs)
-}
-
-/// How a process ended, as `Status` shows it.
-pub fn describe_exit(status: ExitStatus) -> String {
-    match (status.code(), status.signal()) {
-        (Some(code), _) => format!("exit {code}"),
-        (None, Some(sig)) => format!("signal {sig}"),
-        _ => "unknown".to_string(),
-    }
-}
-
-/// Sends `sig` to the process group led by `pid` (each service has its own),
-/// so helpers a service spawned in its group go with it.
-fn signal_group(pid: u32, sig: libc::c_int) {
-    // SAFETY: kill has no memory-safety preconditions.
-    unsafe {
-        libc::kill(-(pid as libc::pid_t), sig);
-    }
-}
-
-/// Runs in the forked child before exec: only async-signal-safe calls, no allocation.
-#[cfg(target_os = "linux")]
-fn die_with_launcher(launcher: libc::pid_t) -> std::io::Result<()> {
-    // SAFETY: prctl(PR_SET_PDEATHSIG) and getppid are async-signal-safe.
-    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // The launcher may have died between fork and prctl; nobody would signal us then.
-    if unsafe { libc::getppid() } != launcher {
-        return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
-    }
-    Ok(())
-}
-
-#[cfg(not(target_os = "linux"))]
-fn die_with_launcher(_launcher: libc::pid_t) -> std::io::Result<()> {
-    Ok(())
 }
 
 /// Resolves once the service answers its health check with SERVING.
@@ -501,7 +471,7 @@ impl Runner {
                     // Counted as a crash once the exit is seen.
                     tracing::warn!(service, pid, "not healthy after {HEALTH_TIMEOUT:?}; killing it");
                     gave_up_waiting = true;
-                    signal_group(pid, libc::SIGKILL);
+                    signal_group(pid, SIGKILL);
                 }
                 cmd = commands.recv() => break Interrupt::Command(cmd),
             }
@@ -558,8 +528,8 @@ impl Runner {
             .try_clone()
             .map_err(|e| LauncherError::io(&self.log, e))?;
         let mut cmd = ProcessCommand::new(&self.binary);
-        cmd.env("PEDELEC_RUNTIME_DIR", &self.runtime_dir)
-            .env("PEDELEC_HOME", &self.data_dir)
+        cmd.env(env::RUNTIME_DIR, &self.runtime_dir)
+            .env(env::HOME, &self.data_dir)
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log_err)
@@ -567,11 +537,9 @@ impl Runner {
             // services directly; the launcher stops them in order.
             .process_group(0)
             .kill_on_drop(true);
-        let launcher = std::process::id() as libc::pid_t;
-        // SAFETY: the closure only makes async-signal-safe calls.
-        unsafe {
-            cmd.pre_exec(move || die_with_launcher(launcher));
-        }
+        // A service outlives a launcher killed with SIGKILL otherwise. The
+        // launcher spawns from its one runtime thread (see main.rs).
+        process::die_with_parent(cmd.as_std_mut(), SIGTERM);
         cmd.spawn().map_err(|source| LauncherError::Spawn {
             service: self.name.as_str(),
             path: self.binary.clone(),
@@ -609,7 +577,7 @@ async fn terminate(service: &str, child: &mut Child) -> Option<ExitStatus> {
     let Some(pid) = child.id() else {
         return None; // already reaped
     };
-    signal_group(pid, libc::SIGTERM);
+    signal_group(pid, SIGTERM);
     match tokio::time::timeout(STOP_GRACE, child.wait()).await {
         Ok(status) => status.ok(),
         Err(_) => {
@@ -618,7 +586,7 @@ async fn terminate(service: &str, child: &mut Child) -> Option<ExitStatus> {
                 pid,
                 "did not stop within {STOP_GRACE:?}; killing it"
             );
-            signal_group(pid, libc::SIGKILL);
+            signal_group(pid, SIGKILL);
             child.wait().await.ok()
         }
     }
@@ -636,9 +604,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn exits_are_described_like_status_shows_them() {
-        assert_eq!(describe_exit(ExitStatus::from_raw(9)), "signal 9");
-        assert_eq!(describe_exit(ExitStatus::from_raw(1 << 8)), "exit 1");
-        assert_eq!(describe_exit(ExitStatus::from_raw(0)), "exit 0");
+    fn only_supervised_services_can_be_restarted() {
+        assert_eq!(supervised("provider").unwrap(), ServiceName::Provider);
+        assert!(matches!(
+            supervised("launcher"),
+            Err(LauncherError::UnknownService(_))
+        ));
+        assert!(matches!(
+            supervised("nope"),
+            Err(LauncherError::UnknownService(_))
+        ));
     }
 }

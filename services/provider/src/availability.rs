@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Command;
 
+use pedelec_common::process;
+
 use crate::catalog::ProviderSpec;
 
 /// How long `--version` may take before it counts as unavailable.
@@ -192,7 +194,7 @@ async fn run_version(program: &Path, name: &str, env: &ProgramEnv) -> Result<(),
         Some(path) => cmd.env("PATH", path),
         None => cmd.env_remove("PATH"),
     };
-    let mut child = spawn(&mut cmd)
+    let mut child = process::spawn(&mut cmd)
         .await
         .map_err(|e| format!("`{name} --version` could not start: {e}"))?;
     let pid = child.id();
@@ -237,14 +239,7 @@ async fn run_version(program: &Path, name: &str, env: &ProgramEnv) -> Result<(),
         err_tail
     };
     let tail = tail.trim();
-    let what = match (
-        status.code(),
-        std::os::unix::process::ExitStatusExt::signal(&status),
-    ) {
-        (Some(code), _) => format!("`{name} --version` exited with {code}"),
-        (None, Some(sig)) => format!("`{name} --version` was killed by signal {sig}"),
-        (None, None) => format!("`{name} --version` failed: {status}"),
-    };
+    let what = format!("`{name} --version` {}", process::ended(status));
     Err(if tail.is_empty() {
         what
     } else {
@@ -252,26 +247,10 @@ async fn run_version(program: &Path, name: &str, env: &ProgramEnv) -> Result<(),
     })
 }
 
-/// Spawns, retrying briefly on ETXTBSY: exec fails that way while another
-/// thread's fork still holds a just-written script open (tests, upgrades).
-async fn spawn(cmd: &mut Command) -> std::io::Result<tokio::process::Child> {
-    let mut attempts = 0;
-    loop {
-        match cmd.spawn() {
-            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && attempts < 10 => {
-                attempts += 1;
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            other => return other,
-        }
-    }
-}
-
 fn kill_group(pid: Option<u32>) {
-    if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) {
-        // SAFETY: kill has no memory preconditions; the group id is our
-        // unreaped child's pid, so it cannot have been reused.
-        unsafe { libc::kill(-pid, libc::SIGKILL) };
+    if let Some(pid) = pid {
+        // Our unreaped child's pid: the group id cannot have been reused.
+        process::signal_group(pid, process::SIGKILL);
     }
 }
 
@@ -349,7 +328,7 @@ mod tests {
         let availability = Availability::new(bin.env());
         assert_eq!(
             availability.check(spec("codex")).await,
-            Err("`codex --version` exited with 1: node: not found".to_string())
+            Err("`codex --version` exited with code 1: node: not found".to_string())
         );
     }
 
@@ -360,7 +339,7 @@ mod tests {
         let availability = Availability::new(bin.env());
         assert_eq!(
             availability.check(spec("opencode")).await,
-            Err("`opencode --version` exited with 3: please log in".to_string())
+            Err("`opencode --version` exited with code 3: please log in".to_string())
         );
     }
 
@@ -473,7 +452,10 @@ mod tests {
         // Replacing the program (here: a failing one) invalidates the verdict.
         bin.script("claude", &format!("{body}; exit 1"));
         let err = availability.check_cached(spec("claude")).await.unwrap_err();
-        assert!(err.starts_with("`claude --version` exited with 1"), "{err}");
+        assert!(
+            err.starts_with("`claude --version` exited with code 1"),
+            "{err}"
+        );
         assert_eq!(runs(), 3);
 
         // Removing it is noticed without a run.

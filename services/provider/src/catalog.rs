@@ -1,61 +1,78 @@
 //! The six providers Pedelec knows and the effort level names (DESIGN.md §3, §8).
 
-/// One provider: its code on the wire, its display name and the CLI it runs.
+use crate::adapters::{self, Provider};
+
+/// One provider: its adapter, its code on the wire, its display name and the
+/// CLI it runs. [`PROVIDERS`] is the only list of them; `Provider`'s methods
+/// read it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProviderSpec {
+    pub provider: Provider,
     /// `codex`, `antigravity`, `opencode`, `cursor`, `claude` or `ollama`.
     pub code: &'static str,
     /// Display name, e.g. "Claude Code".
     pub name: &'static str,
-    /// The program looked up on PATH.
+    /// The program looked up on PATH (the adapter's, which builds its command line).
     pub program: &'static str,
     /// Look for the program beside the running executable before PATH: Pedelec
     /// ships `pedelec-agent` next to its services, and it need not be on PATH.
     pub beside_exe: bool,
+    /// A turn without a model cannot run (`MODEL_REQUIRED`): Pedelec's own
+    /// agent has no default model, the other CLIs fall back to their own.
+    pub needs_model: bool,
 }
 
 /// All providers, in the order ListProviders reports them.
 pub const PROVIDERS: [ProviderSpec; 6] = [
     ProviderSpec {
+        provider: Provider::Codex,
         code: "codex",
         name: "Codex",
-        program: "codex",
+        program: adapters::codex::PROGRAM,
         beside_exe: false,
+        needs_model: false,
     },
     ProviderSpec {
+        provider: Provider::Antigravity,
         code: "antigravity",
         name: "Antigravity",
-        program: "agy",
+        program: adapters::antigravity::PROGRAM,
         beside_exe: false,
+        needs_model: false,
     },
     ProviderSpec {
+        provider: Provider::Opencode,
         code: "opencode",
         name: "OpenCode",
-        program: "opencode",
+        program: adapters::opencode::PROGRAM,
         beside_exe: false,
+        needs_model: false,
     },
     ProviderSpec {
+        provider: Provider::Cursor,
         code: "cursor",
         name: "Cursor",
-        program: "cursor-agent",
+        program: adapters::cursor::PROGRAM,
         beside_exe: false,
+        needs_model: false,
     },
     ProviderSpec {
+        provider: Provider::Claude,
         code: "claude",
         name: "Claude Code",
-        program: "claude",
+        program: adapters::claude::PROGRAM,
         beside_exe: false,
+        needs_model: false,
     },
     ProviderSpec {
+        provider: Provider::Ollama,
         code: "ollama",
         name: "Ollama",
-        program: "pedelec-agent",
+        program: adapters::ollama::PROGRAM,
         beside_exe: true,
+        needs_model: true,
     },
 ];
-
-/// The provider whose runs need an explicit model (Pedelec's own agent has no default).
-pub const OLLAMA: &str = "ollama";
 
 /// The effort level used when a request names none.
 pub const DEFAULT_LEVEL: &str = "default";
@@ -72,6 +89,14 @@ pub fn is_effort_level(name: &str) -> bool {
     EFFORT_LEVELS.contains(&name)
 }
 
+/// The provider's row of [`PROVIDERS`].
+pub fn spec(provider: Provider) -> &'static ProviderSpec {
+    PROVIDERS
+        .iter()
+        .find(|s| s.provider == provider)
+        .expect("every provider has a row in PROVIDERS")
+}
+
 /// "codex, antigravity, …" for error messages.
 pub fn codes_list() -> String {
     PROVIDERS.map(|p| p.code).join(", ")
@@ -79,4 +104,19 @@ pub fn codes_list() -> String {
 
 pub fn levels_list() -> String {
     EFFORT_LEVELS.join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_has_each_provider_once() {
+        for (i, a) in PROVIDERS.iter().enumerate() {
+            for b in &PROVIDERS[i + 1..] {
+                assert!(a.provider != b.provider && a.code != b.code, "{a:?} twice");
+            }
+            assert_eq!(spec(a.provider), a);
+        }
+    }
 }

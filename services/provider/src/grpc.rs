@@ -57,12 +57,19 @@ impl ProviderService for ProviderGrpc {
         &self,
         request: Request<UpdateSettingsRequest>,
     ) -> Result<Response<Settings>, Status> {
-        let settings = request
-            .into_inner()
-            .settings
-            .ok_or_else(|| ProviderError::invalid("settings: required"))?;
+        let req = request.into_inner();
+        let mask = req.update_mask.map(|m| m.paths);
+        // With a mask, absent settings clear what it names; without, a full
+        // replace needs the whole settings.
+        let settings = match (req.settings, &mask) {
+            (Some(s), _) => s,
+            (None, Some(paths)) if !paths.is_empty() => Settings::default(),
+            (None, _) => return Err(ProviderError::invalid("settings: required").into()),
+        };
         Ok(Response::new(
-            self.providers.update_settings(settings).await?,
+            self.providers
+                .update_settings(settings, mask.as_deref())
+                .await?,
         ))
     }
 

@@ -2,6 +2,8 @@
 //! profiles, and the agent turns. `Providers` holds the logic; `grpc`
 //! is the thin tonic adapter; `run` serves it on `provider.sock`.
 
+#![forbid(unsafe_code)]
+
 pub mod adapters;
 pub mod availability;
 pub mod catalog;
@@ -121,8 +123,7 @@ pub(crate) mod testutil {
 mod tests {
     use std::time::Duration;
 
-    use pedelec_common::{code_of_status, uds};
-    use pedelec_proto::v1::provider_service_client::ProviderServiceClient;
+    use pedelec_common::code_of_status;
     use pedelec_proto::v1::{
         CancelTurnRequest, GetSettingsRequest, ListProvidersRequest, ResolveProfileRequest,
         Settings, UpdateSettingsRequest,
@@ -144,20 +145,22 @@ mod tests {
             programs: bin.env(),
         };
         let socket = config.runtime_dir.socket(ServiceName::Provider);
+        let clients = pedelec_common::Clients::new(config.runtime_dir.clone());
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(run_until(config, async {
             let _ = stopped.await;
         }));
 
-        let mut channel = None;
+        let mut up = false;
         for _ in 0..200 {
-            if let Ok(c) = uds::connect(&socket).await {
-                channel = Some(c);
+            if clients.connect(ServiceName::Provider).await.is_ok() {
+                up = true;
                 break;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        let mut client = ProviderServiceClient::new(channel.expect("service came up"));
+        assert!(up, "service came up");
+        let mut client = clients.provider();
 
         let err = client
             .resolve_profile(ResolveProfileRequest::default())
@@ -175,9 +178,37 @@ mod tests {
         client
             .update_settings(UpdateSettingsRequest {
                 settings: Some(settings),
+                update_mask: None,
             })
             .await
             .unwrap();
+        // A masked update changes only what it names.
+        let stored = client
+            .update_settings(UpdateSettingsRequest {
+                settings: Some(Settings {
+                    ollama_endpoint: "http://127.0.0.1:11434".into(),
+                    default_provider: Some("codex".into()),
+                    ..Default::default()
+                }),
+                update_mask: Some(pedelec_proto::prost_types::FieldMask {
+                    paths: vec!["ollama_endpoint".into()],
+                }),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(stored.default_provider.as_deref(), Some("claude"));
+        assert_eq!(stored.ollama_endpoint, "http://127.0.0.1:11434");
+        let err = client
+            .update_settings(UpdateSettingsRequest {
+                settings: None,
+                update_mask: Some(pedelec_proto::prost_types::FieldMask {
+                    paths: vec!["effort_profiles".into()],
+                }),
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(code_of_status(&err).as_deref(), Some("INVALID_INPUT"));
         let public = client
             .get_settings(GetSettingsRequest {})
             .await
@@ -208,7 +239,10 @@ mod tests {
         );
 
         let err = client
-            .update_settings(UpdateSettingsRequest { settings: None })
+            .update_settings(UpdateSettingsRequest {
+                settings: None,
+                update_mask: None,
+            })
             .await
             .unwrap_err();
         assert_eq!(code_of_status(&err).as_deref(), Some("INVALID_INPUT"));

@@ -5,8 +5,9 @@ use std::sync::Arc;
 
 use pedelec_proto::v1::{ProviderInfo, PublicSettings, ResolvedProfile, Settings};
 
+use crate::adapters::Provider;
 use crate::availability::{Availability, ProgramEnv};
-use crate::catalog::{self, DEFAULT_LEVEL, OLLAMA};
+use crate::catalog::{self, DEFAULT_LEVEL};
 use crate::error::ProviderError;
 use crate::settings::{self, SettingsStore};
 use crate::turns::Turns;
@@ -51,7 +52,7 @@ impl Providers {
         &self,
         req: pedelec_proto::v1::RunTurnRequest,
     ) -> Result<tokio::sync::mpsc::Receiver<pedelec_proto::v1::ProviderEvent>, ProviderError> {
-        let env = if req.provider == OLLAMA {
+        let env = if Provider::from_id(&req.provider) == Some(Provider::Ollama) {
             settings::agent_env(&self.settings.load())
         } else {
             Default::default()
@@ -94,8 +95,14 @@ impl Providers {
     }
 
     /// Validates and replaces the settings; returns them as stored.
-    pub async fn update_settings(&self, settings: Settings) -> Result<Settings, ProviderError> {
-        self.settings.replace(settings).await
+    /// Replaces the settings, or with a `mask` (UpdateSettings' `update_mask`
+    /// paths) only the parts it names.
+    pub async fn update_settings(
+        &self,
+        settings: Settings,
+        mask: Option<&[String]>,
+    ) -> Result<Settings, ProviderError> {
+        self.settings.update(settings, mask).await
     }
 
     /// The provider and effort profile for a new thread. Absent or empty
@@ -148,7 +155,7 @@ impl Providers {
             .and_then(|p| p.levels.get(level))
             .cloned()
             .unwrap_or_default();
-        if spec.code == OLLAMA && profile.model.is_empty() {
+        if spec.needs_model && profile.model.is_empty() {
             return Err(ProviderError::ModelRequired {
                 provider: spec.code.to_string(),
                 level: level.to_string(),
@@ -196,7 +203,7 @@ mod tests {
 
     impl Fixture {
         async fn set(&self, s: Settings) {
-            self.providers.update_settings(s).await.unwrap();
+            self.providers.update_settings(s, None).await.unwrap();
         }
 
         async fn set_default(&self, code: &str) {
@@ -265,7 +272,7 @@ mod tests {
         );
         assert_eq!(
             list[4].error.as_deref(),
-            Some("`claude --version` exited with 1: bad")
+            Some("`claude --version` exited with code 1: bad")
         );
     }
 

@@ -16,7 +16,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use pb::provider_event::Event as Out;
-use pedelec_common::{Code, json};
+use pedelec_common::process::{self, SIGKILL, SIGTERM, failed_status, signal_group};
+use pedelec_common::{Code, env, json};
 use pedelec_proto::v1 as pb;
 use serde_json::{Value as Json, json};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
@@ -203,7 +204,7 @@ impl Turns {
             for (_, _, pgid) in &turns {
                 let pgid = pgid.load(Ordering::Acquire);
                 if pgid > 0 {
-                    signal_group(pgid, libc::SIGKILL);
+                    signal_group(pgid, SIGKILL);
                 }
             }
         }
@@ -242,7 +243,7 @@ pub fn reap_orphans(runtime_dir: &Path) -> Vec<i32> {
                 // lives) or unreadable: the group is the recorded one.
                 Err(_) => true,
             };
-            if ours && signal_group(pgid, libc::SIGKILL) {
+            if ours && signal_group(pgid, SIGKILL) {
                 tracing::warn!(pgid, "killed an agent process group left by a previous run");
                 killed.push(pgid);
             }
@@ -336,8 +337,8 @@ impl Job {
             code: req.provider.clone(),
             expected: catalog::codes_list(),
         };
-        let provider = Provider::from_id(&req.provider).ok_or_else(unknown)?;
         let spec = catalog::find(&req.provider).ok_or_else(unknown)?;
+        let provider = spec.provider;
         let workspace = PathBuf::from(&req.workspace);
         if !workspace.is_absolute() {
             return Err(ProviderError::invalid(format!(
@@ -380,7 +381,7 @@ impl Job {
     }
 
     async fn run(self, mut sink: Sink) {
-        if self.provider.requires_model() && self.turn.model.is_none() {
+        if self.spec.needs_model && self.turn.model.is_none() {
             let message = format!(
                 "{} needs a model; set one in the provider's effort profile",
                 self.spec.code
@@ -417,17 +418,23 @@ impl Job {
             .stderr(Stdio::piped())
             .process_group(0);
         if let Some(records) = &self.records {
-            cmd.env("PEDELEC_RUNTIME_DIR", &records.runtime_dir);
+            cmd.env(env::RUNTIME_DIR, &records.runtime_dir);
         }
         cmd.envs(&self.tool_env)
             .envs(&self.agent_env)
             .env("PATH", self.agent_path());
-        if self.provider == Provider::Claude && is_root() {
+        if self.provider == Provider::Claude && process::is_root() {
             // Claude refuses --dangerously-skip-permissions as root otherwise.
             cmd.env("IS_SANDBOX", "1");
         }
-        die_with_parent(&mut cmd);
-        let mut child = match spawn(&mut cmd).await {
+        // The agent gets SIGKILL when this service dies (kill -9 included).
+        // Turns are spawned from tasks on the multi-thread runtime's worker
+        // threads, which live as long as the runtime (the service uses no
+        // `block_in_place`, which could retire a worker). Only the leader gets
+        // it; the records in `<runtime dir>/turns/` cover the rest of its
+        // group (see `reap_orphans`).
+        process::die_with_parent(cmd.as_std_mut(), SIGKILL);
+        let mut child = match process::spawn(&mut cmd).await {
             Ok(c) => c,
             Err(e) if e.raw_os_error() == Some(libc::E2BIG) => {
                 let message = format!(
@@ -575,7 +582,7 @@ impl TurnState {
                 }
                 () = &mut drain_deadline, if status.is_some() => {
                     // Something in the group still holds stdout; end it.
-                    signal_group(pid as i32, libc::SIGKILL);
+                    signal_group(pid as i32, SIGKILL);
                     stdout = None;
                     let events = self.decoder.finish();
                     self.forward(events).await?;
@@ -678,14 +685,7 @@ impl TurnState {
             return Some(error_event(code, message, details));
         }
         if !status.success() {
-            let how = match (
-                status.code(),
-                std::os::unix::process::ExitStatusExt::signal(&status),
-            ) {
-                (Some(code), _) => format!("{program} exited with code {code}"),
-                (None, Some(sig)) => format!("{program} was killed by signal {sig}"),
-                _ => format!("{program} failed: {status}"),
-            };
+            let how = format!("{program} {}", process::ended(status));
             let message = match stderr.lines().rev().map(str::trim).find(|l| !l.is_empty()) {
                 Some(last) => format!("{how}: {last}"),
                 None => how,
@@ -747,22 +747,6 @@ fn exited(status: ExitStatus) -> Out {
     })
 }
 
-fn failed_status() -> ExitStatus {
-    std::os::unix::process::ExitStatusExt::from_raw(1 << 8)
-}
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
-/// Sends a signal to a whole process group; false when the group is empty.
-fn signal_group(pgid: i32, sig: i32) -> bool {
-    // SAFETY: kill has no memory preconditions. The group id is our child's
-    // pid; while any member lives, that id cannot be reused.
-    unsafe { libc::kill(-pgid, sig) == 0 }
-}
-
 /// A turn's process group; SIGKILLed on drop unless it was seen empty, so a
 /// dropped task (service shutdown, panic) leaves nothing running.
 struct Group {
@@ -776,11 +760,11 @@ impl Group {
     /// SIGTERM to the group; SIGKILL to what is left after the grace period.
     async fn terminate(&mut self, child: &mut Child, grace: Duration) -> ExitStatus {
         let deadline = Instant::now() + grace;
-        signal_group(self.pgid, libc::SIGTERM);
+        signal_group(self.pgid, SIGTERM);
         let status = match tokio::time::timeout_at(deadline, child.wait()).await {
             Ok(Ok(status)) => status,
             _ => {
-                signal_group(self.pgid, libc::SIGKILL);
+                signal_group(self.pgid, SIGKILL);
                 child.wait().await.unwrap_or_else(|_| failed_status())
             }
         };
@@ -798,7 +782,7 @@ impl Group {
             pgid = self.pgid,
             "provider left processes behind; terminating them"
         );
-        signal_group(self.pgid, libc::SIGTERM);
+        signal_group(self.pgid, SIGTERM);
         self.wait_empty(Instant::now() + grace).await;
     }
 
@@ -806,7 +790,7 @@ impl Group {
     async fn wait_empty(&mut self, deadline: Instant) {
         while signal_group(self.pgid, 0) && has_live_member(self.pgid) {
             if Instant::now() >= deadline {
-                signal_group(self.pgid, libc::SIGKILL);
+                signal_group(self.pgid, SIGKILL);
                 break;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -818,7 +802,7 @@ impl Group {
 impl Drop for Group {
     fn drop(&mut self) {
         if self.armed {
-            signal_group(self.pgid, libc::SIGKILL);
+            signal_group(self.pgid, SIGKILL);
         }
         if let Some(record) = self.record.take() {
             let _ = std::fs::remove_file(record);
@@ -868,53 +852,6 @@ fn record_turn(dir: &Path, pgid: i32) -> Option<PathBuf> {
         Err(e) => {
             tracing::warn!(path = %path.display(), "could not record the turn's process group: {e}");
             None
-        }
-    }
-}
-
-/// The agent gets SIGKILL when the thread that spawned it exits, i.e. when
-/// this process dies (kill -9 included). Turns are spawned from tasks on the
-/// multi-thread runtime's worker threads, which live as long as the runtime
-/// (the service uses no `block_in_place`, which could retire a worker).
-/// Only the leader gets it; the records in `<runtime dir>/turns/` cover the
-/// rest of its group (see `reap_orphans`).
-fn die_with_parent(cmd: &mut Command) {
-    // SAFETY: getpid has no preconditions.
-    let parent = unsafe { libc::getpid() };
-    // SAFETY: the closure runs in the forked child before exec and calls only
-    // async-signal-safe functions (prctl, getppid), allocating nothing.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::prctl(
-                libc::PR_SET_PDEATHSIG,
-                libc::SIGKILL as libc::c_ulong,
-                0,
-                0,
-                0,
-            ) != 0
-            {
-                return Err(std::io::Error::last_os_error());
-            }
-            // The service died between fork and prctl: nobody would kill us.
-            if libc::getppid() != parent {
-                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
-            }
-            Ok(())
-        });
-    }
-}
-
-/// Spawns, retrying briefly on ETXTBSY: exec fails that way while another
-/// thread's fork still holds a just-written script open.
-async fn spawn(cmd: &mut Command) -> std::io::Result<Child> {
-    let mut attempts = 0;
-    loop {
-        match cmd.spawn() {
-            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && attempts < 10 => {
-                attempts += 1;
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            other => return other,
         }
     }
 }

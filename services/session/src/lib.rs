@@ -1,6 +1,8 @@
 //! SessionService: threads (sessions), their lifecycle, event streams with
 //! replay, auto-end, and the journal that lets threads survive a restart.
 
+#![forbid(unsafe_code)]
+
 mod error;
 mod grpc;
 mod record;

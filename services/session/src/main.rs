@@ -1,25 +1,23 @@
-use std::path::PathBuf;
+#![forbid(unsafe_code)]
+
 use std::time::Duration;
 
 use clap::Parser;
-use pedelec_common::{DataDir, RuntimeDir};
+use pedelec_common::args::DirArgs;
+use pedelec_common::env;
 
 /// Pedelec SessionService: serves session.sock in the runtime directory.
 #[derive(Parser)]
 #[command(version)]
 struct Flags {
-    /// Runtime directory (sockets); default $PEDELEC_RUNTIME_DIR, else $XDG_RUNTIME_DIR/pedelec.
-    #[arg(long)]
-    runtime_dir: Option<PathBuf>,
-    /// Data directory (journal, workspaces); default $PEDELEC_HOME, else the platform data dir.
-    #[arg(long)]
-    data_dir: Option<PathBuf>,
+    #[command(flatten)]
+    dirs: DirArgs,
     /// Milliseconds an auto-end thread may have no attached route before it is ended.
-    #[arg(long, env = "PEDELEC_AUTO_END_GRACE_MS")]
+    #[arg(long, env = env::AUTO_END_GRACE_MS)]
     auto_end_grace_ms: Option<u64>,
     /// Milliseconds an ended thread without routes stays in memory (then it is
     /// kept in the journal only and loaded again when asked for).
-    #[arg(long, env = "PEDELEC_EVICT_ENDED_MS")]
+    #[arg(long, env = env::EVICT_ENDED_MS)]
     evict_ended_ms: Option<u64>,
 }
 
@@ -27,16 +25,7 @@ struct Flags {
 async fn main() -> std::process::ExitCode {
     pedelec_common::telemetry::init("pedelec-session");
     let flags = Flags::parse();
-    let mut config = pedelec_session::Config::new(
-        flags
-            .runtime_dir
-            .map(RuntimeDir::at)
-            .unwrap_or_else(RuntimeDir::from_env),
-        flags
-            .data_dir
-            .map(DataDir::at)
-            .unwrap_or_else(DataDir::from_env),
-    );
+    let mut config = pedelec_session::Config::new(flags.dirs.runtime(), flags.dirs.data());
     if let Some(ms) = flags.auto_end_grace_ms {
         config.auto_end_grace = Duration::from_millis(ms);
     }

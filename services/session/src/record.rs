@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use pedelec_common::CodedError;
+use pedelec_proto::v1 as pb;
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -37,19 +38,46 @@ pub struct ErrorRecord {
     pub message: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub details: Option<serde_json::Value>,
-    /// Whether the provider (the agent CLI or its model) reported it.
-    #[serde(default)]
-    pub from_provider: bool,
+    /// Who reported it: the provider (the agent CLI or its model) or Pedelec.
+    /// Journaled as the boolean `from_provider`, as records always were.
+    #[serde(
+        default = "source_core",
+        rename = "from_provider",
+        with = "source_as_from_provider"
+    )]
+    pub source: pb::ErrorSource,
 }
 
 impl ErrorRecord {
-    pub fn new(e: &CodedError, from_provider: bool) -> Self {
+    pub fn new(e: &CodedError, source: pb::ErrorSource) -> Self {
         ErrorRecord {
             code: e.code.clone(),
             message: e.message.clone(),
             details: e.details.clone(),
-            from_provider,
+            source,
         }
+    }
+}
+
+fn source_core() -> pb::ErrorSource {
+    pb::ErrorSource::Core
+}
+
+/// `ErrorRecord::source` in the journal: `from_provider: true | false`.
+mod source_as_from_provider {
+    use pedelec_proto::v1 as pb;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(source: &pb::ErrorSource, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bool(*source == pb::ErrorSource::Provider)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<pb::ErrorSource, D::Error> {
+        Ok(if bool::deserialize(d)? {
+            pb::ErrorSource::Provider
+        } else {
+            pb::ErrorSource::Core
+        })
     }
 }
 
@@ -235,6 +263,22 @@ fn is_hidden(path: &Path) -> bool {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn error_source_is_journaled_as_from_provider() {
+        let e = CodedError::new(pedelec_common::Code::PROVIDER_FAILED, "boom");
+        let json = serde_json::to_value(ErrorRecord::new(&e, pb::ErrorSource::Provider)).unwrap();
+        assert_eq!(json["from_provider"], true, "{json}");
+        let back: ErrorRecord = serde_json::from_value(json).unwrap();
+        assert_eq!(back.source, pb::ErrorSource::Provider);
+        // Records written before the field existed, and core errors.
+        let old: ErrorRecord =
+            serde_json::from_str(r#"{"code":"INTERNAL","message":"m"}"#).unwrap();
+        assert_eq!(old.source, pb::ErrorSource::Core);
+        let core = serde_json::to_value(ErrorRecord::new(&e, pb::ErrorSource::Core)).unwrap();
+        assert_eq!(core["from_provider"], false);
+    }
+
     use super::*;
 
     pub fn sample(id: &str) -> ThreadRecord {

@@ -6,13 +6,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use pb::provider_service_client::ProviderServiceClient;
 use pb::session_event::Event;
-use pb::tool_bridge_service_client::ToolBridgeServiceClient;
-use pedelec_common::{Code, CodedError, DataDir, RuntimeDir, ids, json};
+use pedelec_common::clients::{ProviderClient, ToolBridgeClient};
+use pedelec_common::{Clients, Code, CodedError, DataDir, RuntimeDir, ids, json};
 use pedelec_proto::v1 as pb;
 use tokio::sync::mpsc;
-use tonic::transport::Channel;
 
 use crate::error::{SessionError, upstream};
 use crate::record::{Journal, OpKind, Outcome, Status, ThreadRecord, UsageRecord};
@@ -49,8 +47,8 @@ pub(crate) struct Inner {
     pub config: Config,
     pub journal: Journal,
     threads: Mutex<HashMap<String, SharedThread>>,
-    pub provider: ProviderServiceClient<Channel>,
-    pub tools: ToolBridgeServiceClient<Channel>,
+    pub provider: ProviderClient,
+    pub tools: ToolBridgeClient,
 }
 
 /// Events an ended thread keeps for routes catching up with its end.
@@ -59,6 +57,15 @@ const ENDED_REPLAY_EVENTS: usize = 64;
 /// How many events a route takes from the replay buffer at a time.
 const ROUTE_BATCH: usize = 256;
 
+/// Why a thread's tool calls are dropped (ToolBridge's `Drop`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum DropTools {
+    /// The operation was cancelled; the thread keeps its tools.
+    Cancelled,
+    /// The thread ended; ToolBridge forgets its manifest and token.
+    Ended,
+}
+
 /// An attached route's stream of events.
 pub type EventStream = mpsc::Receiver<Result<pb::SessionEvent, tonic::Status>>;
 
@@ -66,22 +73,17 @@ pub type EventStream = mpsc::Receiver<Result<pb::SessionEvent, tonic::Status>>;
 /// on their sockets, or in-process fakes in the unit tests.
 #[derive(Clone)]
 pub struct Upstream {
-    pub provider: ProviderServiceClient<Channel>,
-    pub tools: ToolBridgeServiceClient<Channel>,
+    pub provider: ProviderClient,
+    pub tools: ToolBridgeClient,
 }
 
 impl Upstream {
     /// Lazy connections to the sibling services' sockets in `runtime_dir`.
     pub fn on_sockets(runtime_dir: &RuntimeDir) -> Upstream {
-        let max = pedelec_common::MAX_GRPC_MESSAGE;
-        let channel = |service| pedelec_common::uds::connect_lazy(&runtime_dir.socket(service));
+        let clients = Clients::new(runtime_dir.clone());
         Upstream {
-            provider: ProviderServiceClient::new(channel(pedelec_common::ServiceName::Provider))
-                .max_decoding_message_size(max)
-                .max_encoding_message_size(max),
-            tools: ToolBridgeServiceClient::new(channel(pedelec_common::ServiceName::ToolBridge))
-                .max_decoding_message_size(max)
-                .max_encoding_message_size(max),
+            provider: clients.provider(),
+            tools: clients.toolbridge(),
         }
     }
 }
@@ -544,7 +546,7 @@ impl Sessions {
             };
             if let Some(id) = ended {
                 sessions.schedule_eviction(&thread);
-                sessions.drop_tool_calls(id, false).await;
+                sessions.drop_tool_calls(id, DropTools::Ended).await;
             }
         });
     }
@@ -569,7 +571,7 @@ impl Sessions {
         // overtaken by this drop.
         if let Some(id) = ended {
             self.schedule_eviction(&thread);
-            self.drop_tool_calls(id, false).await;
+            self.drop_tool_calls(id, DropTools::Ended).await;
         }
         Ok(snapshot)
     }
@@ -600,15 +602,15 @@ impl Sessions {
         Some(t.id().to_string())
     }
 
-    /// Fails the thread's pending tool calls (and forgets its tools unless
-    /// `keep_manifest`). Its provider process needs no call: finishing the
-    /// operation makes its task drop the RunTurn stream, and ProviderService
-    /// kills the process group when its stream goes away.
-    async fn drop_tool_calls(&self, session_id: String, keep_manifest: bool) {
+    /// Fails the thread's pending tool calls (and, when it ended, forgets its
+    /// tools). Its provider process needs no call: finishing the operation
+    /// makes its task drop the RunTurn stream, and ProviderService kills the
+    /// process group when its stream goes away.
+    async fn drop_tool_calls(&self, session_id: String, why: DropTools) {
         let mut tools = self.inner.tools.clone();
         let dropped = tools.drop(pb::DropToolsRequest {
             session_id: session_id.clone(),
-            keep_manifest,
+            keep_manifest: why == DropTools::Cancelled,
         });
         match tokio::time::timeout(std::time::Duration::from_secs(2), dropped).await {
             Ok(Ok(_)) => {}
@@ -733,7 +735,8 @@ impl Sessions {
         // which makes ProviderService kill the process group. A separate
         // CancelTurn here could arrive after the next turn started and kill that.
         // Pending tool calls fail now; the manifest stays for the next turn.
-        self.drop_tool_calls(id.to_string(), true).await;
+        self.drop_tool_calls(id.to_string(), DropTools::Cancelled)
+            .await;
         Ok(cancelled)
     }
 
@@ -742,23 +745,26 @@ impl Sessions {
         req: pb::SubmitToolResultRequest,
     ) -> Result<(), SessionError> {
         let thread = self.thread(&req.session_id, &req.origin)?;
+        // Measured as ToolBridge measures it, so both refuse the same results.
         let size = match &req.outcome {
             Some(pb::submit_tool_result_request::Outcome::Result(v)) => {
-                prost::Message::encoded_len(v)
+                json::tool_result_len(&json::from_value(v))
             }
-            Some(pb::submit_tool_result_request::Outcome::Error(e)) => {
-                prost::Message::encoded_len(e)
-            }
+            Some(pb::submit_tool_result_request::Outcome::Error(e)) => json::tool_error_len(
+                &e.code,
+                &e.message,
+                e.details.as_ref().map(json::from_value).as_ref(),
+            ),
             None => {
                 return Err(SessionError::InvalidInput(
                     "a tool result needs a result or an error".into(),
                 ));
             }
         };
-        if size > crate::tools::MAX_TOOL_RESULT_BYTES {
+        if size > pedelec_common::MAX_TOOL_RESULT_BYTES {
             return Err(SessionError::TooLarge(
                 size,
-                crate::tools::MAX_TOOL_RESULT_BYTES,
+                pedelec_common::MAX_TOOL_RESULT_BYTES,
             ));
         }
         // Marked answered before the bridge hands the answer to the agent, so

@@ -278,7 +278,7 @@ impl Thread {
         op.outcome = Some(outcome);
         op.error = error
             .as_ref()
-            .map(|(e, source)| ErrorRecord::new(e, *source == pb::ErrorSource::Provider));
+            .map(|(e, source)| ErrorRecord::new(e, *source));
         // A failure is also an error event (the page's onError); a cancelled
         // operation is not: the page asked for it, or ended the thread, and
         // operation_finished carries the reason.
@@ -399,14 +399,10 @@ fn operation_to_pb(op: &OperationRecord) -> pb::Operation {
             .outcome
             .map(|o| outcome_to_pb(o) as i32)
             .unwrap_or_default(),
-        error: op.error.as_ref().map(|e| {
-            let source = if e.from_provider {
-                pb::ErrorSource::Provider
-            } else {
-                pb::ErrorSource::Core
-            };
-            CodedError::from(e).to_proto(source as i32)
-        }),
+        error: op
+            .error
+            .as_ref()
+            .map(|e| CodedError::from(e).to_proto(e.source as i32)),
     }
 }
 

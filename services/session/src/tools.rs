@@ -16,10 +16,6 @@ use pedelec_proto::v1 as pb;
 use crate::record::{Status, ToolRequestRecord};
 use crate::sessions::{Sessions, lock};
 
-/// Tool results above this size are refused (`MESSAGE_TOO_LARGE`): they travel
-/// through gRPC (4 MiB message limit) and into the agent's stdout.
-pub const MAX_TOOL_RESULT_BYTES: usize = 2 << 20;
-
 /// Watches ToolBridgeService for as long as the process lives, reconnecting
 /// after the bridge restarts. Each (re)connection registers every live manifest
 /// again with its token: a restarted bridge (or this service after a restart)

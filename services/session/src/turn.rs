@@ -20,9 +20,12 @@ pub fn tool_env(
     token: Option<&str>,
 ) -> std::collections::HashMap<String, String> {
     let mut env = std::collections::HashMap::new();
-    env.insert("PEDELEC_THREAD_ID".to_string(), session_id.to_string());
     env.insert(
-        "PEDELEC_RUNTIME_DIR".to_string(),
+        pedelec_common::env::THREAD_ID.to_string(),
+        session_id.to_string(),
+    );
+    env.insert(
+        pedelec_common::env::RUNTIME_DIR.to_string(),
         sessions
             .inner
             .config
@@ -32,7 +35,10 @@ pub fn tool_env(
             .to_string(),
     );
     if let Some(token) = token {
-        env.insert("PEDELEC_TOOL_TOKEN".to_string(), token.to_string());
+        env.insert(
+            pedelec_common::env::TOOL_TOKEN.to_string(),
+            token.to_string(),
+        );
     }
     env
 }
@@ -250,11 +256,7 @@ async fn stream_turn(
     match exit {
         Some(pb::TurnExited { code: Some(0), .. }) => Ok(()),
         Some(exited) => {
-            let how = match (exited.code, exited.signal) {
-                (Some(code), _) => format!("exited with code {code}"),
-                (None, Some(signal)) => format!("was killed by signal {signal}"),
-                (None, None) => "ended".to_string(),
-            };
+            let how = pedelec_common::process::how_it_ended(exited.code, exited.signal);
             Err((
                 CodedError::new(Code::PROVIDER_FAILED, format!("the provider process {how}")),
                 pb::ErrorSource::Provider,

@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
 
-use pedelec_common::{Code, CodedError, ids};
+use pedelec_common::{Code, CodedError, MAX_TOOL_RESULT_BYTES, ids, json};
 use serde_json::{Map, Value as Json, json};
 use tokio::sync::{broadcast, oneshot};
 
@@ -31,12 +31,17 @@ use crate::error::ToolBridgeError;
 use crate::manifest::{MAX_TIMEOUT_MS, Manifest};
 use crate::{prompt, validate};
 
-/// The request metadata key carrying the thread's tool token.
-pub const TOKEN_HEADER: &str = "x-pedelec-tool-token";
-/// Largest page result (or error) accepted, as encoded JSON.
-pub const MAX_OUTCOME_BYTES: usize = 2 * 1024 * 1024;
 /// Watch subscribers that fall this far behind lose events (and it is logged).
 const EVENT_BUFFER: usize = 4096;
+
+/// Why a thread's tool calls are dropped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DropReason {
+    /// Its operation was cancelled: the thread goes on, with its tools.
+    Cancelled,
+    /// The thread ended: its manifest and token go too.
+    Ended,
+}
 
 /// What the caller of a tool gets back: the page's result or a tool error.
 pub type Outcome = std::result::Result<Json, CodedError>;
@@ -383,10 +388,10 @@ impl ToolBridge {
             .get_mut(session_id)
             .filter(|t| t.exposed.as_ref().is_some_and(|p| p.id == tool_request_id))
             .ok_or_else(|| ToolBridgeError::NoPendingRequest(tool_request_id.to_string()))?;
-        if size > MAX_OUTCOME_BYTES {
+        if size > MAX_TOOL_RESULT_BYTES {
             return Err(ToolBridgeError::TooLarge {
                 size,
-                limit: MAX_OUTCOME_BYTES,
+                limit: MAX_TOOL_RESULT_BYTES,
             });
         }
         let reason = if outcome.is_ok() {
@@ -405,29 +410,30 @@ impl ToolBridge {
         Ok(())
     }
 
-    /// Fails every pending and queued call of a thread; unless
-    /// `keep_manifest`, also forgets its manifest and token. Returns how many
-    /// calls were failed. An unknown thread is not an error (End is idempotent).
-    pub fn drop_thread(&self, session_id: &str, keep_manifest: bool) -> u32 {
+    /// Fails every pending and queued call of a thread with an error naming
+    /// `why`; when the thread ended, also forgets its manifest and token.
+    /// Returns how many calls were failed. An unknown thread is not an error
+    /// (End is idempotent).
+    pub fn drop_thread(&self, session_id: &str, why: DropReason) -> u32 {
         let mut threads = self.lock();
         let mut removed;
-        let thread = if keep_manifest {
-            threads.get_mut(session_id)
-        } else {
-            removed = threads.remove(session_id);
-            removed.as_mut()
+        let thread = match why {
+            DropReason::Cancelled => threads.get_mut(session_id),
+            DropReason::Ended => {
+                removed = threads.remove(session_id);
+                removed.as_mut()
+            }
         };
         let Some(thread) = thread else { return 0 };
-        let error = if keep_manifest {
-            CodedError::new(
+        let error = match why {
+            DropReason::Cancelled => CodedError::new(
                 Code::CANCELLED,
                 "the operation was cancelled before the page answered",
-            )
-        } else {
-            CodedError::new(
+            ),
+            DropReason::Ended => CodedError::new(
                 Code::SESSION_ENDED,
                 "the session ended before the page answered",
-            )
+            ),
         };
         let mut count = 0;
         if let Some(pending) = thread.exposed.take() {
@@ -446,7 +452,7 @@ impl ToolBridge {
         tracing::debug!(
             session = session_id,
             count,
-            keep_manifest,
+            why = ?why,
             "tool calls dropped"
         );
         count
@@ -555,26 +561,10 @@ fn same_secret(expected: &str, given: &str) -> bool {
 
 /// The encoded JSON size of an outcome, counted without building the string.
 fn outcome_size(outcome: &Outcome) -> usize {
-    struct Counter(usize);
-    impl std::io::Write for Counter {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 += buf.len();
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
+    match outcome {
+        Ok(result) => json::tool_result_len(result),
+        Err(e) => json::tool_error_len(&e.code, &e.message, e.details.as_ref()),
     }
-    let mut counter = Counter(0);
-    let written = match outcome {
-        Ok(result) => serde_json::to_writer(&mut counter, result),
-        Err(e) => serde_json::to_writer(
-            &mut counter,
-            &json!({"code": e.code, "message": e.message, "details": e.details}),
-        ),
-    };
-    debug_assert!(written.is_ok());
-    counter.0
 }
 
 #[cfg(test)]
@@ -830,15 +820,16 @@ mod tests {
         let (_, mut rx) = bridge.subscribe();
         let task = spawn_call(&bridge, &token, call("echo", json!({"n": 1}), None));
         let (id, ..) = next_requested(&mut rx).await;
-        let big = Json::String("x".repeat(MAX_OUTCOME_BYTES));
+        let big = Json::String("x".repeat(MAX_TOOL_RESULT_BYTES));
         let err = bridge.resolve(SID, &id, Ok(big)).unwrap_err();
         assert_eq!(err.code(), Code::MESSAGE_TOO_LARGE);
-        let huge_error = CodedError::new(Code::TOOL_HANDLER_ERROR, "x".repeat(MAX_OUTCOME_BYTES));
+        let huge_error =
+            CodedError::new(Code::TOOL_HANDLER_ERROR, "x".repeat(MAX_TOOL_RESULT_BYTES));
         let err = bridge.resolve(SID, &id, Err(huge_error)).unwrap_err();
         assert_eq!(err.code(), Code::MESSAGE_TOO_LARGE);
         assert!(rx.try_recv().is_err());
         // Just under the bound (the quotes count) still goes through.
-        let fits = Json::String("x".repeat(MAX_OUTCOME_BYTES - 2));
+        let fits = Json::String("x".repeat(MAX_TOOL_RESULT_BYTES - 2));
         bridge.resolve(SID, &id, Ok(fits.clone())).unwrap();
         assert_eq!(task.await.unwrap().unwrap(), Ok(fits));
     }
@@ -853,7 +844,7 @@ mod tests {
         while bridge.lock()[SID].queue.is_empty() {
             tokio::task::yield_now().await;
         }
-        assert_eq!(bridge.drop_thread(SID, true), 2);
+        assert_eq!(bridge.drop_thread(SID, DropReason::Cancelled), 2);
         assert_eq!(next_settled(&mut rx).await, (id1, SettleReason::Dropped));
         for task in [first, second] {
             assert_eq!(task.await.unwrap().unwrap().unwrap_err().code, "CANCELLED");
@@ -873,7 +864,7 @@ mod tests {
         let (_, mut rx) = bridge.subscribe();
         let task = spawn_call(&bridge, &token, call("echo", json!({"n": 1}), None));
         let (id, ..) = next_requested(&mut rx).await;
-        assert_eq!(bridge.drop_thread(SID, false), 1);
+        assert_eq!(bridge.drop_thread(SID, DropReason::Ended), 1);
         assert_eq!(next_settled(&mut rx).await, (id, SettleReason::Dropped));
         assert_eq!(
             task.await.unwrap().unwrap().unwrap_err().code,
@@ -886,8 +877,8 @@ mod tests {
         assert_eq!(err.code(), Code::TOOL_ACCESS_DENIED);
         assert_eq!(bridge.render_prompt(SID, "/assets").unwrap(), "");
         // Idempotent.
-        assert_eq!(bridge.drop_thread(SID, false), 0);
-        assert_eq!(bridge.drop_thread(SID, true), 0);
+        assert_eq!(bridge.drop_thread(SID, DropReason::Ended), 0);
+        assert_eq!(bridge.drop_thread(SID, DropReason::Cancelled), 0);
     }
 
     #[tokio::test]

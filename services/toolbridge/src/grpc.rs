@@ -14,7 +14,7 @@ use tokio_stream::wrappers::BroadcastStream;
 use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 use tonic::{Request, Response, Status};
 
-use crate::bridge::{BridgeEvent, CallRequest, TOKEN_HEADER, ToolBridge};
+use crate::bridge::{BridgeEvent, CallRequest, DropReason, ToolBridge};
 use crate::error::ToolBridgeError;
 
 type Result<T> = std::result::Result<Response<T>, Status>;
@@ -31,7 +31,7 @@ impl ToolBridgeGrpc {
 
 fn token<T>(req: &Request<T>) -> Option<String> {
     req.metadata()
-        .get(TOKEN_HEADER)
+        .get(pedelec_common::TOOL_TOKEN_HEADER)
         .and_then(|v| v.to_str().ok())
         .map(str::to_string)
 }
@@ -208,7 +208,12 @@ impl ToolBridgeService for ToolBridgeGrpc {
 
     async fn drop(&self, req: Request<pb::DropToolsRequest>) -> Result<pb::DropToolsResponse> {
         let req = req.into_inner();
-        let dropped = self.bridge.drop_thread(&req.session_id, req.keep_manifest);
+        let why = if req.keep_manifest {
+            DropReason::Cancelled
+        } else {
+            DropReason::Ended
+        };
+        let dropped = self.bridge.drop_thread(&req.session_id, why);
         Ok(Response::new(pb::DropToolsResponse { dropped }))
     }
 }

@@ -5,6 +5,8 @@
 //! (arguments), [`prompt`] (the first-turn block) and [`bridge`] (registry and
 //! pending calls) — and [`ToolBridgeGrpc`] is a thin tonic adapter over them.
 
+#![forbid(unsafe_code)]
+
 use std::future::Future;
 use std::sync::Arc;
 
@@ -20,7 +22,7 @@ pub mod prompt;
 pub mod validate;
 
 pub use bridge::{
-    BridgeEvent, CallRequest, Outcome, Registered, SettleReason, TOKEN_HEADER, ToolBridge,
+    BridgeEvent, CallRequest, DropReason, Outcome, Registered, SettleReason, ToolBridge,
     ToolSpecInfo,
 };
 pub use error::ToolBridgeError;

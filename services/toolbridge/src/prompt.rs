@@ -19,7 +19,7 @@ const INDEX_DESCRIPTION_CHARS: usize = 240;
 /// `$PEDELEC_CLI` when set, else the `pedelec-cli` beside this executable.
 /// A login shell may reset `PATH`, so a bare name is not enough.
 pub fn cli_path() -> PathBuf {
-    if let Some(p) = std::env::var_os("PEDELEC_CLI").filter(|p| !p.is_empty()) {
+    if let Some(p) = std::env::var_os(pedelec_common::env::CLI).filter(|p| !p.is_empty()) {
         return PathBuf::from(p);
     }
     let dir = std::env::current_exe()

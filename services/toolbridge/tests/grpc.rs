@@ -2,6 +2,8 @@
 //! refusals, OK responses with `outcome.error` for call outcomes, the token
 //! metadata, Watch, and a caller that hangs up.
 
+#![forbid(unsafe_code)]
+
 use std::time::Duration;
 
 use pb::tool_bridge_service_client::ToolBridgeServiceClient;

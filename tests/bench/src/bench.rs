@@ -730,6 +730,7 @@ async fn main_phase_inner(cfg: &Config, env: &BenchEnv, launcher: u32) -> Result
     pb::provider_service_client::ProviderServiceClient::new(provider_channel)
         .update_settings(pb::UpdateSettingsRequest {
             settings: Some(settings),
+            update_mask: None,
         })
         .await
         .map_err(|e| format!("UpdateSettings: {e}"))?;

@@ -139,48 +139,26 @@ pub enum Provider {
     Ollama,
 }
 
+/// Codes, names, programs and the model rule live in one table,
+/// [`crate::catalog::PROVIDERS`]; these read it.
 impl Provider {
-    pub const ALL: [Provider; 6] = [
-        Provider::Codex,
-        Provider::Claude,
-        Provider::Opencode,
-        Provider::Cursor,
-        Provider::Antigravity,
-        Provider::Ollama,
-    ];
-
     /// Stable id used in settings and the API.
     pub fn id(self) -> &'static str {
-        match self {
-            Provider::Codex => "codex",
-            Provider::Claude => "claude",
-            Provider::Opencode => "opencode",
-            Provider::Cursor => "cursor",
-            Provider::Antigravity => "antigravity",
-            Provider::Ollama => "ollama",
-        }
+        crate::catalog::spec(self).code
     }
 
     pub fn from_id(id: &str) -> Option<Provider> {
-        Provider::ALL.into_iter().find(|p| p.id() == id)
+        crate::catalog::find(id).map(|s| s.provider)
     }
 
     /// The executable, as looked up on `PATH`.
     pub fn program(self) -> &'static str {
-        match self {
-            Provider::Codex => codex::PROGRAM,
-            Provider::Claude => claude::PROGRAM,
-            Provider::Opencode => opencode::PROGRAM,
-            Provider::Cursor => cursor::PROGRAM,
-            Provider::Antigravity => antigravity::PROGRAM,
-            Provider::Ollama => ollama::PROGRAM,
-        }
+        crate::catalog::spec(self).program
     }
 
-    /// Whether a turn without a model cannot run (`MODEL_REQUIRED`): the other CLIs fall back
-    /// to their own configured default.
+    /// Whether a turn without a model cannot run (`MODEL_REQUIRED`).
     pub fn requires_model(self) -> bool {
-        matches!(self, Provider::Ollama)
+        crate::catalog::spec(self).needs_model
     }
 
     pub fn command(self, turn: &TurnSpec) -> CommandLine {

@@ -301,7 +301,10 @@ async fn environment_has_tool_env_and_cli_folder_first_on_path() {
         format!("{}:{}", exe.path().display(), bin.dir.path().display())
     );
     assert_eq!(vars["PWD"], work.path().display().to_string());
-    assert_eq!(vars.get("IS_SANDBOX").copied(), is_root().then_some("1"));
+    assert_eq!(
+        vars.get("IS_SANDBOX").copied(),
+        pedelec_common::process::is_root().then_some("1")
+    );
 }
 
 #[tokio::test]

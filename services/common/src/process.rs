@@ -1,0 +1,209 @@
+//! Child processes: signalling process groups, tying a child's life to its
+//! parent's, detaching with `setsid`, spawning past ETXTBSY, and describing
+//! how a process ended. Its libc calls are most of Pedelec's `unsafe` code
+//! (the rest is `memory`), so every other module and crate can forbid it.
+
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::ExitStatus;
+use std::time::Duration;
+
+pub use libc::{SIGKILL, SIGTERM};
+
+/// This process's real user id.
+pub fn uid() -> u32 {
+    // SAFETY: getuid cannot fail and has no preconditions.
+    unsafe { libc::getuid() }
+}
+
+/// Whether this process runs as root (effective uid 0).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid cannot fail and has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Sends `sig` to the process group `pgid` (a child started with
+/// `process_group(0)` leads a group whose id is its pid). `sig = 0` only
+/// checks that the group still has a member. False when the group is gone.
+/// While any member lives the group id cannot be reused, so signalling the
+/// group of an unreaped child never hits a stranger.
+pub fn signal_group(pgid: impl TryInto<libc::pid_t>, sig: libc::c_int) -> bool {
+    let Ok(pgid) = pgid.try_into() else {
+        return false;
+    };
+    if pgid <= 1 {
+        // -1 would signal every process we may signal; 0 our own group.
+        return false;
+    }
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe { libc::kill(-pgid, sig) == 0 }
+}
+
+/// Sends `sig` to the single process `pid`; false when it is gone.
+pub fn signal(pid: impl TryInto<libc::pid_t>, sig: libc::c_int) -> bool {
+    let Ok(pid) = pid.try_into() else {
+        return false;
+    };
+    if pid <= 0 {
+        return false;
+    }
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe { libc::kill(pid, sig) == 0 }
+}
+
+/// Whether `pid` is alive; a zombie (exited, not yet reaped by its parent) is not.
+pub fn is_alive(pid: u32) -> bool {
+    if !signal(pid, 0) {
+        // EPERM: it exists but belongs to someone else.
+        return std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+    }
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the parenthesised command name, which may hold spaces.
+        Ok(stat) => !stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+        Err(_) => true,
+    }
+}
+
+/// The child gets `sig` when the thread that spawned it exits (Linux's
+/// PR_SET_PDEATHSIG; elsewhere nothing happens). Spawn from a thread that
+/// lives as long as the process: a tokio worker, or a current-thread runtime's
+/// main thread. If the parent died between fork and exec the spawn fails
+/// with ESRCH, since no one would send the signal then.
+pub fn die_with_parent(cmd: &mut std::process::Command, sig: libc::c_int) {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: getpid has no preconditions.
+        let parent = unsafe { libc::getpid() };
+        // SAFETY: the closure runs in the forked child before exec and makes
+        // only async-signal-safe calls (prctl, getppid), allocating nothing.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, sig as libc::c_ulong, 0, 0, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if libc::getppid() != parent {
+                    return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+                }
+                Ok(())
+            });
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (cmd, sig);
+}
+
+/// The child starts a new session (`setsid`): it has no controlling terminal
+/// and is in no group of ours, so it outlives our terminal and a signal to
+/// our group.
+pub fn detach(cmd: &mut std::process::Command) {
+    // SAFETY: the closure runs in the forked child before exec; setsid is
+    // async-signal-safe and touches no memory.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setsid() == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Spawns, retrying briefly on ETXTBSY: exec fails that way while another
+/// thread's fork still holds a just-written script open (tests, upgrades).
+pub async fn spawn(cmd: &mut tokio::process::Command) -> std::io::Result<tokio::process::Child> {
+    let mut attempts = 0;
+    loop {
+        match cmd.spawn() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && attempts < 10 => {
+                attempts += 1;
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// How a process ended, short: `exit 1`, `signal 9`.
+pub fn describe_exit(status: ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exit {code}"),
+        (None, Some(sig)) => format!("signal {sig}"),
+        _ => "unknown".to_string(),
+    }
+}
+
+/// How a process ended, as a phrase for messages: `exited with code 1`,
+/// `was killed by signal 9`. Takes the parts so that an exit reported over
+/// gRPC (`TurnExited{code, signal}`) reads the same as a local one.
+pub fn how_it_ended(code: Option<i32>, signal: Option<i32>) -> String {
+    match (code, signal) {
+        (Some(code), _) => format!("exited with code {code}"),
+        (None, Some(sig)) => format!("was killed by signal {sig}"),
+        (None, None) => "ended for an unknown reason".to_string(),
+    }
+}
+
+/// [`how_it_ended`] for a local exit status.
+pub fn ended(status: ExitStatus) -> String {
+    how_it_ended(status.code(), status.signal())
+}
+
+/// An exit status that reads as `exit 1`, for a process whose real status
+/// could not be learnt.
+pub fn failed_status() -> ExitStatus {
+    ExitStatus::from_raw(1 << 8)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exits_are_described_like_status_shows_them() {
+        assert_eq!(describe_exit(ExitStatus::from_raw(9)), "signal 9");
+        assert_eq!(describe_exit(ExitStatus::from_raw(1 << 8)), "exit 1");
+        assert_eq!(describe_exit(ExitStatus::from_raw(0)), "exit 0");
+        assert_eq!(describe_exit(failed_status()), "exit 1");
+        assert_eq!(ended(ExitStatus::from_raw(9)), "was killed by signal 9");
+        assert_eq!(ended(ExitStatus::from_raw(3 << 8)), "exited with code 3");
+    }
+
+    #[test]
+    fn nonsense_groups_are_never_signalled() {
+        // 0 and 1 would be our own group and init's: refused, not sent.
+        assert!(!signal_group(0, 0));
+        assert!(!signal_group(1, 0));
+        assert!(!signal_group(-1, 0));
+        assert!(!signal_group(u32::MAX, 0));
+    }
+
+    #[tokio::test]
+    async fn a_group_is_signalled_and_seen_gone() {
+        let mut cmd = tokio::process::Command::new("sleep");
+        cmd.arg("30").process_group(0).kill_on_drop(true);
+        let mut child = spawn(&mut cmd).await.unwrap();
+        let pid = child.id().unwrap();
+        assert!(is_alive(pid));
+        assert!(signal_group(pid, 0), "the group has its leader");
+        assert!(signal_group(pid, SIGKILL));
+        let status = child.wait().await.unwrap();
+        assert_eq!(describe_exit(status), "signal 9");
+        assert!(!signal_group(pid, 0), "the group is empty once reaped");
+        assert!(!is_alive(pid));
+    }
+
+    #[tokio::test]
+    async fn a_detached_child_leads_its_own_session() {
+        let mut cmd = tokio::process::Command::new("sh");
+        // Field 6 of /proc/self/stat is the session id; a session leader's equals its pid.
+        cmd.args([
+            "-c",
+            "read -r s < /proc/self/stat; set -- ${s##*) }; [ \"$4\" = \"$$\" ]",
+        ]);
+        detach(cmd.as_std_mut());
+        die_with_parent(cmd.as_std_mut(), SIGTERM);
+        let status = spawn(&mut cmd).await.unwrap().wait().await.unwrap();
+        assert!(status.success(), "session id is not the child's pid");
+    }
+}
