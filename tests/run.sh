@@ -42,10 +42,11 @@ step "tests"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
-cargo test --workspace -- --test-threads="${PEDELEC_TEST_THREADS:-2}" 2>&1 | tee "$log" || status=$?
-# cargo ends on its last (often empty) doc-test binary; close with the totals.
-awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) g += $i } }
-     END { printf "tests: %d passed, %d failed, %d skipped\n", p, f, g }' "$log"
+cargo test --workspace --no-fail-fast -- --test-threads="${PEDELEC_TEST_THREADS:-2}" 2>&1 | tee "$log" || status=$?
+# Totals of the Rust tests; the closing line adds the web suites' (below).
+read -r rust_passed rust_failed rust_skipped < <(awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) g += $i } }
+     END { printf "%d %d %d\n", p, f, g }' "$log")
+printf 'rust: %d passed, %d failed, %d skipped\n' "$rust_passed" "$rust_failed" "$rust_skipped"
 # --- web (sdk, extension, demo, browser suite) ---
 # The TypeScript SDK, the Chrome extension, the demo and the real-Chromium
 # browser suite (docs/sdk-extension.md, docs/demo.md): the smoke test and the
@@ -75,4 +76,12 @@ else
   printf 'web: all passed\n'
 fi
 # --- end web ---
+# One closing line for the whole suite: Rust tests plus vitest ("Tests  N
+# passed | M failed (T)") and node's test runner ("ℹ pass N", "ℹ fail N").
+read -r web_passed web_failed_count < <(awk '
+  /^ +Tests +[0-9]/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+  /^ℹ pass [0-9]/ { p += $3 } /^ℹ fail [0-9]/ { f += $3 }
+  END { printf "%d %d\n", p, f }' "$web_log")
+printf 'tests: %d passed, %d failed, %d skipped\n' \
+  "$((rust_passed + web_passed))" "$((rust_failed + web_failed_count))" "$rust_skipped"
 exit "$status"
