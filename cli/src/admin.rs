@@ -21,8 +21,16 @@ pub enum AdminCommand {
     SessionsList { origin: Option<String>, json: bool },
     SessionsShow { session_id: String, origin: String },
     Providers { json: bool },
-    SettingsGet,
+    SettingsGet { secrets: Secrets },
     SettingsSet(SettingChange),
+}
+
+/// Whether `settings get` prints the keys (a terminal, a bug report and a
+/// screen share should not show them by default).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Secrets {
+    Masked,
+    Shown,
 }
 
 /// One edit applied to the full settings between GetFullSettings and UpdateSettings.
@@ -108,10 +116,13 @@ fn execute(command: AdminCommand) -> Result<String, CliError> {
                     output::providers_table(&resp.providers)
                 })
             }
-            AdminCommand::SettingsGet => {
+            AdminCommand::SettingsGet { secrets } => {
                 let mut client = provider_client(&clients).await?;
                 let settings = full_settings(&mut client).await?;
-                Ok(output::pretty(&wire::settings(&settings)))
+                Ok(output::pretty(&match secrets {
+                    Secrets::Masked => wire::masked_settings(&settings),
+                    Secrets::Shown => wire::settings(&settings),
+                }))
             }
             AdminCommand::SettingsSet(change) => {
                 let mut client = provider_client(&clients).await?;

@@ -3,7 +3,7 @@
 #![forbid(unsafe_code)]
 
 use clap::{Args, Parser, Subcommand};
-use pedelec_cli::admin::{AdminCommand, SettingChange};
+use pedelec_cli::admin::{AdminCommand, Secrets, SettingChange};
 use pedelec_cli::tools::{ToolCommand, ToolContext};
 
 /// Shown under `tool-spec --help` and `tool-call --help`.
@@ -111,8 +111,13 @@ enum SessionsCommand {
 
 #[derive(Debug, Subcommand)]
 enum SettingsCommand {
-    /// Print the full settings as JSON (camelCase, credentials included).
-    Get,
+    /// Print the full settings as JSON (camelCase); keys are masked
+    /// (`{"set": true, "masked": "••••1234"}`) unless --show-secrets.
+    Get {
+        /// Print the Ollama and Tavily keys in clear.
+        #[arg(long)]
+        show_secrets: bool,
+    },
     /// Change one setting and print the new settings.
     #[command(subcommand)]
     Set(SetCommand),
@@ -174,7 +179,15 @@ fn plan(cli: Cli) -> Plan {
             })
         }
         Command::Providers { json } => Plan::Admin(AdminCommand::Providers { json }),
-        Command::Settings(SettingsCommand::Get) => Plan::Admin(AdminCommand::SettingsGet),
+        Command::Settings(SettingsCommand::Get { show_secrets }) => {
+            Plan::Admin(AdminCommand::SettingsGet {
+                secrets: if show_secrets {
+                    Secrets::Shown
+                } else {
+                    Secrets::Masked
+                },
+            })
+        }
         Command::Settings(SettingsCommand::Set(set)) => {
             let change = match set {
                 SetCommand::DefaultProvider { provider } => {
@@ -297,7 +310,18 @@ mod tests {
             }
         );
         assert_eq!(admin("providers"), AdminCommand::Providers { json: false });
-        assert_eq!(admin("settings get"), AdminCommand::SettingsGet);
+        assert_eq!(
+            admin("settings get"),
+            AdminCommand::SettingsGet {
+                secrets: Secrets::Masked
+            }
+        );
+        assert_eq!(
+            admin("settings get --show-secrets"),
+            AdminCommand::SettingsGet {
+                secrets: Secrets::Shown
+            }
+        );
         assert_eq!(
             admin("settings set default-provider claude"),
             AdminCommand::SettingsSet(SettingChange::DefaultProvider("claude".into()))

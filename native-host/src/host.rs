@@ -386,7 +386,7 @@ impl Host {
                     core::PROVIDER,
                     provider.get_full_settings(pb::GetSettingsRequest {})
                 )?;
-                p::masked_settings(r.get_ref())
+                wire::masked_settings(r.get_ref())
             }
             Request::UpdateSettings(update) => {
                 self.settings_caller(origin, "update_settings")?;
@@ -404,7 +404,7 @@ impl Host {
                     update_mask: None,
                 };
                 let r = rpc!(core, core::PROVIDER, provider.update_settings(req))?;
-                p::masked_settings(r.get_ref())
+                wire::masked_settings(r.get_ref())
             }
             Request::GetSettings => {
                 // Only the public part: full settings hold credentials.

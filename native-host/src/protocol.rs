@@ -257,33 +257,6 @@ struct ToolErrorPayload {
     details: Option<Value>,
 }
 
-/// How a stored key is shown: set or not, and its last four characters when
-/// it is long enough that they give nothing away (`••••1234`).
-pub fn mask_key(key: &str) -> Value {
-    if key.is_empty() {
-        return json!({"set": false, "masked": ""});
-    }
-    let chars: Vec<char> = key.chars().collect();
-    let masked = if chars.len() >= 12 {
-        let tail: String = chars[chars.len() - 4..].iter().collect();
-        format!("••••{tail}")
-    } else {
-        "••••".to_string()
-    };
-    json!({"set": true, "masked": masked})
-}
-
-/// The `get_full_settings` / `update_settings` result: the settings document
-/// with each key replaced by its mask.
-pub fn masked_settings(s: &pb::Settings) -> Value {
-    let doc = wire::SettingsDoc::from(s);
-    let mut value = serde_json::to_value(&doc).unwrap_or_else(|_| json!({}));
-    value["defaultProvider"] = json!(doc.default_provider);
-    value["ollamaApiKey"] = mask_key(&doc.ollama_api_key);
-    value["tavilyApiKey"] = mask_key(&doc.tavily_api_key);
-    value
-}
-
 /// The stored settings with `update` applied (ProviderService validates them).
 pub fn apply_settings_update(current: pb::Settings, update: SettingsUpdate) -> pb::Settings {
     let mut doc = wire::SettingsDoc::from(&current);
@@ -640,10 +613,13 @@ mod tests {
 
     #[test]
     fn keys_are_masked_and_change_only_by_action() {
-        assert_eq!(mask_key(""), json!({"set": false, "masked": ""}));
-        assert_eq!(mask_key("short"), json!({"set": true, "masked": "••••"}));
+        assert_eq!(wire::mask_key(""), json!({"set": false, "masked": ""}));
         assert_eq!(
-            mask_key("tvly-abcdefgh1234"),
+            wire::mask_key("short"),
+            json!({"set": true, "masked": "••••"})
+        );
+        assert_eq!(
+            wire::mask_key("tvly-abcdefgh1234"),
             json!({"set": true, "masked": "••••1234"})
         );
         let current = pb::Settings {
@@ -653,7 +629,7 @@ mod tests {
             tavily_api_key: "old-tavily-key".into(),
             ..Default::default()
         };
-        let masked = masked_settings(&current);
+        let masked = wire::masked_settings(&current);
         assert!(!masked.to_string().contains("old-"), "{masked}");
         assert_eq!(masked["defaultProvider"], "codex");
 

@@ -405,3 +405,38 @@ async fn after_a_session_service_kill_the_reattached_route_learns_the_outcome() 
         "completed"
     );
 }
+
+/// `pedelec-cli settings get` masks the keys unless asked, in the same form
+/// the extension's settings page gets them from the host.
+#[tokio::test]
+async fn pedelec_cli_masks_keys_unless_asked() {
+    let mut env = TestEnv::new();
+    let _launcher = services(&mut env).await;
+    let mut settings = settings_with_default_models(&[("ollama", "llama3.2")]);
+    settings.ollama_api_key = "ollama-secret-key-1234".into();
+    settings.tavily_api_key = "tvly-secret-key-5678".into();
+    env.update_settings(settings).await;
+    let get = |extra: &[&str]| {
+        let out = env
+            .command(bin_dir().join("pedelec-cli"))
+            .args(["settings", "get"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let masked = get(&[]);
+    assert!(!masked.contains("secret-key"), "{masked}");
+    let doc: Value = serde_json::from_str(&masked).unwrap();
+    assert_eq!(
+        doc["ollamaApiKey"],
+        json!({"set": true, "masked": "••••1234"})
+    );
+    assert_eq!(
+        doc["profiles"]["ollama"]["levels"]["default"]["model"],
+        "llama3.2"
+    );
+    let shown: Value = serde_json::from_str(&get(&["--show-secrets"])).unwrap();
+    assert_eq!(shown["tavilyApiKey"], "tvly-secret-key-5678");
+}

@@ -367,6 +367,33 @@ impl From<&pb::Settings> for SettingsDoc {
     }
 }
 
+/// How a stored key is shown: set or not, and its last four characters when
+/// it is long enough that they give nothing away (`••••1234`).
+pub fn mask_key(key: &str) -> Value {
+    if key.is_empty() {
+        return json!({"set": false, "masked": ""});
+    }
+    let chars: Vec<char> = key.chars().collect();
+    let masked = if chars.len() >= 12 {
+        let tail: String = chars[chars.len() - 4..].iter().collect();
+        format!("••••{tail}")
+    } else {
+        "••••".to_string()
+    };
+    json!({"set": true, "masked": masked})
+}
+
+/// The `get_full_settings` / `update_settings` result: the settings document
+/// with each key replaced by its mask.
+pub fn masked_settings(s: &pb::Settings) -> Value {
+    let doc = SettingsDoc::from(s);
+    let mut value = serde_json::to_value(&doc).unwrap_or_else(|_| json!({}));
+    value["defaultProvider"] = json!(doc.default_provider);
+    value["ollamaApiKey"] = mask_key(&doc.ollama_api_key);
+    value["tavilyApiKey"] = mask_key(&doc.tavily_api_key);
+    value
+}
+
 pub fn settings(s: &pb::Settings) -> Value {
     serde_json::to_value(SettingsDoc::from(s)).unwrap_or(Value::Null)
 }

@@ -51,6 +51,9 @@ pub(crate) struct Inner {
     pub tools: ToolBridgeClient,
 }
 
+/// The folder Pedelec keeps inside every workspace (assets, agent state).
+const RUNTIME_FOLDER: &str = ".pedelec-runtime";
+
 /// Events an ended thread keeps for routes catching up with its end.
 const ENDED_REPLAY_EVENTS: usize = 64;
 
@@ -390,7 +393,42 @@ impl Sessions {
                 managed.display()
             )));
         }
+        // Pedelec's own folders (a thread's uploaded assets among them) hold
+        // what a page put there: as another agent's workspace they would hand
+        // it the page's AGENTS.md, .claude/settings.json, opencode.json.
+        if canonical
+            .components()
+            .any(|c| c.as_os_str() == RUNTIME_FOLDER)
+        {
+            return Err(SessionError::InvalidInput(format!(
+                "workspace_path {path:?} lies inside a {RUNTIME_FOLDER} folder (Pedelec's own files)"
+            )));
+        }
+        // Sharing another thread's workspace is allowed (the seeds); a folder
+        // inside one is not: that thread's agent writes there.
+        if let Some(owner) = self.workspace_containing(&canonical) {
+            return Err(SessionError::InvalidInput(format!(
+                "workspace_path {path:?} lies inside the workspace of thread {owner}"
+            )));
+        }
         Ok(canonical)
+    }
+
+    /// A thread (in memory or in the journal) whose workspace strictly contains `path`.
+    fn workspace_containing(&self, path: &Path) -> Option<String> {
+        let inside = |ws: &Path| path != ws && path.starts_with(ws);
+        let threads: Vec<SharedThread> = self.threads().values().cloned().collect();
+        if let Some(t) = threads
+            .iter()
+            .find(|t| inside(&lock(t).record.workspace_path))
+        {
+            return Some(lock(t).id().to_string());
+        }
+        let (records, _) = self.inner.journal.load_all();
+        records
+            .into_iter()
+            .find(|r| inside(&r.workspace_path))
+            .map(|r| r.session_id)
     }
 
     /// Registers a manifest with ToolBridgeService and returns the tool token.

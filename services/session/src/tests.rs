@@ -405,3 +405,43 @@ async fn an_ended_thread_leaves_memory_and_comes_back_from_the_journal() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_workspace_inside_pedelec_folders_or_another_threads_workspace_is_refused() {
+    let h = harness(|_| {}).await;
+    let root = h._dir.path().join("apps");
+    let shared = root.join("shared");
+    std::fs::create_dir_all(shared.join("sub")).unwrap();
+    std::fs::create_dir_all(shared.join(".pedelec-runtime/assets/up")).unwrap();
+    let create = |path: &std::path::Path| {
+        h.sessions.create(pb::CreateSessionRequest {
+            origin: ORIGIN.into(),
+            workspace_path: Some(path.display().to_string()),
+            ..Default::default()
+        })
+    };
+    create(&shared).await.unwrap();
+    // Sharing the same folder is fine (the seeds allow it).
+    create(&shared).await.unwrap();
+    for bad in [
+        shared.join("sub"),
+        shared.join(".pedelec-runtime/assets/up"),
+    ] {
+        let err = create(&bad).await.unwrap_err();
+        assert_eq!(err.code(), pedelec_common::Code::INVALID_INPUT, "{bad:?}");
+    }
+    // A managed thread's uploads folder is refused too (inside the managed root
+    // and inside a .pedelec-runtime folder).
+    let managed = h.create(false).await;
+    let uploads = h
+        .config
+        .data_dir
+        .workspaces()
+        .join(&managed)
+        .join(".pedelec-runtime");
+    std::fs::create_dir_all(&uploads).unwrap();
+    assert_eq!(
+        create(&uploads).await.unwrap_err().code(),
+        pedelec_common::Code::INVALID_INPUT
+    );
+}

@@ -84,9 +84,14 @@ impl ToolBridgeService for ToolBridgeGrpc {
         let req = req.into_inner();
         // No manifest is an app without skills: an empty registry.
         let manifest = req.manifest.as_ref().map(from_struct).unwrap_or_default();
-        let reg = self
-            .bridge
-            .register(&req.session_id, &manifest, &req.tool_token)?;
+        // Validation compiles the schemas' patterns: CPU work kept off the
+        // async workers that serve every thread's tool calls.
+        let bridge = self.bridge.clone();
+        let reg = tokio::task::spawn_blocking(move || {
+            bridge.register(&req.session_id, &manifest, &req.tool_token)
+        })
+        .await
+        .map_err(|e| Status::internal(format!("manifest validation failed: {e}")))??;
         Ok(Response::new(pb::RegisterToolsResponse {
             tool_token: reg.tool_token,
             tool_count: reg.tool_count,

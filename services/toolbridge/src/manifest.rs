@@ -28,6 +28,12 @@ pub const DEFAULT_TIMEOUT_MS: u32 = 60_000;
 pub const MAX_SCHEMA_DEPTH: usize = 32;
 /// Bound on a compiled pattern's size (bytes of the regex program).
 const MAX_PATTERN_PROGRAM: usize = 1 << 20;
+/// Distinct `pattern`s in a whole manifest: each is compiled at every
+/// registration (ToolBridge restarts included), so a hostile page must not
+/// get to make that arbitrarily expensive.
+pub const MAX_PATTERNS: usize = 256;
+/// One tool's argsSchema, as compact JSON.
+pub const MAX_SCHEMA_BYTES: usize = 64 * 1024;
 
 const TOP_KEYS: &[&str] = &["guidance", "tools"];
 const TOOL_KEYS: &[&str] = &["name", "description", "argsSchema", "timeoutMs"];
@@ -118,19 +124,34 @@ impl Tool {
 
 /// The compiled `pattern`s of one tool's schema, by source text.
 #[derive(Clone, Debug, Default)]
-pub struct Patterns(HashMap<String, Regex>);
+pub struct Patterns {
+    compiled: HashMap<String, Regex>,
+    /// How many more distinct patterns may be compiled (the manifest's cap).
+    left: usize,
+}
 
 impl Patterns {
     pub fn get(&self, source: &str) -> Option<&Regex> {
-        self.0.get(source)
+        self.compiled.get(source)
     }
 
-    fn compile(&mut self, source: &str) -> Result<(), regex::Error> {
-        if !self.0.contains_key(source) {
+    fn len(&self) -> usize {
+        self.compiled.len()
+    }
+
+    fn compile(&mut self, source: &str) -> Result<(), String> {
+        if !self.compiled.contains_key(source) {
+            if self.left == 0 {
+                return Err(format!(
+                    "more than {MAX_PATTERNS} distinct patterns in the manifest"
+                ));
+            }
             let re = regex::RegexBuilder::new(source)
                 .size_limit(MAX_PATTERN_PROGRAM)
-                .build()?;
-            self.0.insert(source.to_string(), re);
+                .build()
+                .map_err(|e| format!("pattern does not compile: {e}"))?;
+            self.compiled.insert(source.to_string(), re);
+            self.left -= 1;
         }
         Ok(())
     }
@@ -172,8 +193,10 @@ impl Manifest {
         }
         let mut seen = HashSet::new();
         let mut parsed = Vec::with_capacity(tools.len());
+        let mut patterns = 0;
         for (i, tool) in tools.iter().enumerate() {
-            let tool = parse_tool(tool, &format!("/tools/{i}"))?;
+            let tool = parse_tool(tool, &format!("/tools/{i}"), MAX_PATTERNS - patterns)?;
+            patterns += tool.patterns.len();
             if !seen.insert(tool.name.clone()) {
                 return Err(ManifestError::new(
                     format!("/tools/{i}/name"),
@@ -198,7 +221,8 @@ impl Manifest {
     }
 }
 
-fn parse_tool(value: &Json, ptr: &str) -> Result<Tool, ManifestError> {
+/// `patterns_left`: how many more distinct patterns the manifest may hold.
+fn parse_tool(value: &Json, ptr: &str, patterns_left: usize) -> Result<Tool, ManifestError> {
     let obj = value
         .as_object()
         .ok_or_else(|| ManifestError::new(ptr, "a tool must be a JSON object"))?;
@@ -259,7 +283,17 @@ fn parse_tool(value: &Json, ptr: &str) -> Result<Tool, ManifestError> {
         }
         None => return Err(ManifestError::new(ptr, "a tool needs an argsSchema")),
     };
-    let mut patterns = Patterns::default();
+    let size = serde_json::to_string(schema).map_or(usize::MAX, |s| s.len());
+    if size > MAX_SCHEMA_BYTES {
+        return Err(ManifestError::new(
+            schema_ptr,
+            format!("argsSchema is {size} bytes of JSON; the limit is {MAX_SCHEMA_BYTES}"),
+        ));
+    }
+    let mut patterns = Patterns {
+        compiled: HashMap::new(),
+        left: patterns_left,
+    };
     check_node(schema, &schema_ptr, 0, &mut patterns)?;
     if schema.get("type").and_then(Json::as_str) != Some("object") {
         return Err(ManifestError::new(
@@ -376,9 +410,9 @@ fn check_node(
                 let source = value
                     .as_str()
                     .ok_or_else(|| ManifestError::new(&at, "pattern must be a string"))?;
-                patterns.compile(source).map_err(|e| {
-                    ManifestError::new(&at, format!("pattern does not compile: {e}"))
-                })?;
+                patterns
+                    .compile(source)
+                    .map_err(|e| ManifestError::new(&at, e))?;
             }
             "items" => {
                 let items = value.as_object().ok_or_else(|| {
@@ -708,6 +742,62 @@ mod tests {
         let bad_desc = json!({"tools": [{"name": "a", "description": 1, "argsSchema": ok}]});
         assert_eq!(parse(bad_desc).unwrap_err().pointer, "/tools/0/description");
         assert!(parse(json!({})).unwrap().is_empty());
+    }
+
+    #[test]
+    fn patterns_and_schema_size_are_capped() {
+        let with_patterns = |n: usize, offset: usize| {
+            let props: Map<String, Json> = (0..n)
+                .map(|i| {
+                    (
+                        format!("p{i}"),
+                        json!({"type": "string", "pattern": format!("^a{{{}}}$", i + offset)}),
+                    )
+                })
+                .collect();
+            json!({"type": "object", "properties": props})
+        };
+        let tools = |schemas: Vec<Json>| {
+            let tools: Vec<Json> = schemas
+                .into_iter()
+                .enumerate()
+                .map(|(i, s)| json!({"name": format!("t{i}"), "description": "d", "argsSchema": s}))
+                .collect();
+            json!({"tools": tools})
+        };
+        // 256 distinct patterns across two tools are fine; one more is not.
+        let ok = tools(vec![with_patterns(200, 0), with_patterns(56, 200)]);
+        assert!(parse(ok).is_ok());
+        let err = parse(tools(vec![with_patterns(200, 0), with_patterns(57, 200)])).unwrap_err();
+        assert!(
+            err.message.contains("more than 256 distinct patterns"),
+            "{}",
+            err.message
+        );
+        assert!(
+            err.pointer.starts_with("/tools/1/argsSchema/properties/"),
+            "{}",
+            err.pointer
+        );
+        // One tool's repeated pattern is compiled, and counted, once.
+        let props: Map<String, Json> = (0..300)
+            .map(|i| {
+                (
+                    format!("p{i}"),
+                    json!({"type": "string", "pattern": "^x+$"}),
+                )
+            })
+            .collect();
+        assert!(parse(tools(vec![json!({"type": "object", "properties": props})])).is_ok());
+        // An oversized schema is refused before any walk.
+        let big = json!({"type": "object", "description": "x".repeat(MAX_SCHEMA_BYTES)});
+        let err = parse(tools(vec![big])).unwrap_err();
+        assert_eq!(err.pointer, "/tools/0/argsSchema");
+        assert!(
+            err.message.contains("the limit is 65536"),
+            "{}",
+            err.message
+        );
     }
 
     #[test]
