@@ -8,7 +8,7 @@
 //! happens to appear in the page's text is redrawn.
 
 use std::borrow::Cow;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::manifest::Manifest;
 
