@@ -32,7 +32,12 @@ pub struct McpClient {
 impl McpClient {
     /// Starts `pedelec-cli mcp` with only `env` (as codex's `env_vars` gives it).
     pub fn spawn(env: &McpEnv) -> McpClient {
-        let mut cmd = Command::new(bin("pedelec-cli"));
+        McpClient::spawn_program(&bin("pedelec-cli"), env)
+    }
+
+    /// [`McpClient::spawn`] with a given `pedelec-cli` (the benchmark's build).
+    pub fn spawn_program(program: &std::path::Path, env: &McpEnv) -> McpClient {
+        let mut cmd = Command::new(program);
         cmd.env_clear()
             .env("PEDELEC_THREAD_ID", &env.thread_id)
             .env("PEDELEC_TOOL_TOKEN", &env.token)
@@ -56,7 +61,11 @@ impl McpClient {
 
     /// Spawns and does the handshake: `initialize`, then `notifications/initialized`.
     pub async fn start(env: &McpEnv) -> (McpClient, Value) {
-        let mut client = McpClient::spawn(env);
+        McpClient::handshake(McpClient::spawn(env)).await
+    }
+
+    /// `initialize` and `notifications/initialized` on a spawned client.
+    pub async fn handshake(mut client: McpClient) -> (McpClient, Value) {
         let init = client
             .request(
                 "initialize",

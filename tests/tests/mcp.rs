@@ -297,3 +297,26 @@ async fn a_changed_manifest_is_announced() {
     let listed = mcp.request("tools/list", json!({})).await;
     assert_eq!(listed["result"]["tools"][0]["name"], "fresh_tool");
 }
+
+/// An agent CLI that ends (stdin closed) while a call is pending: the server
+/// exits and the page's request is cleared, nothing is left waiting.
+#[tokio::test]
+async fn stdin_eof_during_a_call_ends_the_server_and_the_call() {
+    let mut s = setup().await;
+    let (mut mcp, _) = McpClient::start(&s.agent).await;
+    mcp.send_request(
+        "tools/call",
+        json!({"name": "get_page", "arguments": {"q": "pending"}}),
+    )
+    .await;
+    let request = s.tool_request().await;
+    assert!(mcp.close().await.success());
+    let seen = s
+        .host
+        .events_until(&s.id, |e| e["type"] == "tool_request_cleared")
+        .await;
+    assert_eq!(
+        seen.last().unwrap()["event"]["toolRequestId"],
+        request["toolRequestId"]
+    );
+}
