@@ -140,6 +140,9 @@ enum SetCommand {
     OllamaApiKey { key: String },
     /// Tavily key for pedelec-agent's web search (- reads it from stdin).
     TavilyApiKey { key: String },
+    /// Providers whose agents get the page's tools only as shell commands, not
+    /// as native MCP tools (none given: MCP wherever the CLI supports it).
+    ShellToolsOnly { providers: Vec<String> },
     /// A provider's profile for one effort level.
     Profile(ProfileArgs),
 }
@@ -193,6 +196,9 @@ fn plan(cli: Cli) -> Plan {
                 SetCommand::OllamaEndpoint { url } => SettingChange::OllamaEndpoint(url),
                 SetCommand::OllamaApiKey { key } => SettingChange::OllamaApiKey(key),
                 SetCommand::TavilyApiKey { key } => SettingChange::TavilyApiKey(key),
+                SetCommand::ShellToolsOnly { providers } => {
+                    SettingChange::ShellToolsOnly(providers)
+                }
                 SetCommand::Profile(p) => SettingChange::Profile {
                     provider: p.provider,
                     level: p.level,
