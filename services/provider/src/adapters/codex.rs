@@ -62,6 +62,8 @@ pub fn command(turn: &TurnSpec) -> CommandLine {
 /// so `env_vars` names the ones to forward: names, never values, on argv.
 /// `required` makes codex wait for the server (it starts answering within
 /// milliseconds) instead of giving up on it after about a second.
+/// `tool_timeout_sec` lets a call last as long as a page tool may (the
+/// bridge's own 10-minute cap) instead of codex's shorter default.
 fn mcp_settings(cli: &std::path::Path) -> Vec<String> {
     use super::{MCP_ARGS, MCP_ENV, MCP_SERVER};
     let json = |v: serde_json::Value| v.to_string();
@@ -73,6 +75,7 @@ fn mcp_settings(cli: &std::path::Path) -> Vec<String> {
         format!("mcp_servers.{MCP_SERVER}.args={}", json(MCP_ARGS.into())),
         format!("mcp_servers.{MCP_SERVER}.env_vars={}", json(MCP_ENV.into())),
         format!("mcp_servers.{MCP_SERVER}.required=true"),
+        format!("mcp_servers.{MCP_SERVER}.tool_timeout_sec=600"),
     ]
 }
 
