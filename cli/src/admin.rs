@@ -42,6 +42,9 @@ pub enum SettingChange {
     /// `-` reads the key from stdin, keeping it out of the process list.
     OllamaApiKey(String),
     TavilyApiKey(String),
+    /// The providers kept on the shell path for page tools (none: MCP
+    /// wherever the CLI supports it).
+    ShellToolsOnly(Vec<String>),
     Profile {
         provider: String,
         level: String,
@@ -198,6 +201,10 @@ pub fn update_request(change: SettingChange) -> UpdateSettingsRequest {
             settings.tavily_api_key = v;
             "tavily_api_key".to_string()
         }
+        SettingChange::ShellToolsOnly(v) => {
+            settings.shell_tools_only = v;
+            "shell_tools_only".to_string()
+        }
         SettingChange::Profile {
             provider,
             level,
@@ -281,5 +288,8 @@ mod tests {
         let req = update_request(SettingChange::TavilyApiKey("t".into()));
         assert_eq!(paths(&req), ["tavily_api_key"]);
         assert_eq!(req.settings.unwrap().tavily_api_key, "t");
+        let req = update_request(SettingChange::ShellToolsOnly(vec!["claude".into()]));
+        assert_eq!(paths(&req), ["shell_tools_only"]);
+        assert_eq!(req.settings.unwrap().shell_tools_only, ["claude"]);
     }
 }

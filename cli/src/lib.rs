@@ -6,6 +6,7 @@
 
 pub mod admin;
 pub mod error;
+pub mod mcp;
 pub mod output;
 pub mod tools;
 
@@ -23,7 +24,7 @@ pub fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
 
 /// The subcommands whose errors are for people (stderr text), not agents.
 const HUMAN_COMMANDS: [&str; 3] = ["sessions", "providers", "settings"];
-const AGENT_COMMANDS: [&str; 2] = ["tool-spec", "tool-call"];
+const AGENT_COMMANDS: [&str; 3] = ["tool-spec", "tool-call", "mcp"];
 
 /// Whether a usage error in `args` should also print the JSON error document:
 /// yes unless the first command word is a human command, so an agent that got

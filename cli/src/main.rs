@@ -13,9 +13,18 @@ Prints one JSON line: {\"ok\":true,\"result\":...} or
 2 usage or connection error. Needs PEDELEC_THREAD_ID (or --thread-id),
 PEDELEC_TOOL_TOKEN and PEDELEC_RUNTIME_DIR. See pedelec-cli --help.";
 
+/// Shown under `mcp --help`.
+const MCP_AFTER_HELP: &str = "\
+Speaks the Model Context Protocol (JSON-RPC lines) on stdin/stdout until stdin
+closes: tools/list is the thread's manifest, tools/call calls the page. A failed
+call is a result with isError true and text CODE: message. Needs
+PEDELEC_THREAD_ID (or --thread-id), PEDELEC_TOOL_TOKEN and PEDELEC_RUNTIME_DIR;
+without a thread id or token it exits 2 before serving.";
+
 const AFTER_HELP: &str = "\
-AGENT COMMANDS (tool-spec, tool-call)
-  Used by an AI agent inside a Pedelec turn to call the web page's tools.
+AGENT COMMANDS (tool-spec, tool-call, mcp)
+  Used by an AI agent inside a Pedelec turn to call the web page's tools;
+  mcp serves them to the agent CLI as native MCP tools (see mcp --help).
   Fetch a tool's argument schema with tool-spec before the first call.
 
   Environment (set by Pedelec for the agent process):
@@ -74,6 +83,9 @@ enum Command {
         /// The arguments: a JSON object matching argsSchema, or - to read it from stdin.
         json: String,
     },
+    /// Serve the thread's page tools as an MCP server on stdin/stdout (for agent CLIs).
+    #[command(after_help = MCP_AFTER_HELP)]
+    Mcp,
     /// List threads or show one (human command).
     #[command(subcommand)]
     Sessions(SessionsCommand),
@@ -133,6 +145,9 @@ enum SetCommand {
     OllamaApiKey { key: String },
     /// Tavily key for pedelec-agent's web search (- reads it from stdin).
     TavilyApiKey { key: String },
+    /// Providers whose agents get the page's tools only as shell commands, not
+    /// as native MCP tools (none given: MCP wherever the CLI supports it).
+    ShellToolsOnly { providers: Vec<String> },
     /// A provider's profile for one effort level.
     Profile(ProfileArgs),
 }
@@ -153,22 +168,20 @@ struct ProfileArgs {
 
 enum Plan {
     Tool(ToolContext, ToolCommand),
+    Mcp(ToolContext),
     Admin(AdminCommand),
 }
 
 fn plan(cli: Cli) -> Plan {
-    let tool = |command| {
-        Plan::Tool(
-            ToolContext::from_env(cli.thread_id, cli.timeout_ms),
-            command,
-        )
-    };
+    let ctx = || ToolContext::from_env(cli.thread_id.clone(), cli.timeout_ms);
+    let tool = |command| Plan::Tool(ctx(), command);
     match cli.command {
         Command::ToolSpec { tool: name } => tool(ToolCommand::Spec { tool: name }),
         Command::ToolCall { tool: name, json } => tool(ToolCommand::Call {
             tool: name,
             args: json,
         }),
+        Command::Mcp => Plan::Mcp(ctx()),
         Command::Sessions(SessionsCommand::List { origin, json }) => {
             Plan::Admin(AdminCommand::SessionsList { origin, json })
         }
@@ -196,6 +209,9 @@ fn plan(cli: Cli) -> Plan {
                 SetCommand::OllamaEndpoint { url } => SettingChange::OllamaEndpoint(url),
                 SetCommand::OllamaApiKey { key } => SettingChange::OllamaApiKey(key),
                 SetCommand::TavilyApiKey { key } => SettingChange::TavilyApiKey(key),
+                SetCommand::ShellToolsOnly { providers } => {
+                    SettingChange::ShellToolsOnly(providers)
+                }
                 SetCommand::Profile(p) => SettingChange::Profile {
                     provider: p.provider,
                     level: p.level,
@@ -213,6 +229,7 @@ fn main() {
     let code = match Cli::try_parse_from(&args) {
         Ok(cli) => match plan(cli) {
             Plan::Tool(ctx, command) => pedelec_cli::tools::run(&ctx, command),
+            Plan::Mcp(ctx) => pedelec_cli::mcp::run(&ctx),
             Plan::Admin(command) => pedelec_cli::admin::run(command),
         },
         // --help and --version are not errors.
@@ -293,7 +310,7 @@ mod tests {
     fn human_commands_map_to_admin_commands() {
         let admin = |s: &str| match plan(parse(s).unwrap()) {
             Plan::Admin(c) => c,
-            Plan::Tool(..) => panic!("{s} is not a tool command"),
+            Plan::Tool(..) | Plan::Mcp(..) => panic!("{s} is not a tool command"),
         };
         assert_eq!(
             admin("sessions list --origin https://a.example --json"),

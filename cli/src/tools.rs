@@ -130,7 +130,8 @@ async fn tool_spec(
     Ok(pedelec_common::wire::tool_spec(spec.get_ref()))
 }
 
-async fn tool_call(
+/// One CallTool; also the MCP server's `tools/call` (module `mcp`).
+pub(crate) async fn tool_call(
     mut client: ToolBridgeClient,
     session_id: String,
     tool: String,

@@ -21,6 +21,7 @@
 // Script (JSON object):
 //   {"mode":"reply", "text":"Hello from the mock model."}
 //   {"mode":"tool",  "command":"echo tool-output-42", "final":"Tool said: {output}", "repeat":1}
+//   {"mode":"mcp",   "tool":"update_counter", "tool_args":{"delta":5}, "final":"Tool said: {output}"}
 //   {"mode":"error", "message":"mock: model overloaded for test", "status":400}
 //   {"mode":"hang"}
 // Optional keys for every mode: "delay_ms" (pause between streamed deltas, default 5),
@@ -34,6 +35,12 @@
 //   "tool_name" and "tool_args" (object sent verbatim). While fewer than "repeat" tool results
 //   follow the last real user message, another tool call is issued; after that the final text is
 //   "final" with {output} replaced by the last tool result's text.
+// MCP mode: calls the page tool `tool` as the CLI offers it natively, found in the request by its
+//   name, never by a CLI's naming scheme: a function named `tool` inside a namespace (codex:
+//   namespace `mcp__<server>`), or a tool whose name is `tool` or ends in `_tool` (claude
+//   `mcp__<server>__tool`, opencode `<server>_tool`). When it is not offered but codex's
+//   `tool_search` is, the model first searches (`tool_search_call` {query: tool}) and then calls
+//   what codex's `tool_search_output` returned, as the real model does. Then "final" with {output}.
 // Auxiliary requests (a chat-completions or messages request that offers no tools, e.g. opencode's
 //   title request) are always answered with plain text ("title"), whatever the mode, so that the
 //   mode applies to the agent's main turn only.
@@ -75,11 +82,12 @@ const sockets = new Set();
 
 function validateScript(s) {
   if (!s || typeof s !== 'object' || Array.isArray(s)) throw new Error('script must be a JSON object');
-  const modes = ['reply', 'tool', 'error', 'hang'];
+  const modes = ['reply', 'tool', 'mcp', 'error', 'hang'];
   if (!modes.includes(s.mode)) throw new Error(`script.mode must be one of ${modes.join(', ')}`);
   if (s.mode === 'tool' && typeof s.command !== 'string' && !s.tool_args) {
     throw new Error('tool mode needs "command" (or "tool_args")');
   }
+  if (s.mode === 'mcp' && typeof s.tool !== 'string') throw new Error('mcp mode needs "tool"');
 }
 
 const id = (prefix) => `${prefix}${randomBytes(8).toString('hex')}`;
@@ -188,6 +196,30 @@ function pickShellTool(body) {
   return infos.find((i) => /shell|bash|exec/i.test(i.name)) || null;
 }
 
+// The page tool `wanted` as offered natively: in `tools`, or (codex) in a tool_search_output of the
+// input. Returns {name, namespace?, schema} or null.
+function findMcpTool(body, wanted) {
+  const offered = [...toolList(body)];
+  for (const item of Array.isArray(body?.input) ? body.input : []) {
+    if (item?.type === 'tool_search_output' && Array.isArray(item.tools)) offered.push(...item.tools);
+  }
+  for (const t of offered) {
+    if (t?.type === 'namespace' && Array.isArray(t.tools)) {
+      const hit = t.tools.find((f) => f?.name === wanted);
+      if (hit) return { name: hit.name, namespace: t.name, schema: hit.parameters || {} };
+      continue;
+    }
+    const info = toolInfo(t);
+    if (info && (info.name === wanted || info.name.endsWith(`_${wanted}`))) return info;
+  }
+  return null;
+}
+
+// codex offers deferred tools through a client-executed `tool_search` tool.
+const offersToolSearch = (body) => toolList(body).some((t) => t?.type === 'tool_search');
+const searchedAlready = (body) =>
+  (Array.isArray(body?.input) ? body.input : []).some((i) => i?.type === 'tool_search_output');
+
 function buildToolArgs(info) {
   if (script.tool_args) return script.tool_args;
   const props = info?.schema?.properties || {};
@@ -258,6 +290,20 @@ function plan(vendor, body) {
     output = output.trim();
     return { kind: 'text', text: (s.final ?? 'Tool said: {output}').split('{output}').join(output) };
   }
+  if (s.mode === 'mcp') {
+    const results = toolResults(vendor, body);
+    if (results.length === 0) {
+      const info = findMcpTool(body, s.tool);
+      if (info) return { kind: 'tool', info, args: s.tool_args ?? {} };
+      if (vendor === 'responses' && offersToolSearch(body) && !searchedAlready(body)) {
+        return { kind: 'tool_search', query: s.tool };
+      }
+      return { kind: 'text', text: `mock: no native tool ${s.tool} in the request` };
+    }
+    // codex puts a header before an MCP result ("Wall time: …\nOutput:").
+    const output = results[results.length - 1].replace(/^Wall time:[^\n]*\nOutput:\n?/, '').trim();
+    return { kind: 'text', text: (s.final ?? 'Tool said: {output}').split('{output}').join(output) };
+  }
   if (Array.isArray(s.replies) && s.replies.length > 0) {
     // One reply per main request, in order; the last one repeats.
     const text = s.replies[Math.min(replyIndex, s.replies.length - 1)];
@@ -294,11 +340,24 @@ async function handleResponses(req, res, body) {
   if (p.kind === 'hang') return hang(res);
   let n = 1;
   const output = [];
-  if (p.kind === 'tool') {
+  if (p.kind === 'tool_search') {
+    const item = {
+      type: 'tool_search_call',
+      id: id('ts_'),
+      call_id: id('call_'),
+      status: 'completed',
+      execution: 'client',
+      arguments: { query: p.query, limit: 5 },
+    };
+    sse(res, 'response.output_item.added', { type: 'response.output_item.added', sequence_number: n++, output_index: 0, item: { ...item, status: 'in_progress' } });
+    sse(res, 'response.output_item.done', { type: 'response.output_item.done', sequence_number: n++, output_index: 0, item });
+    output.push(item);
+  } else if (p.kind === 'tool') {
     const item = {
       type: 'function_call',
       id: id('fc_'),
       call_id: id('call_'),
+      ...(p.info.namespace ? { namespace: p.info.namespace } : {}),
       name: p.info.name,
       arguments: JSON.stringify(p.args),
       status: 'completed',

@@ -17,6 +17,7 @@ use tonic::transport::Channel;
 
 pub use pedelec_common::code_of_status;
 
+pub mod mcp_client;
 pub mod mock_ollama;
 mod native_host;
 pub mod schema;

@@ -317,6 +317,12 @@ case "$prompt" in
     done
     echo '{{"type":"usage","input":10,"output":5}}'
     ;;
+  *"@@wait "*)
+    file=$(printf '%s' "$prompt" | /bin/sed -n 's/.*@@wait \([^ ]*\).*/\1/p' | /usr/bin/tail -n 1)
+    /usr/bin/env > "$file.tmp" && /bin/mv "$file.tmp" "$file"
+    /bin/sleep 120 &
+    wait
+    ;;
   *"@@tool"*)
     report "$({cli} --thread-id "$PEDELEC_THREAD_ID" tool-call get_page '{{"q":"title"}}')"
     ;;

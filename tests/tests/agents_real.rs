@@ -697,12 +697,26 @@ async fn cancel_hanging_turn(run: &mut Run) {
     }
 }
 
-/// The agent calls a page tool inside its turn: the real CLI runs
-/// `pedelec-cli tool-call` as a shell command, the client sees the tool
-/// request and the waiting status, answers, and the final chat carries the
-/// page's result.
-async fn tool_call_round_trip(run: &mut Run) {
+/// How the mock model reaches the page tool.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Via {
+    /// `pedelec-cli tool-call` in the CLI's shell tool, with MCP turned off
+    /// for the provider in the settings.
+    Shell,
+    /// The native tool the CLI got from `pedelec-cli mcp` (the default).
+    Mcp,
+}
+
+/// The agent calls a page tool inside its turn, through the shell or as a
+/// native MCP tool; the client sees the tool request and the waiting status,
+/// answers, and the final chat carries the page's result.
+async fn tool_call_round_trip(run: &mut Run, via: Via) {
     let cli = run.cli;
+    let mut settings = settings(cli);
+    if via == Via::Shell {
+        settings.shell_tools_only = vec![cli.provider().into()];
+    }
+    run.env.update_settings(settings).await;
     let manifest = json!({
         "guidance": "Use update_counter when asked to change the counter.",
         "tools": [{
@@ -723,9 +737,12 @@ async fn tool_call_round_trip(run: &mut Run) {
         "{} --thread-id {id} tool-call update_counter '{{\"delta\":5}}'",
         cli_path.display()
     );
-    run.mock
-        .script(json!({"mode": "tool", "command": command, "final": "Tool said: {output}"}))
-        .await;
+    let script = match via {
+        Via::Shell => json!({"mode": "tool", "command": command, "final": "Tool said: {output}"}),
+        Via::Mcp => json!({"mode": "mcp", "tool": "update_counter", "tool_args": {"delta": 5},
+                           "final": "Tool said: {output}"}),
+    };
+    run.mock.script(script).await;
     run.send(&id, "Please add 5 to the counter.").await;
 
     let mut seen = Vec::new();
@@ -782,11 +799,34 @@ async fn tool_call_round_trip(run: &mut Run) {
         )),
         "{cli:?}: no tool block in {first}"
     );
+    let native = first.contains("served by the MCP server named pedelec");
+    assert_eq!(native, via == Via::Mcp, "{cli:?}: {first}");
+    // The native tool was offered (codex: after its tool search) only with MCP.
+    let offered = |r: &Value| {
+        let text = r.to_string();
+        text.contains("\"mcp__pedelec__update_counter\"")
+            || text.contains("\"pedelec_update_counter\"")
+            || (text.contains("\"mcp__pedelec\"") && text.contains("\"update_counter\""))
+    };
+    assert_eq!(
+        requests.iter().any(offered),
+        via == Via::Mcp,
+        "{cli:?}: native tool offered?"
+    );
+    if cli == Cli::Codex && via == Via::Mcp {
+        assert!(
+            requests
+                .iter()
+                .any(|r| r.to_string().contains("\"tool_search_output\"")),
+            "codex: the mock followed the tool_search flow"
+        );
+    }
 }
 
 async fn all_cases(cli: Cli) {
     let mut run = Run::start(cli).await;
-    tool_call_round_trip(&mut run).await;
+    tool_call_round_trip(&mut run, Via::Mcp).await;
+    tool_call_round_trip(&mut run, Via::Shell).await;
     first_turn_then_resume(&mut run).await;
     effort_high(&mut run).await;
     model_error(&mut run).await;

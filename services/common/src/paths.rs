@@ -177,6 +177,22 @@ pub fn bin_dir() -> Option<PathBuf> {
     exe.parent().map(Path::to_path_buf)
 }
 
+/// The absolute path of `pedelec-cli` given to agents (the prompt's shell
+/// commands, the MCP server their CLI starts): `$PEDELEC_CLI` when set, else
+/// the `pedelec-cli` beside this executable. A login shell may reset `PATH`,
+/// so a bare name is not enough.
+pub fn cli_path() -> PathBuf {
+    if let Some(p) = std::env::var_os(crate::env::CLI).filter(|p| !p.is_empty()) {
+        return PathBuf::from(p);
+    }
+    let dir = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(Path::to_path_buf))
+        .unwrap_or_else(|| PathBuf::from("/"));
+    let dir = dir.canonicalize().unwrap_or(dir);
+    dir.join("pedelec-cli")
+}
+
 /// Writes `bytes` to `path` atomically: a temp file in the same folder, fsync,
 /// rename. Readers see the old file or the new one, never half of either.
 pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {

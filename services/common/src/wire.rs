@@ -294,6 +294,9 @@ pub struct SettingsDoc {
     pub ollama_endpoint: String,
     pub ollama_api_key: String,
     pub tavily_api_key: String,
+    /// Providers kept on the shell path for page tools (no MCP server).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub shell_tools_only: Vec<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -334,6 +337,7 @@ impl From<SettingsDoc> for pb::Settings {
             ollama_endpoint: d.ollama_endpoint,
             ollama_api_key: d.ollama_api_key,
             tavily_api_key: d.tavily_api_key,
+            shell_tools_only: d.shell_tools_only,
         }
     }
 }
@@ -363,6 +367,7 @@ impl From<&pb::Settings> for SettingsDoc {
             ollama_endpoint: s.ollama_endpoint.clone(),
             ollama_api_key: s.ollama_api_key.clone(),
             tavily_api_key: s.tavily_api_key.clone(),
+            shell_tools_only: s.shell_tools_only.clone(),
         }
     }
 }

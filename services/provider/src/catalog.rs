@@ -20,6 +20,10 @@ pub struct ProviderSpec {
     /// A turn without a model cannot run (`MODEL_REQUIRED`): Pedelec's own
     /// agent has no default model, the other CLIs fall back to their own.
     pub needs_model: bool,
+    /// The CLI can be given Pedelec's MCP server for a turn, so the page's
+    /// tools are native tools (codex, claude, opencode; docs/decisions.md
+    /// "Page tools over MCP" says why not cursor-agent and antigravity).
+    pub mcp: bool,
 }
 
 /// All providers, in the order ListProviders reports them.
@@ -31,6 +35,7 @@ pub const PROVIDERS: [ProviderSpec; 6] = [
         program: adapters::codex::PROGRAM,
         beside_exe: false,
         needs_model: false,
+        mcp: true,
     },
     ProviderSpec {
         provider: Provider::Antigravity,
@@ -39,6 +44,7 @@ pub const PROVIDERS: [ProviderSpec; 6] = [
         program: adapters::antigravity::PROGRAM,
         beside_exe: false,
         needs_model: false,
+        mcp: false,
     },
     ProviderSpec {
         provider: Provider::Opencode,
@@ -47,6 +53,7 @@ pub const PROVIDERS: [ProviderSpec; 6] = [
         program: adapters::opencode::PROGRAM,
         beside_exe: false,
         needs_model: false,
+        mcp: true,
     },
     ProviderSpec {
         provider: Provider::Cursor,
@@ -55,6 +62,7 @@ pub const PROVIDERS: [ProviderSpec; 6] = [
         program: adapters::cursor::PROGRAM,
         beside_exe: false,
         needs_model: false,
+        mcp: false,
     },
     ProviderSpec {
         provider: Provider::Claude,
@@ -63,6 +71,7 @@ pub const PROVIDERS: [ProviderSpec; 6] = [
         program: adapters::claude::PROGRAM,
         beside_exe: false,
         needs_model: false,
+        mcp: true,
     },
     ProviderSpec {
         provider: Provider::Ollama,
@@ -71,6 +80,7 @@ pub const PROVIDERS: [ProviderSpec; 6] = [
         program: adapters::ollama::PROGRAM,
         beside_exe: true,
         needs_model: true,
+        mcp: false,
     },
 ];
 

@@ -47,17 +47,24 @@ impl Providers {
         &self.turns
     }
 
-    /// Starts a turn; pedelec-agent gets the Ollama settings in its environment.
+    /// Starts a turn; pedelec-agent gets the Ollama settings in its
+    /// environment, and a CLI with native tools gets `pedelec-cli mcp` as its
+    /// MCP server when the thread has tools (a tool token).
     pub fn run_turn(
         &self,
         req: pedelec_proto::v1::RunTurnRequest,
     ) -> Result<tokio::sync::mpsc::Receiver<pedelec_proto::v1::ProviderEvent>, ProviderError> {
+        let settings = self.settings.load();
         let env = if Provider::from_id(&req.provider) == Some(Provider::Ollama) {
-            settings::agent_env(&self.settings.load())
+            settings::agent_env(&settings)
         } else {
             Default::default()
         };
-        self.turns.run_with_env(req, env)
+        let has_tools = req.tool_env.contains_key(pedelec_common::env::TOOL_TOKEN);
+        let mcp = catalog::find(&req.provider)
+            .filter(|spec| has_tools && settings::native_tools(&settings, spec))
+            .map(|_| pedelec_common::paths::cli_path());
+        self.turns.run_with_env(req, env, mcp)
     }
 
     /// All six providers, each checked now and concurrently.
@@ -173,6 +180,7 @@ impl Providers {
             effort_level: level.to_string(),
             model: profile.model,
             effort,
+            native_tools: settings::native_tools(&settings, spec),
         })
     }
 }
@@ -239,6 +247,7 @@ mod tests {
             effort_level: level.into(),
             model: model.into(),
             effort: effort.into(),
+            native_tools: matches!(provider, "codex" | "claude" | "opencode"),
         }
     }
 

@@ -35,6 +35,12 @@ pub fn agent_env(s: &Settings) -> std::collections::HashMap<String, String> {
 /// Where pedelec-agent finds Ollama when the settings name no endpoint.
 pub const DEFAULT_OLLAMA_ENDPOINT: &str = "http://127.0.0.1:11434";
 
+/// Whether `spec`'s turns get the page's tools as native MCP tools: the CLI
+/// supports it and the settings do not keep it on the shell path.
+pub fn native_tools(s: &Settings, spec: &catalog::ProviderSpec) -> bool {
+    spec.mcp && !s.shell_tools_only.iter().any(|c| c == spec.code)
+}
+
 /// The public part: what a web page may see.
 pub fn public_part(s: &Settings) -> PublicSettings {
     PublicSettings {
@@ -49,6 +55,7 @@ enum Part {
     OllamaEndpoint,
     OllamaApiKey,
     TavilyApiKey,
+    ShellToolsOnly,
     AllProfiles,
     Profiles { provider: String },
     Level { provider: String, level: String },
@@ -73,6 +80,7 @@ impl Part {
             ["ollama_endpoint"] => Part::OllamaEndpoint,
             ["ollama_api_key"] => Part::OllamaApiKey,
             ["tavily_api_key"] => Part::TavilyApiKey,
+            ["shell_tools_only"] => Part::ShellToolsOnly,
             ["profiles"] => Part::AllProfiles,
             ["profiles", code] => Part::Profiles {
                 provider: provider(code)?,
@@ -93,7 +101,7 @@ impl Part {
             _ => {
                 return Err(ProviderError::invalid(format!(
                     "update_mask: {path:?} is not a settings path; expected default_provider, \
-                     ollama_endpoint, ollama_api_key, tavily_api_key, profiles, \
+                     ollama_endpoint, ollama_api_key, tavily_api_key, shell_tools_only, profiles, \
                      profiles.<provider> or profiles.<provider>.<level>"
                 )));
             }
@@ -107,6 +115,7 @@ impl Part {
             Part::OllamaEndpoint => to.ollama_endpoint = from.ollama_endpoint.clone(),
             Part::OllamaApiKey => to.ollama_api_key = from.ollama_api_key.clone(),
             Part::TavilyApiKey => to.tavily_api_key = from.tavily_api_key.clone(),
+            Part::ShellToolsOnly => to.shell_tools_only = from.shell_tools_only.clone(),
             Part::AllProfiles => to.profiles = from.profiles.clone(),
             Part::Profiles { provider } => match from.profiles.get(provider) {
                 Some(p) => {
@@ -199,6 +208,17 @@ pub fn validate(mut s: Settings) -> Result<Settings, ProviderError> {
             trim(&mut profile.effort);
         }
     }
+    for code in &mut s.shell_tools_only {
+        trim(code);
+        if catalog::find(code).is_none() {
+            return Err(ProviderError::invalid(format!(
+                "settings.shell_tools_only: {code:?} is not a provider; expected one of {}",
+                catalog::codes_list()
+            )));
+        }
+    }
+    s.shell_tools_only.sort();
+    s.shell_tools_only.dedup();
     trim(&mut s.ollama_endpoint);
     if !s.ollama_endpoint.is_empty() && !is_http_url(&s.ollama_endpoint) {
         return Err(ProviderError::invalid(format!(
@@ -391,6 +411,39 @@ mod tests {
         s.profiles
             .insert("claude".into(), profiles(&[("default", level("opus", ""))]));
         s
+    }
+
+    #[test]
+    fn native_tools_where_mcp_works_unless_kept_on_the_shell() {
+        let on: Vec<&str> = catalog::PROVIDERS
+            .iter()
+            .filter(|p| native_tools(&Settings::default(), p))
+            .map(|p| p.code)
+            .collect();
+        assert_eq!(on, ["codex", "opencode", "claude"]);
+        let s = validate(Settings {
+            shell_tools_only: vec![" claude".into(), "codex".into(), "claude".into()],
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(s.shell_tools_only, ["claude", "codex"]);
+        let claude = catalog::find("claude").unwrap();
+        let opencode = catalog::find("opencode").unwrap();
+        assert!(!native_tools(&s, claude));
+        assert!(native_tools(&s, opencode));
+        let m = invalid_message(Settings {
+            shell_tools_only: vec!["vim".into()],
+            ..Default::default()
+        });
+        assert!(m.starts_with("settings.shell_tools_only: \"vim\""), "{m}");
+        // The mask path changes only the list.
+        let patch = Settings {
+            shell_tools_only: vec!["opencode".into()],
+            ..Default::default()
+        };
+        let next = apply_update(sample(), patch, Some(&mask(&["shell_tools_only"]))).unwrap();
+        assert_eq!(next.shell_tools_only, ["opencode"]);
+        assert_eq!(next.tavily_api_key, sample().tavily_api_key);
     }
 
     #[test]

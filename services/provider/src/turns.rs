@@ -115,19 +115,22 @@ impl Turns {
         &self,
         req: pb::RunTurnRequest,
     ) -> Result<mpsc::Receiver<pb::ProviderEvent>, ProviderError> {
-        self.run_with_env(req, HashMap::new())
+        self.run_with_env(req, HashMap::new(), None)
     }
 
     /// [`Turns::run`] with `agent_env` added to the agent's environment last
     /// (ProviderService's settings for pedelec-agent: endpoint and keys,
-    /// which must never travel on argv).
+    /// which must never travel on argv), and `mcp` (the `pedelec-cli` that
+    /// serves the page's tools) registered as the CLI's MCP server.
     pub fn run_with_env(
         &self,
         req: pb::RunTurnRequest,
         agent_env: HashMap<String, String>,
+        mcp: Option<PathBuf>,
     ) -> Result<mpsc::Receiver<pb::ProviderEvent>, ProviderError> {
         let mut job = Job::new(req, &self.programs, self.grace)?;
         job.agent_env = agent_env;
+        job.turn.mcp = mcp;
         job.records = self.records.clone();
         let pgid = Arc::new(AtomicI32::new(0));
         job.pgid = Arc::clone(&pgid);
@@ -370,6 +373,7 @@ impl Job {
                 model: non_empty(profile.model),
                 effort: non_empty(profile.effort),
                 resume_id: req.provider_session_id.and_then(non_empty),
+                mcp: None,
             },
             tool_env: req.tool_env,
             agent_env: HashMap::new(),
@@ -422,6 +426,7 @@ impl Job {
         }
         cmd.envs(&self.tool_env)
             .envs(&self.agent_env)
+            .envs(line.env.iter().map(|(k, v)| (k, v)))
             .env("PATH", self.agent_path());
         if self.provider == Provider::Claude && process::is_root() {
             // Claude refuses --dangerously-skip-permissions as root otherwise.

@@ -71,6 +71,7 @@ impl ProviderService for Fakes {
             effort_level: "default".into(),
             model: String::new(),
             effort: String::new(),
+            native_tools: false,
         }))
     }
     type RunTurnStream = Events<pb::ProviderEvent>;

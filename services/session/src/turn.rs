@@ -88,6 +88,7 @@ pub async fn run(
                 effort_level: r.effort_level.clone(),
                 model: r.model.clone(),
                 effort: r.effort.clone(),
+                native_tools: false,
             }),
             workspace: r.workspace_path.display().to_string(),
             prompt: String::new(),
@@ -106,7 +107,7 @@ pub async fn run(
 
     let body = text.unwrap_or_else(|| PREPARE_TEXT.to_string());
     request.prompt = if wants_tool_block {
-        match render_tool_block(&sessions, &request.session_id, &request.workspace).await {
+        match render_tool_block(&sessions, &request).await {
             Ok(block) if !block.is_empty() => format!("{block}\n\n{body}"),
             Ok(_) => body,
             Err(e) => {
@@ -133,9 +134,28 @@ pub async fn run(
 
 async fn render_tool_block(
     sessions: &Sessions,
-    session_id: &str,
-    workspace: &str,
+    request: &pb::RunTurnRequest,
 ) -> Result<String, CodedError> {
+    let (session_id, workspace) = (&request.session_id, &request.workspace);
+    // Whether this provider's turns get the tools through MCP is
+    // ProviderService's decision (its table and settings): ask it.
+    let native_tools = match &request.profile {
+        Some(p) => {
+            sessions
+                .inner
+                .provider
+                .clone()
+                .resolve_profile(pb::ResolveProfileRequest {
+                    provider: Some(p.provider.clone()),
+                    effort_level: Some(p.effort_level.clone()),
+                })
+                .await
+                .map_err(|s| CodedError::from_status(&s, Code::CORE_UNAVAILABLE))?
+                .into_inner()
+                .native_tools
+        }
+        None => false,
+    };
     let assets_dir = std::path::Path::new(workspace)
         .join(".pedelec-runtime/assets")
         .display()
@@ -147,6 +167,7 @@ async fn render_tool_block(
         .render_prompt(pb::RenderPromptRequest {
             session_id: session_id.to_string(),
             assets_dir,
+            native_tools,
         })
         .await
     {

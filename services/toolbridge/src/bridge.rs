@@ -231,11 +231,18 @@ impl ToolBridge {
     /// The first-turn block. A thread the bridge does not know renders the
     /// empty block: SessionService registers only threads created with
     /// skills, and a thread without a registry has no tools to describe.
-    pub fn render_prompt(&self, session_id: &str, assets_dir: &str) -> Result<String> {
+    pub fn render_prompt(
+        &self,
+        session_id: &str,
+        assets_dir: &str,
+        via: prompt::Via,
+    ) -> Result<String> {
         let Some(manifest) = self.lock().get(session_id).map(|t| t.manifest.clone()) else {
             return Ok(String::new());
         };
-        Ok(prompt::render(&manifest, session_id, assets_dir, &self.cli))
+        Ok(prompt::render(
+            &manifest, session_id, assets_dir, &self.cli, via,
+        ))
     }
 
     /// The manifest of a thread whose token the caller presented.
@@ -855,7 +862,12 @@ mod tests {
         let (id3, ..) = next_requested(&mut rx).await;
         bridge.resolve(SID, &id3, Ok(json!(3))).unwrap();
         assert_eq!(task.await.unwrap().unwrap(), Ok(json!(3)));
-        assert!(!bridge.render_prompt(SID, "").unwrap().is_empty());
+        assert!(
+            !bridge
+                .render_prompt(SID, "", prompt::Via::Shell)
+                .unwrap()
+                .is_empty()
+        );
     }
 
     #[tokio::test]
@@ -875,7 +887,12 @@ mod tests {
             .await
             .unwrap_err();
         assert_eq!(err.code(), Code::TOOL_ACCESS_DENIED);
-        assert_eq!(bridge.render_prompt(SID, "/assets").unwrap(), "");
+        assert_eq!(
+            bridge
+                .render_prompt(SID, "/assets", prompt::Via::Shell)
+                .unwrap(),
+            ""
+        );
         // Idempotent.
         assert_eq!(bridge.drop_thread(SID, DropReason::Ended), 0);
         assert_eq!(bridge.drop_thread(SID, DropReason::Cancelled), 0);

@@ -103,9 +103,14 @@ impl ToolBridgeService for ToolBridgeGrpc {
         req: Request<pb::RenderPromptRequest>,
     ) -> Result<pb::RenderPromptResponse> {
         let req = req.into_inner();
+        let via = if req.native_tools {
+            crate::prompt::Via::Mcp
+        } else {
+            crate::prompt::Via::Shell
+        };
         let prompt_block = self
             .bridge
-            .render_prompt(&req.session_id, &req.assets_dir)?;
+            .render_prompt(&req.session_id, &req.assets_dir, via)?;
         Ok(Response::new(pb::RenderPromptResponse { prompt_block }))
     }
 

@@ -8,31 +8,37 @@
 //! happens to appear in the page's text is redrawn.
 
 use std::borrow::Cow;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::manifest::Manifest;
 
 /// Longest description shown in the index; the full text is in tool-spec.
 const INDEX_DESCRIPTION_CHARS: usize = 240;
 
-/// The absolute path of `pedelec-cli` written into the commands:
-/// `$PEDELEC_CLI` when set, else the `pedelec-cli` beside this executable.
-/// A login shell may reset `PATH`, so a bare name is not enough.
-pub fn cli_path() -> PathBuf {
-    if let Some(p) = std::env::var_os(pedelec_common::env::CLI).filter(|p| !p.is_empty()) {
-        return PathBuf::from(p);
-    }
-    let dir = std::env::current_exe()
-        .ok()
-        .and_then(|exe| exe.parent().map(Path::to_path_buf))
-        .unwrap_or_else(|| PathBuf::from("/"));
-    let dir = dir.canonicalize().unwrap_or(dir);
-    dir.join("pedelec-cli")
+pub use pedelec_common::paths::cli_path;
+
+/// How the agent reaches the page's tools.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Via {
+    /// Only the pedelec-cli shell commands.
+    Shell,
+    /// Native tools from the `pedelec` MCP server its CLI started
+    /// (`pedelec-cli mcp`), with the shell commands as the fallback.
+    Mcp,
 }
+
+/// The MCP server name under which agent CLIs list the page's tools.
+pub const MCP_SERVER: &str = "pedelec";
 
 /// Renders the block with a fresh nonce; empty when the manifest has neither
 /// tools nor guidance.
-pub fn render(manifest: &Manifest, session_id: &str, assets_dir: &str, cli: &Path) -> String {
+pub fn render(
+    manifest: &Manifest,
+    session_id: &str,
+    assets_dir: &str,
+    cli: &Path,
+    via: Via,
+) -> String {
     if manifest.is_empty() {
         return String::new();
     }
@@ -47,7 +53,7 @@ pub fn render(manifest: &Manifest, session_id: &str, assets_dir: &str, cli: &Pat
             break candidate;
         }
     };
-    render_with_nonce(manifest, session_id, assets_dir, cli, &nonce)
+    render_with_nonce(manifest, session_id, assets_dir, cli, via, &nonce)
 }
 
 /// [`render`] with a given nonce (tests need a fixed one).
@@ -56,6 +62,7 @@ pub fn render_with_nonce(
     session_id: &str,
     assets_dir: &str,
     cli: &Path,
+    via: Via,
     nonce: &str,
 ) -> String {
     if manifest.is_empty() {
@@ -82,9 +89,25 @@ pub fn render_with_nonce(
         "The user is working in a web page that offers tools to you. Those tools run inside that page, not on this machine.",
     );
     line("How to use them:");
-    line(
-        "- Reach a tool only through the two pedelec-cli commands below, run in your shell exactly as written. There is no other way to call it.",
-    );
+    if via == Via::Mcp {
+        line(&format!(
+            "- They are your native tools, served by the MCP server named {MCP_SERVER}: your tool list shows each page tool under that server (for example as mcp__{MCP_SERVER}__<tool> or {MCP_SERVER}_<tool>; you may have to find them with your tool search first). Call them directly with a JSON object matching their schema."
+        ));
+        line(
+            "- A native call returns the tool's JSON result. A failed call returns text that starts with an error code (for example TOOL_ARGS_INVALID: ...): correct the arguments or report it.",
+        );
+        line(
+            "- Only if those native tools are missing from your tool list, use the two pedelec-cli commands below in your shell instead, as follows.",
+        );
+    }
+    line(match via {
+        Via::Shell => {
+            "- Reach a tool only through the two pedelec-cli commands below, run in your shell exactly as written. There is no other way to call it."
+        }
+        Via::Mcp => {
+            "- In the shell, reach a tool only through the two pedelec-cli commands below, run exactly as written."
+        }
+    });
     line(
         "- Before you call a tool for the first time, run its tool-spec command and read the argument schema it prints.",
     );
@@ -195,14 +218,17 @@ mod tests {
     #[test]
     fn empty_manifest_renders_nothing() {
         let m = manifest(json!({}));
-        assert_eq!(render(&m, "thr_1", "/tmp/assets", Path::new(CLI)), "");
+        assert_eq!(
+            render(&m, "thr_1", "/tmp/assets", Path::new(CLI), Via::Shell),
+            ""
+        );
         let m = manifest(json!({"guidance": "  \n", "tools": []}));
-        assert_eq!(render(&m, "thr_1", "", Path::new(CLI)), "");
+        assert_eq!(render(&m, "thr_1", "", Path::new(CLI), Via::Shell), "");
     }
 
     #[test]
     fn commands_use_the_absolute_cli_path() {
-        let block = render(&sample("g"), "thr_abc", "", Path::new(CLI));
+        let block = render(&sample("g"), "thr_abc", "", Path::new(CLI), Via::Shell);
         assert!(block.contains(&format!("{CLI} --thread-id thr_abc tool-spec <tool>")));
         assert!(block.contains(&format!(
             "{CLI} --thread-id thr_abc tool-call <tool> '<json>'"
@@ -215,13 +241,14 @@ mod tests {
             "thr_abc",
             "",
             Path::new("/home/a b/pedelec-cli"),
+            Via::Shell,
         );
         assert!(spaced.contains("'/home/a b/pedelec-cli' --thread-id thr_abc tool-call"));
     }
 
     #[test]
     fn index_lists_tools_without_schemas() {
-        let block = render(&sample("g"), "thr_1", "", Path::new(CLI));
+        let block = render(&sample("g"), "thr_1", "", Path::new(CLI), Via::Shell);
         assert!(
             block.contains("- get_current_page: Read the current browser page title and URL.\n")
         );
@@ -246,7 +273,7 @@ mod tests {
         // The page cannot know a fresh nonce; with a fresh render the real end
         // markers appear exactly once and the guidance is kept verbatim inside.
         let m = sample(&evil);
-        let block = render(&m, "thr_1", "", Path::new(CLI));
+        let block = render(&m, "thr_1", "", Path::new(CLI), Via::Shell);
         let first = block.lines().next().unwrap();
         let real_nonce = first
             .trim_start_matches("[[pedelec-runtime ")
@@ -270,8 +297,8 @@ mod tests {
     #[test]
     fn nonce_is_fresh_per_render() {
         let m = sample("g");
-        let a = render(&m, "thr_1", "", Path::new(CLI));
-        let b = render(&m, "thr_1", "", Path::new(CLI));
+        let a = render(&m, "thr_1", "", Path::new(CLI), Via::Shell);
+        let b = render(&m, "thr_1", "", Path::new(CLI), Via::Shell);
         assert_ne!(a.lines().next(), b.lines().next());
     }
 
@@ -282,22 +309,23 @@ mod tests {
             "thr_1",
             "/w/.pedelec-runtime/assets",
             Path::new(CLI),
+            Via::Shell,
         );
         assert!(with.contains("in the folder: /w/.pedelec-runtime/assets\n"));
-        let without = render(&sample("g"), "thr_1", "", Path::new(CLI));
+        let without = render(&sample("g"), "thr_1", "", Path::new(CLI), Via::Shell);
         assert!(!without.contains("assets"));
     }
 
     #[test]
     fn guidance_only_and_tools_only() {
         let g = manifest(json!({"guidance": "Be brief."}));
-        let block = render(&g, "thr_1", "", Path::new(CLI));
+        let block = render(&g, "thr_1", "", Path::new(CLI), Via::Shell);
         assert!(block.contains("no tools"));
         assert!(block.contains("\nBe brief.\n"));
         let t = manifest(
             json!({"tools": [{"name": "a", "description": "", "argsSchema": {"type": "object"}}]}),
         );
-        let block = render(&t, "thr_1", "", Path::new(CLI));
+        let block = render(&t, "thr_1", "", Path::new(CLI), Via::Shell);
         assert!(!block.contains("[[app-guidance"));
         assert!(block.contains("- a: (no description)"));
     }
@@ -308,6 +336,22 @@ mod tests {
             one_line(&"x".repeat(300)).chars().count(),
             INDEX_DESCRIPTION_CHARS + 1
         );
+    }
+
+    #[test]
+    fn native_tools_come_first_with_the_shell_as_fallback() {
+        let shell = render(&sample("g"), "thr_1", "", Path::new(CLI), Via::Shell);
+        assert!(!shell.contains("MCP"));
+        assert!(shell.contains("There is no other way to call it."));
+        let mcp = render(&sample("g"), "thr_1", "", Path::new(CLI), Via::Mcp);
+        assert!(mcp.contains("native tools, served by the MCP server named pedelec"));
+        assert!(mcp.contains("mcp__pedelec__<tool>"));
+        assert!(!mcp.contains("There is no other way to call it."));
+        // The fallback keeps the exact commands and the tool index.
+        assert!(mcp.contains(&format!(
+            "{CLI} --thread-id thr_1 tool-call <tool> '<json>'"
+        )));
+        assert!(mcp.contains("- get_current_page: "));
     }
 
     #[test]

@@ -103,6 +103,7 @@ async fn register_render_spec_call_resolve() {
         .render_prompt(pb::RenderPromptRequest {
             session_id: "thr_g".into(),
             assets_dir: "/w/assets".into(),
+            native_tools: false,
         })
         .await
         .unwrap()

@@ -119,6 +119,8 @@ pub async fn run(cfg: &Config) -> i32 {
     let order = [
         "tool_call.host",
         "tool_call.grpc",
+        "tool_call.mcp.host",
+        "tool_call.mcp.grpc",
         "tool_call.cli_help",
         "tool_call.cli_unreachable",
         "in_service.calltool.host",
@@ -1001,6 +1003,37 @@ async fn cli_calls(env: &BenchEnv, agent: &AgentEnv, n: usize) -> Result<Vec<f64
     Ok(samples)
 }
 
+/// `tools/call` over `pedelec-cli mcp`'s stdio, as an agent CLI sends it on
+/// its one long-lived server process: request line written -> response line
+/// read. Checks every result.
+async fn mcp_calls(env: &BenchEnv, agent: &AgentEnv, n: usize) -> Result<Vec<f64>, String> {
+    use pedelec_tests::mcp_client::{McpClient, McpEnv, result_text};
+    let mcp_env = McpEnv {
+        thread_id: agent.thread_id.clone(),
+        token: agent.token.clone(),
+        runtime_dir: agent.runtime_dir.clone(),
+    };
+    let client = McpClient::spawn_program(&env.bin.join("pedelec-cli"), &mcp_env);
+    let (mut client, _) = McpClient::handshake(client).await;
+    let call = json!({"name": TOOL, "arguments": {"q": "x"}});
+    let mut samples = Vec::with_capacity(n);
+    for i in 0..n + 10 {
+        let start = Instant::now();
+        let id = client.send_request("tools/call", call.clone()).await;
+        let resp = client.response(id).await;
+        let d = start.elapsed();
+        let result = &resp["result"];
+        if result["isError"] == true || result_text(result) != r#"{"echo":"x"}"# {
+            return Err(format!("unexpected tools/call answer: {resp}"));
+        }
+        if i >= 10 {
+            samples.push(us(d));
+        }
+    }
+    client.close().await;
+    Ok(samples)
+}
+
 /// CallTool samples: the whole call, and its two legs split at the moment the
 /// answering client received the tool_request event.
 #[derive(Default)]
@@ -1134,6 +1167,7 @@ async fn tool_calls(
     }
     host.set_auto_answer(true);
     let cli_host = profiled(cfg, "tool_call_host", cli_calls(env, &agent, n_cli)).await?;
+    let mcp_host = profiled(cfg, "tool_call_mcp_host", mcp_calls(env, &agent, n_call)).await?;
     let call_host = profiled(
         cfg,
         "calltool_host",
@@ -1205,6 +1239,7 @@ async fn tool_calls(
         }
     });
     let cli_grpc = cli_calls(env, &agent, n_cli).await;
+    let mcp_grpc = mcp_calls(env, &agent, n_call).await;
     let call_grpc = calltool_calls(env, &agent, n_call, &stamps, Some(&emits)).await;
     answerer.abort();
     let startup = cli_startup(env, &agent, cfg.n(200, 20)).await;
@@ -1212,12 +1247,18 @@ async fn tool_calls(
         .end(pedelec_proto::v1::EndRequest::from(thread(&id)))
         .await;
     let (cli_grpc, call_grpc, (cli_help, cli_unreachable)) = (cli_grpc?, call_grpc?, startup?);
+    let mcp_grpc = mcp_grpc?;
     Ok(vec![
         Row::latency("tool_call.host", "`pedelec-cli tool-call` start -> result printed, answered through the native host's stdio", cli_host)
             .target(Target::Latency { p50: 2000.0, p99: Some(4000.0) }, "p50 ≤ 2.0 ms, p99 ≤ 4 ms")
             .floor("floor.spawn_static"),
         Row::latency("tool_call.grpc", "`pedelec-cli tool-call` start -> result printed, answered by a SessionService gRPC client", cli_grpc)
             .floor("floor.spawn_static"),
+        Row::latency("tool_call.mcp.host", "MCP tools/call line written to `pedelec-cli mcp` -> result line read, answered through the native host's stdio", mcp_host)
+            .target(Target::Latency { p50: 600.0, p99: Some(1500.0) }, "p50 ≤ 0.6 ms, p99 ≤ 1.5 ms")
+            .floor("floor.host_hop"),
+        Row::latency("tool_call.mcp.grpc", "MCP tools/call on `pedelec-cli mcp`'s stdio -> result, answered by a SessionService gRPC client", mcp_grpc)
+            .floor("floor.grpc_unary"),
         Row::latency("in_service.calltool.host", "CallTool in -> out (one connection, token), answered through the native host", call_host.total)
             .target(Target::Latency { p50: 300.0, p99: None }, "p50 ≤ 300 µs")
             .floor("floor.grpc_unary"),

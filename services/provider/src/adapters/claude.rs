@@ -35,6 +35,20 @@ pub fn command(turn: &TurnSpec) -> CommandLine {
         .arg("--verbose")
         .arg("--include-partial-messages")
         .arg("--dangerously-skip-permissions");
+    if let Some(cli) = &turn.mcp {
+        // `--mcp-config` is variadic: the `=` form keeps it to one value.
+        // Strict: the user's own servers (~/.claude.json, a project
+        // .mcp.json) do not join Pedelec's turn.
+        cmd.arg("--strict-mcp-config")
+            .arg(format!("--mcp-config={}", mcp_config(cli)));
+        // Wait for the server before the first request (claude gives up
+        // after about 2 s otherwise), and give it only the variables named in
+        // its config, not claude's whole environment (API keys included).
+        cmd.env
+            .push(("MCP_CONNECTION_NONBLOCKING".into(), "0".into()));
+        cmd.env
+            .push(("CLAUDE_CODE_MCP_ALLOWLIST_ENV".into(), "1".into()));
+    }
     if let Some(model) = &turn.model {
         cmd.arg("--model").arg(model);
     }
@@ -45,6 +59,22 @@ pub fn command(turn: &TurnSpec) -> CommandLine {
         cmd.arg("--resume").arg(id);
     }
     cmd
+}
+
+/// The `--mcp-config` JSON: `${NAME}` placeholders that claude expands from
+/// its own environment, so no value is on argv.
+fn mcp_config(cli: &std::path::Path) -> String {
+    use super::{MCP_ARGS, MCP_ENV, MCP_SERVER};
+    let env: serde_json::Map<String, Value> = MCP_ENV
+        .iter()
+        .map(|name| (name.to_string(), Value::from(format!("${{{name}}}"))))
+        .collect();
+    serde_json::json!({"mcpServers": {MCP_SERVER: {
+        "command": cli.to_string_lossy(),
+        "args": MCP_ARGS,
+        "env": env,
+    }}})
+    .to_string()
 }
 
 #[derive(Debug, Default)]

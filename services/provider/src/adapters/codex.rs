@@ -27,6 +27,11 @@ pub fn command(turn: &TurnSpec) -> CommandLine {
         .arg("danger-full-access")
         .arg("--skip-git-repo-check")
         .arg("--json");
+    if let Some(cli) = &turn.mcp {
+        for setting in mcp_settings(cli) {
+            cmd.arg("-c").arg(setting);
+        }
+    }
     let effort = turn.effort.as_deref().map(|e| {
         // The value is parsed as TOML; a JSON string literal is a valid TOML basic string.
         format!("model_reasoning_effort={}", serde_json::Value::from(e))
@@ -49,6 +54,29 @@ pub fn command(turn: &TurnSpec) -> CommandLine {
     }
     cmd.arg("-");
     cmd
+}
+
+/// `-c` overrides registering `pedelec-cli mcp` for this run only (codex does
+/// not persist them). Values are TOML; JSON strings and arrays are valid TOML.
+/// codex gives an MCP server only HOME, PATH and a few more of its variables,
+/// so `env_vars` names the ones to forward: names, never values, on argv.
+/// `required` makes codex wait for the server (it starts answering within
+/// milliseconds) instead of giving up on it after about a second.
+/// `tool_timeout_sec` lets a call last as long as a page tool may (the
+/// bridge's own 10-minute cap) instead of codex's shorter default.
+fn mcp_settings(cli: &std::path::Path) -> Vec<String> {
+    use super::{MCP_ARGS, MCP_ENV, MCP_SERVER};
+    let json = |v: serde_json::Value| v.to_string();
+    vec![
+        format!(
+            "mcp_servers.{MCP_SERVER}.command={}",
+            json(cli.to_string_lossy().into())
+        ),
+        format!("mcp_servers.{MCP_SERVER}.args={}", json(MCP_ARGS.into())),
+        format!("mcp_servers.{MCP_SERVER}.env_vars={}", json(MCP_ENV.into())),
+        format!("mcp_servers.{MCP_SERVER}.required=true"),
+        format!("mcp_servers.{MCP_SERVER}.tool_timeout_sec=600"),
+    ]
 }
 
 #[derive(Debug, Default)]

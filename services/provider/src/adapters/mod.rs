@@ -83,7 +83,28 @@ pub struct TurnSpec {
     pub effort: Option<String>,
     /// The provider session id from an earlier turn's [`Event::SessionId`].
     pub resume_id: Option<String>,
+    /// The `pedelec-cli` to register as the turn's MCP server (`pedelec-cli
+    /// mcp`, named [`MCP_SERVER`]), for CLIs that support one; `None` keeps the
+    /// page's tools on the shell path.
+    pub mcp: Option<PathBuf>,
 }
+
+/// The MCP server name the CLIs list the page's tools under (the prompt says
+/// the same: `pedelec_toolbridge::prompt::MCP_SERVER`). `[a-z0-9_]` only:
+/// codex splits `-c` paths on dots and renames hyphens.
+pub const MCP_SERVER: &str = "pedelec";
+
+/// The arguments that make `pedelec-cli` an MCP server.
+pub const MCP_ARGS: [&str; 1] = ["mcp"];
+
+/// What `pedelec-cli mcp` needs from the agent's environment. The values are
+/// never written into the CLI's arguments or config (argv is visible to every
+/// local user); each CLI is told to forward these names.
+pub const MCP_ENV: [&str; 3] = [
+    pedelec_common::env::THREAD_ID,
+    pedelec_common::env::TOOL_TOKEN,
+    pedelec_common::env::RUNTIME_DIR,
+];
 
 /// A process to start for one turn.
 #[derive(Debug, Clone, PartialEq)]
@@ -97,6 +118,9 @@ pub struct CommandLine {
     /// Bytes to write to stdin, then close it. `None` means stdin must be `/dev/null` (agy takes
     /// the prompt in argv and must not wait on an open pipe).
     pub stdin: Option<String>,
+    /// Variables set for this CLI on top of the turn's environment (configuration
+    /// a CLI reads only from its environment, such as opencode's config).
+    pub env: Vec<(String, String)>,
 }
 
 impl CommandLine {
@@ -106,6 +130,7 @@ impl CommandLine {
             args: Vec::new(),
             cwd: turn.workspace.clone(),
             stdin: Some(turn.prompt.clone()),
+            env: Vec::new(),
         }
     }
 

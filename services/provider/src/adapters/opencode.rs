@@ -26,6 +26,12 @@ pub fn command(turn: &TurnSpec) -> CommandLine {
         .arg("--dir")
         .arg(&turn.workspace)
         .arg("--dangerously-skip-permissions");
+    if let Some(cli) = &turn.mcp {
+        // opencode takes extra config only from its environment; it is merged
+        // with the user's own config. `{env:NAME}` is filled in by opencode.
+        cmd.env
+            .push(("OPENCODE_CONFIG_CONTENT".into(), mcp_config(cli)));
+    }
     if let Some(model) = &turn.model {
         cmd.arg("--model").arg(model);
     }
@@ -36,6 +42,24 @@ pub fn command(turn: &TurnSpec) -> CommandLine {
         cmd.arg("--session").arg(id);
     }
     cmd
+}
+
+/// `{"mcp":{"pedelec":{…}}}` for `OPENCODE_CONFIG_CONTENT`: placeholders only.
+fn mcp_config(cli: &std::path::Path) -> String {
+    use super::{MCP_ARGS, MCP_ENV, MCP_SERVER};
+    let mut command = vec![Value::from(cli.to_string_lossy())];
+    command.extend(MCP_ARGS.iter().map(|a| Value::from(*a)));
+    let environment: serde_json::Map<String, Value> = MCP_ENV
+        .iter()
+        .map(|name| (name.to_string(), Value::from(format!("{{env:{name}}}"))))
+        .collect();
+    serde_json::json!({"mcp": {MCP_SERVER: {
+        "type": "local",
+        "command": command,
+        "enabled": true,
+        "environment": environment,
+    }}})
+    .to_string()
 }
 
 #[derive(Debug, Default)]

@@ -177,3 +177,123 @@ fn decoder_can_move_to_another_thread() {
     assert_send::<Decoder>();
     assert_send::<LineSplitter>();
 }
+
+fn mcp_turn(resume: bool) -> TurnSpec {
+    TurnSpec {
+        workspace: "/w".into(),
+        prompt: "hi".into(),
+        resume_id: resume.then(|| "sess-1".to_string()),
+        mcp: Some("/opt/pedelec/pedelec-cli".into()),
+        ..Default::default()
+    }
+}
+
+fn args(line: &CommandLine) -> Vec<String> {
+    line.args
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect()
+}
+
+#[test]
+fn codex_registers_the_mcp_server_with_names_not_values() {
+    for resume in [false, true] {
+        let line = Provider::Codex.command(&mcp_turn(resume));
+        let a = args(&line);
+        let settings: Vec<&str> = a
+            .windows(2)
+            .filter(|w| w[0] == "-c" && w[1].starts_with("mcp_servers."))
+            .map(|w| w[1].as_str())
+            .collect();
+        assert_eq!(
+            settings,
+            [
+                r#"mcp_servers.pedelec.command="/opt/pedelec/pedelec-cli""#,
+                r#"mcp_servers.pedelec.args=["mcp"]"#,
+                r#"mcp_servers.pedelec.env_vars=["PEDELEC_THREAD_ID","PEDELEC_TOOL_TOKEN","PEDELEC_RUNTIME_DIR"]"#,
+                "mcp_servers.pedelec.required=true",
+                "mcp_servers.pedelec.tool_timeout_sec=600",
+            ]
+        );
+        // Global options: before `resume`, like the effort override.
+        let last_setting = a
+            .iter()
+            .rposition(|x| x.starts_with("mcp_servers."))
+            .unwrap();
+        if let Some(at) = a.iter().position(|x| x == "resume") {
+            assert!(last_setting < at, "{a:?}");
+        }
+        assert!(line.env.is_empty());
+    }
+    let plain = Provider::Codex.command(&TurnSpec {
+        mcp: None,
+        ..mcp_turn(false)
+    });
+    assert!(!args(&plain).iter().any(|a| a.contains("mcp_servers")));
+}
+
+#[test]
+fn claude_gets_a_strict_mcp_config_with_placeholders() {
+    let line = Provider::Claude.command(&mcp_turn(false));
+    let a = args(&line);
+    assert!(a.contains(&"--strict-mcp-config".to_string()));
+    let config = a
+        .iter()
+        .find_map(|x| x.strip_prefix("--mcp-config="))
+        .expect("--mcp-config=");
+    let config: serde_json::Value = serde_json::from_str(config).unwrap();
+    assert_eq!(
+        config,
+        serde_json::json!({"mcpServers": {"pedelec": {
+            "command": "/opt/pedelec/pedelec-cli", "args": ["mcp"],
+            "env": {"PEDELEC_THREAD_ID": "${PEDELEC_THREAD_ID}",
+                    "PEDELEC_TOOL_TOKEN": "${PEDELEC_TOOL_TOKEN}",
+                    "PEDELEC_RUNTIME_DIR": "${PEDELEC_RUNTIME_DIR}"}}}})
+    );
+    assert!(
+        line.env
+            .contains(&("MCP_CONNECTION_NONBLOCKING".into(), "0".into()))
+    );
+    assert!(
+        line.env
+            .contains(&("CLAUDE_CODE_MCP_ALLOWLIST_ENV".into(), "1".into()))
+    );
+    let plain = Provider::Claude.command(&TurnSpec {
+        mcp: None,
+        ..mcp_turn(false)
+    });
+    assert!(!args(&plain).iter().any(|a| a.contains("mcp")));
+    assert!(plain.env.is_empty());
+}
+
+#[test]
+fn opencode_gets_its_mcp_config_in_the_environment() {
+    let line = Provider::Opencode.command(&mcp_turn(false));
+    assert!(!args(&line).iter().any(|a| a.contains("mcp")));
+    let [(name, config)] = &line.env[..] else {
+        panic!("one variable expected: {:?}", line.env)
+    };
+    assert_eq!(name, "OPENCODE_CONFIG_CONTENT");
+    let config: serde_json::Value = serde_json::from_str(config).unwrap();
+    assert_eq!(
+        config,
+        serde_json::json!({"mcp": {"pedelec": {
+            "type": "local", "enabled": true,
+            "command": ["/opt/pedelec/pedelec-cli", "mcp"],
+            "environment": {"PEDELEC_THREAD_ID": "{env:PEDELEC_THREAD_ID}",
+                            "PEDELEC_TOOL_TOKEN": "{env:PEDELEC_TOOL_TOKEN}",
+                            "PEDELEC_RUNTIME_DIR": "{env:PEDELEC_RUNTIME_DIR}"}}}})
+    );
+}
+
+#[test]
+fn cursor_antigravity_and_ollama_ignore_mcp() {
+    for p in [Provider::Cursor, Provider::Antigravity, Provider::Ollama] {
+        let with = p.command(&mcp_turn(false));
+        let without = p.command(&TurnSpec {
+            mcp: None,
+            ..mcp_turn(false)
+        });
+        assert_eq!(with, without, "{p:?}");
+    }
+}

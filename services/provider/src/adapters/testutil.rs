@@ -99,5 +99,6 @@ pub fn turn(
         model: model.map(str::to_owned),
         effort: effort.map(str::to_owned),
         resume_id: resume_id.map(str::to_owned),
+        mcp: None,
     }
 }
