@@ -111,6 +111,8 @@ pub enum PathName {
     Provider,
     Asset,
     Launcher,
+    /// Where `pedelecd install` puts the binaries.
+    InstallBinDir,
 }
 
 /// Runs a subcommand and returns the process exit code; errors are printed
@@ -126,7 +128,7 @@ pub async fn run(cli: Cli) -> u8 {
         Command::Stop => stop(&dirs).await,
         Command::Status { json } => status(&dirs, json).await,
         Command::Paths { which, json } => {
-            print!("{}", paths(&dirs, which, json));
+            print!("{}", paths(&dirs, &Layout::from_env(), which, json));
             Ok(())
         }
         Command::Restart { service } => match crate::supervisor::supervised(&service) {
@@ -179,7 +181,7 @@ pub async fn run(cli: Cli) -> u8 {
 }
 
 /// Every path, one `name  path` line each, or JSON, or the one asked for.
-pub fn paths(dirs: &Dirs, which: Option<PathName>, json: bool) -> String {
+pub fn paths(dirs: &Dirs, layout: &Layout, which: Option<PathName>, json: bool) -> String {
     let socket = |s: ServiceName| dirs.runtime.socket(s).display().to_string();
     let rows = [
         (
@@ -214,6 +216,11 @@ pub fn paths(dirs: &Dirs, which: Option<PathName>, json: bool) -> String {
             "launcher",
             socket(ServiceName::Launcher),
         ),
+        (
+            PathName::InstallBinDir,
+            "install_bin_dir",
+            layout.bin.display().to_string(),
+        ),
     ];
     if let Some(which) = which {
         let (_, _, path) = rows
@@ -223,7 +230,7 @@ pub fn paths(dirs: &Dirs, which: Option<PathName>, json: bool) -> String {
         return format!("{path}\n");
     }
     if json {
-        let sockets: serde_json::Map<String, serde_json::Value> = rows[3..]
+        let sockets: serde_json::Map<String, serde_json::Value> = rows[3..8]
             .iter()
             .map(|(_, k, v)| (k.to_string(), v.clone().into()))
             .collect();
@@ -232,6 +239,7 @@ pub fn paths(dirs: &Dirs, which: Option<PathName>, json: bool) -> String {
             "data_dir": rows[1].2,
             "log_dir": rows[2].2,
             "sockets": sockets,
+            "install_bin_dir": rows[8].2,
         });
         return format!("{doc}\n");
     }
@@ -544,19 +552,22 @@ mod tests {
             runtime: pedelec_common::RuntimeDir::at("/run/x"),
             data: pedelec_common::DataDir::at("/d"),
         };
-        assert_eq!(paths(&dirs, Some(PathName::RuntimeDir), false), "/run/x\n");
+        let layout = Layout::for_home(install::Platform::Linux, "/h".into());
+        let paths = |which, json| paths(&dirs, &layout, which, json);
+        assert_eq!(paths(Some(PathName::RuntimeDir), false), "/run/x\n");
         assert_eq!(
-            paths(&dirs, Some(PathName::Asset), false),
-            "/run/x/asset.sock\n"
+            paths(Some(PathName::InstallBinDir), false),
+            "/h/.local/lib/pedelec/bin\n"
         );
-        let plain = paths(&dirs, None, false);
+        assert_eq!(paths(Some(PathName::Asset), false), "/run/x/asset.sock\n");
+        let plain = paths(None, false);
         assert!(
             plain
                 .lines()
                 .any(|l| l.split_whitespace().eq(["log_dir", "/run/x/logs"])),
             "{plain}"
         );
-        let json: serde_json::Value = serde_json::from_str(&paths(&dirs, None, true)).unwrap();
+        let json: serde_json::Value = serde_json::from_str(&paths(None, true)).unwrap();
         assert_eq!(json["data_dir"], "/d");
         for s in ServiceName::SUPERVISED
             .into_iter()

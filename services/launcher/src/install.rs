@@ -611,7 +611,10 @@ pub fn install(
         let parent = file.path.parent().unwrap_or(Path::new("/"));
         if opts.dry_run {
             for d in missing_dirs(parent) {
-                let _ = writeln!(out, "would create {}/", d.display());
+                if !record.dirs.contains(&d) {
+                    let _ = writeln!(out, "would create {}/", d.display());
+                    record.dirs.push(d);
+                }
             }
         } else {
             create_dirs(parent, &mut record.dirs)?;
