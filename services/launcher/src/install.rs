@@ -807,7 +807,9 @@ mod tests {
             unit.contains(r#"ExecStart="/h/50%%/bin/pedelecd" up --runtime-dir "/run/user/1000/pedelec" --data-dir "/home/a b/.local/share/pedelec""#),
             "{unit}"
         );
-        assert!(!unit.contains('@'), "{unit}");
+        for placeholder in ["@PEDELECD@", "@RUNTIME_DIR@", "@DATA_DIR@"] {
+            assert!(!unit.contains(placeholder), "{unit}");
+        }
     }
 
     #[test]
