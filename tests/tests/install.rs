@@ -12,7 +12,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use pedelec_tests::{TestEnv, bin, bin_dir};
+use pedelec_tests::{Host, TestEnv, bin, bin_dir, read_frames};
 
 const EXTENSION_ID: &str = "ekeclpceddngodnkncegoclkkeknaacb";
 const OTHER_ID: &str = "abcdefghijklmnopabcdefghijklmnop";
@@ -44,10 +44,12 @@ fn env(manager: bool) -> TestEnv {
 case "$*" in
   "--user show-environment") {answer} ;;
   "--user is-active pedelec.service") s=$(cat {state}); echo "$s"; [ "$s" = active ] ;;
+  "--user start pedelec.service") [ -x {on_start} ] && exec {on_start}; exit 0 ;;
   *) exit 0 ;;
 esac"#,
             log = log.display(),
             state = state.display(),
+            on_start = env.root.path().join("on-start").display(),
             answer = if manager { "exit 0" } else { "exit 1" },
         ),
     );
@@ -577,4 +579,72 @@ fn which(program: &str) -> Option<PathBuf> {
         .chain([PathBuf::from("/usr/bin"), PathBuf::from("/bin")])
         .map(|d| d.join(program))
         .find(|p| p.is_file())
+}
+
+/// With the unit installed, a host started as a browser starts it (no
+/// `PEDELEC_*` in its environment) asks the service manager to start the
+/// services instead of spawning `pedelecd start`, and finds them through its
+/// host config.
+#[tokio::test]
+async fn the_installed_host_asks_the_service_manager_and_finds_the_daemon_by_its_config() {
+    let env = env(true);
+    ok(&env, &["install"]);
+    let bin = lib_bin(&env);
+    // What the unit's ExecStart does, started here by the stub `systemctl --user start`.
+    let on_start = env.root.path().join("on-start");
+    std::fs::write(
+        &on_start,
+        format!(
+            "#!/bin/sh\nexec {} --runtime-dir {} --data-dir {} start\n",
+            bin.join("pedelecd").display(),
+            env.runtime_dir().display(),
+            env.data_dir().display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&on_start, std::fs::Permissions::from_mode(0o755)).unwrap();
+
+    let mut cmd = std::process::Command::new(bin.join("pedelec-native-host"));
+    cmd.env_clear()
+        .env("HOME", home(&env))
+        .env("PATH", env.path_var())
+        .arg(format!("chrome-extension://{EXTENSION_ID}/"))
+        .current_dir(&bin)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::fs::File::create(env.root.path().join("host.stderr")).unwrap());
+    let mut child = tokio::process::Command::from(cmd)
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let (tx, incoming) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(read_frames(child.stdout.take().unwrap(), tx));
+    let mut host = Host {
+        stdin: child.stdin.take(),
+        child,
+        incoming,
+        stash: Default::default(),
+        next_id: 0,
+    };
+    let reply = host.call("list_providers", serde_json::json!({})).await;
+    let running = env.pedelecd(&["status", "--json"]);
+    let status: serde_json::Value = serde_json::from_slice(&running.stdout).unwrap_or_default();
+    let launcher_exe = std::fs::read_link(format!("/proc/{}/exe", status["launcher_pid"]));
+    ok(&env, &["stop"]);
+    assert_eq!(reply["ok"], true, "{reply}");
+    assert!(
+        systemctl_calls(&env).contains(&"--user start pedelec.service".to_string()),
+        "{:?}",
+        systemctl_calls(&env)
+    );
+    assert!(running.status.success(), "{running:?}");
+    assert_eq!(
+        status["runtime_dir"],
+        env.runtime_dir().display().to_string()
+    );
+    assert_eq!(
+        launcher_exe.unwrap(),
+        bin.join("pedelecd"),
+        "the installed pedelecd runs"
+    );
 }
