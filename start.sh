@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Try Pedelec in one command: builds the Rust binaries (release), the SDK, the
-# extension and the demo (each only when its sources changed), starts pedelecd,
-# registers the native host, serves the demo on 127.0.0.1 and says what to do
-# next. Ctrl-C stops what it started.
+# extension and the demo (each only when its sources changed), installs them for
+# this user (`pedelecd install --no-login-start`: the binaries copied, the native
+# host registered with every browser found and the dedicated profile), starts
+# pedelecd, serves the demo on 127.0.0.1 and says what to do next. Ctrl-C stops
+# what it started; `pedelecd uninstall` undoes the install.
 #
 #   ./start.sh [--browser] [--port N] [--debug]
 #     --browser  also start Debian's chromium (or the first Chromium-family
@@ -64,48 +66,35 @@ if stale extension/dist/manifest.json extension/src extension/static extension/b
 deps demo
 if stale demo/dist/app.js demo/src demo/static demo/build.mjs sdk/dist; then (cd demo && npm run --silent build); fi
 
+# ---- install: binaries per user, the native host registered -------------------
+# ONE code path with the e2e harness: `pedelecd install` writes
+# dev.pedelec.host.json into every installed browser's NativeMessagingHosts
+# folder and into the dedicated profile (--user-data-dir). No login start here:
+# this script starts pedelecd itself; `pedelecd install` alone adds it.
+browser_profile="$data_dir/browser-profile"
+register_native_host() {
+  "$bin/pedelecd" install --no-login-start --user-data-dir "$browser_profile"
+}
+say "installing for this user (undo: pedelecd uninstall)"
+register_native_host
+installed_bin=$("$bin/pedelecd" paths install-bin-dir)
+
 # ---- pedelecd ---------------------------------------------------------------
 started=()
 cleanup() {
   for pid in "${started[@]}"; do kill "$pid" 2>/dev/null || true; done
-  if [ "${pedelecd_started:-0}" = 1 ]; then "$bin/pedelecd" stop >/dev/null 2>&1 || true; fi
+  if [ "${pedelecd_started:-0}" = 1 ]; then "$installed_bin/pedelecd" stop >/dev/null 2>&1 || true; fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 say "starting pedelecd"
-if "$bin/pedelecd" status >/dev/null 2>&1; then
+if "$installed_bin/pedelecd" status >/dev/null 2>&1; then
   echo "pedelecd is already running (left running on exit)"
 else
-  "$bin/pedelecd" start
+  "$installed_bin/pedelecd" start
   pedelecd_started=1
 fi
-
-# ---- native host registration -------------------------------------------------
-# ONE code path with `pedelecd install` (owned by the install work): that
-# command writes dev.pedelec.host.json into every installed browser's
-# NativeMessagingHosts folder and into each --user-data-dir given.
-browser_profile="$data_dir/browser-profile"
-register_native_host() {
-  # TODO(install): replace the stub below with this one line once `pedelecd install` lands:
-  #   "$bin/pedelecd" install --no-login-start --user-data-dir "$browser_profile"
-  # --- stub: only the dedicated --browser profile, with the manifest `pedelecd install` will write ---
-  mkdir -p "$browser_profile/NativeMessagingHosts"
-  cat >"$browser_profile/NativeMessagingHosts/dev.pedelec.host.json" <<EOF
-{
-  "name": "dev.pedelec.host",
-  "description": "Pedelec native messaging host",
-  "path": "$bin/pedelec-native-host",
-  "type": "stdio",
-  "allowed_origins": ["chrome-extension://ekeclpceddngodnkncegoclkkeknaacb/"]
-}
-EOF
-  echo "registered the native host for the dedicated profile $browser_profile"
-  echo "(for your own browser profiles: \`pedelecd install\`, once it lands; undo with \`pedelecd uninstall\`)"
-  # --- end stub ---
-}
-say "registering the native host"
-register_native_host
 
 # ---- serve the demo -------------------------------------------------------------
 say "serving the demo"
@@ -150,7 +139,7 @@ if [ "$browser" = 1 ]; then
 fi
 
 # ---- what next -------------------------------------------------------------------
-agents=$("$bin/pedelec-cli" providers 2>/dev/null || true)
+agents=$("$installed_bin/pedelec-cli" providers 2>/dev/null || true)
 cat <<EOF
 
 Pedelec is running.
@@ -164,7 +153,8 @@ if [ "$browser" = 0 ]; then
 Next:
   1. Open chrome://extensions in Chromium or Chrome, turn on "Developer mode",
      click "Load unpacked" and choose $root/extension/dist
-  2. Register the native host for that browser: \`$bin/pedelecd install\`
+  2. The native host is registered with every browser found (\`pedelecd install\`
+     above); a browser installed later: run \`$installed_bin/pedelecd install\` again
      (or run ./start.sh --browser for a dedicated profile with everything set up)
   3. Open $demo_url, click Connect and approve the site in the Pedelec popup.
 EOF
@@ -187,5 +177,7 @@ ${agents:-  (pedelec-cli providers did not answer)}
   Then pick it in the demo's provider list (reload the page to refresh).
 
 Ctrl-C stops the demo server${pedelecd_started:+ and pedelecd}.
+Installed in $installed_bin; \`$installed_bin/pedelecd doctor\` checks it,
+\`$installed_bin/pedelecd uninstall\` removes it (--purge: your data too).
 EOF
 wait "${started[0]}"

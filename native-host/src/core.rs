@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use pedelec_common::clients::{AssetClient, ProviderClient, SessionClient};
+use pedelec_common::install::{HostConfig, ServiceManager};
 use pedelec_common::{
     Clients, Code, CodedError, MAX_GRPC_MESSAGE, RuntimeDir, ServiceName, env, pedelecd_exit,
     process, uds,
@@ -54,6 +55,9 @@ struct Inner {
     /// that waited for an attempt share its outcome instead of trying again.
     attempt: Mutex<Option<Attempt>>,
     pedelecd: PathBuf,
+    /// Set when `pedelecd install` installed a login unit/agent: starting goes
+    /// through it, so the service manager and the host never both run one.
+    service_manager: Option<ServiceManager>,
     log_file: Option<PathBuf>,
 }
 
@@ -82,14 +86,21 @@ fn names(services: &[ServiceName]) -> String {
 }
 
 impl Core {
-    pub fn new(runtime: RuntimeDir, log_file: Option<PathBuf>) -> Core {
+    /// `config` is the install's host config, when there is one: it names the
+    /// bin dir (unless `$PEDELEC_BIN_DIR` does) and the service manager.
+    pub fn new(
+        runtime: RuntimeDir,
+        config: Option<&HostConfig>,
+        log_file: Option<PathBuf>,
+    ) -> Core {
         Core {
             inner: Arc::new(Inner {
                 // Its channels connect on first use and reconnect after a restart.
                 clients: Clients::new(runtime),
                 up: Default::default(),
                 attempt: Mutex::new(None),
-                pedelecd: pedelecd_path(),
+                pedelecd: pedelecd_path(config),
+                service_manager: config.and_then(|c| c.service_manager),
                 log_file,
             }),
         }
@@ -237,7 +248,13 @@ impl Core {
         let deadline = started + START_WAIT;
         let mut restarted: Vec<ServiceName> = Vec::new();
         let mut reason = None;
-        if self.launcher_status().await.is_none() {
+        let running = self.launcher_status().await.is_some();
+        if !running && let Some(manager) = self.inner.service_manager {
+            // The installed unit/agent owns pedelecd: ask it, then wait below.
+            if let Err(why) = self.start_service(manager).await {
+                return Err(format!("Pedelec services could not be started: {why}"));
+            }
+        } else if !running {
             let exe = &self.inner.pedelecd;
             if !exe.exists() {
                 return Err(format!(
@@ -340,6 +357,30 @@ impl Core {
         }
     }
 
+    /// Asks the user service manager to start the installed unit/agent
+    /// (`systemctl --user start pedelec.service`, `launchctl kickstart …`).
+    async fn start_service(&self, manager: ServiceManager) -> Result<(), String> {
+        let (program, args) = manager.start_command();
+        let shown = format!("{program} {}", args.join(" "));
+        tracing::info!(command = %shown, "services not running; asking the service manager");
+        let mut cmd = tokio::process::Command::new(&program);
+        cmd.args(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let run = tokio::time::timeout(START_WAIT, cmd.output());
+        match run.await {
+            Ok(Ok(out)) if out.status.success() => Ok(()),
+            Ok(Ok(out)) => Err(format!(
+                "{shown} failed ({}): {}",
+                process::describe_exit(out.status),
+                String::from_utf8_lossy(&out.stderr).trim()
+            )),
+            Ok(Err(e)) => Err(format!("cannot run {shown}: {e}")),
+            Err(_) => Err(format!("{shown} did not finish in time")),
+        }
+    }
+
     /// Runs `pedelecd start` in its own session (so it survives Chrome killing
     /// the host) with its output going to the log, never to our stdout.
     async fn start_pedelecd(&self) -> Result<(), StartFailed> {
@@ -412,9 +453,10 @@ fn too_large(req: &impl prost::Message) -> Result<(), HostError> {
     ))
 }
 
-/// `$PEDELEC_BIN_DIR/pedelecd`, else `pedelecd` beside this executable.
-fn pedelecd_path() -> PathBuf {
-    pedelec_common::paths::bin_dir()
+/// `$PEDELEC_BIN_DIR/pedelecd`, else the host config's bin dir, else
+/// `pedelecd` beside this executable.
+fn pedelecd_path(config: Option<&HostConfig>) -> PathBuf {
+    pedelec_common::install::bin_dir(config)
         .map(|d| d.join("pedelecd"))
         .unwrap_or_else(|| PathBuf::from("pedelecd"))
 }

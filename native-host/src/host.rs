@@ -50,8 +50,7 @@ pub fn extension_id(origin: &str) -> Option<&str> {
     let id = origin
         .strip_prefix("chrome-extension://")?
         .strip_suffix('/')?;
-    let ok = id.len() == 32 && id.bytes().all(|b| (b'a'..=b'p').contains(&b));
-    ok.then_some(id)
+    pedelec_common::extension::is_valid_id(id).then_some(id)
 }
 
 pub fn is_allowed(origin: Option<&str>, allowed: &[String]) -> bool {

@@ -14,13 +14,18 @@ pub mod protocol;
 
 pub use error::HostError;
 
-use pedelec_common::RuntimeDir;
-
 /// The whole program after argv: logs, origin check, serve stdin until EOF.
 pub async fn main(extension_origin: Option<String>) {
-    let runtime = RuntimeDir::from_env();
+    // A browser-started host has the browser's environment, not the
+    // installer's: the install's host config fills in what it does not say.
+    let config = pedelec_common::install::HostConfig::beside_current_exe();
+    let installed = config.as_ref().ok().and_then(Option::as_ref);
+    let runtime = pedelec_common::install::runtime_dir(installed);
     let log_file = log::init(&runtime);
-    let allowed_ids = pedelec_common::extension::allowed_ids();
+    if let Err(why) = &config {
+        tracing::warn!(error = %why, "ignoring an unreadable host config");
+    }
+    let allowed_ids = pedelec_common::install::allowed_ids(installed);
     let admission = if host::is_allowed(extension_origin.as_deref(), &allowed_ids) {
         host::Admission::Serve
     } else {
@@ -32,7 +37,7 @@ pub async fn main(extension_origin: Option<String>) {
     } else {
         tracing::warn!(extension = %origin, allowed = ?allowed_ids, "refusing an extension this host was not installed for");
     }
-    let core = core::Core::new(runtime, log_file);
+    let core = core::Core::new(runtime, installed, log_file);
     host::run(
         tokio::io::stdin(),
         tokio::io::stdout(),

@@ -7,20 +7,18 @@
 //   node tests/e2e/bench-assets.mjs [runs]
 // Results and the decision: docs/sdk-extension.md "Assets".
 import { spawnSync } from "node:child_process";
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { chromium } from "playwright-core";
-import { buildDir, chromiumPath, extensionDir, EXTENSION_ID, HOST_NAME, servePages } from "./harness.mjs";
+import { buildDir, chromiumPath, extensionDir, servePages } from "./harness.mjs";
 
 const runs = Number(process.argv[2] ?? 5);
 const base = mkdtempSync("/tmp/pdl-bench-");
 const env = { PEDELEC_RUNTIME_DIR: join(base, "run"), PEDELEC_HOME: join(base, "home"), HOME: join(base, "user"), PEDELEC_BIN_DIR: buildDir };
 mkdirSync(env.HOME, { recursive: true });
-mkdirSync(join(base, "profile/NativeMessagingHosts"), { recursive: true });
-writeFileSync(
-  join(base, "profile/NativeMessagingHosts", `${HOST_NAME}.json`),
-  JSON.stringify({ name: HOST_NAME, description: "bench", path: join(buildDir, "pedelec-native-host"), type: "stdio", allowed_origins: [`chrome-extension://${EXTENSION_ID}/`] }),
-);
+// Registered the one way there is (docs/install.md): `pedelecd install` into the temp HOME.
+const installed = spawnSync(join(buildDir, "pedelecd"), ["install", "--no-login-start", "--user-data-dir", join(base, "profile")], { env: { ...process.env, ...env }, encoding: "utf8" });
+if (installed.status !== 0) throw new Error(`pedelecd install: ${installed.stdout}${installed.stderr}`);
 const site = await servePages();
 const ctx = await chromium.launchPersistentContext(join(base, "profile"), {
   executablePath: chromiumPath,

@@ -1,6 +1,6 @@
 // Shared set-up of the browser suite (TESTING.md §1, §2, §4): real Chromium
 // (Debian's), the unpacked built extension, the real native host registered in
-// the temp profile, the real pedelecd on temp dirs, and the real codex/claude
+// the temp profile by `pedelecd install` (into a temp HOME), the real pedelecd on temp dirs, and the real codex/claude
 // CLIs (tests/agents) against the mock model server. Only the model is mocked.
 import { spawn, spawnSync } from "node:child_process";
 import { createServer } from "node:http";
@@ -19,7 +19,6 @@ export const agentsBin = resolve(process.env.PEDELEC_AGENTS_BIN ?? join(repo, "t
 export const chromiumPath = process.env.PEDELEC_CHROMIUM ?? "/usr/bin/chromium";
 export const artifacts = join(repo, "target/e2e");
 export const EXTENSION_ID = "ekeclpceddngodnkncegoclkkeknaacb";
-export const HOST_NAME = "dev.pedelec.host";
 export const POPUP_URL = `chrome-extension://${EXTENSION_ID}/popup.html`;
 export const CLI = join(buildDir, "pedelec-cli");
 /** Ceilings for hangs, never performance assertions (TESTING.md §4). Real CLIs on 2 shared cores are slow to start. */
@@ -128,6 +127,10 @@ export function servePages() {
  *   options.extension (default true): load the extension and register the host
  *   options.args: extra Chromium flags
  *   options.defaultProvider: set in the settings
+ *   options.installedOnly (default false): start no pedelecd and give the
+ *     browser no PEDELEC_* variable, so the native host runs on what
+ *     `pedelecd install` wrote alone (host config, manifest) and starts the
+ *     daemon itself, as for a user whose browser was not started by a script
  */
 export async function startWorld(t, mock, options = {}) {
   const extension = options.extension ?? true;
@@ -197,29 +200,37 @@ apps = false
   };
   t.after(cleanup);
 
-  // pedelecd first (the host would start it too, but settings go in before the page asks).
-  const up = world.pedelecd("start");
-  if (up.status !== 0) throw new Error(`pedelecd start: ${up.stderr}`);
-  // claude needs a model name it knows; codex takes its model from config.toml.
-  const prof = world.cli("settings", "set", "profile", "claude", "default", "--model", "claude-sonnet-4-5");
-  if (prof.status !== 0) throw new Error(`settings: ${prof.stderr}`);
-  if (options.defaultProvider) {
-    const d = world.cli("settings", "set", "default-provider", options.defaultProvider);
-    if (d.status !== 0) throw new Error(`settings: ${d.stderr}`);
+  if (!options.installedOnly) {
+    // pedelecd first (the host would start it too, but settings go in before the page asks).
+    const up = world.pedelecd("start");
+    if (up.status !== 0) throw new Error(`pedelecd start: ${up.stderr}`);
+    // claude needs a model name it knows; codex takes its model from config.toml.
+    const prof = world.cli("settings", "set", "profile", "claude", "default", "--model", "claude-sonnet-4-5");
+    if (prof.status !== 0) throw new Error(`settings: ${prof.stderr}`);
+    if (options.defaultProvider) {
+      const d = world.cli("settings", "set", "default-provider", options.defaultProvider);
+      if (d.status !== 0) throw new Error(`settings: ${d.stderr}`);
+    }
   }
 
   const profile = join(base, "profile");
-  mkdirSync(join(profile, "NativeMessagingHosts"), { recursive: true });
+  world.profile = profile;
+  // The temp HOME's install (docs/install.md): the binaries under it, the host
+  // registered in this profile. The one registration code path start.sh uses too.
+  world.installedBin = join(home, ".local/lib/pedelec/bin");
   if (extension) {
-    writeFileSync(
-      join(profile, "NativeMessagingHosts", `${HOST_NAME}.json`),
-      JSON.stringify({ name: HOST_NAME, description: "Pedelec native host (e2e)", path: join(buildDir, "pedelec-native-host"), type: "stdio", allowed_origins: [`chrome-extension://${EXTENSION_ID}/`] }),
-    );
+    const installed = world.pedelecd("install", "--no-login-start", "--user-data-dir", profile);
+    if (installed.status !== 0) throw new Error(`pedelecd install: ${installed.stdout}${installed.stderr}`);
+  } else {
+    mkdirSync(profile, { recursive: true });
   }
+  const browserEnv = { ...fullEnv };
+  if (options.installedOnly) for (const k of Object.keys(browserEnv)) if (k.startsWith("PEDELEC_")) delete browserEnv[k];
+  world.browserEnv = browserEnv;
   context = await chromium.launchPersistentContext(profile, {
     executablePath: chromiumPath,
     headless: true,
-    env: fullEnv,
+    env: browserEnv,
     viewport: { width: 1280, height: 800 },
     ignoreDefaultArgs: ["--disable-extensions"],
     args: [

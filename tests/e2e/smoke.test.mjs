@@ -1,6 +1,6 @@
 // The browser smoke test (issue 12): a page on 127.0.0.1 served here, the
 // unpacked built extension in Debian's Chromium, the real pedelec-native-host
-// registered in the temp profile, and the real pedelecd (started by the host,
+// registered in the temp profile by `pedelecd install`, and the real pedelecd (started by the host,
 // as in production) on temp dirs. Approve in the popup, listProviders,
 // createSession, a native host restart under a live session, end, auto-end
 // when the last page of a session closes, revoke.
@@ -21,7 +21,6 @@ const extensionDir = join(repo, "extension/dist");
 const buildDir = resolve(process.env.PEDELEC_BIN_DIR ?? join(repo, "target/debug"));
 const chromiumPath = process.env.PEDELEC_CHROMIUM ?? "/usr/bin/chromium";
 const EXTENSION_ID = "ekeclpceddngodnkncegoclkkeknaacb";
-const HOST_NAME = "dev.pedelec.host";
 // Generous ceilings for hangs, not performance assertions (TESTING.md §4).
 const STEP_MS = 45_000;
 
@@ -153,17 +152,9 @@ test("a page approves, lists providers, creates and ends a session through the r
   };
   for (const d of [env.PEDELEC_HOME, env.HOME]) mkdirSync(d, { recursive: true });
   const profile = join(base, "profile");
-  mkdirSync(join(profile, "NativeMessagingHosts"), { recursive: true });
-  writeFileSync(
-    join(profile, "NativeMessagingHosts", `${HOST_NAME}.json`),
-    JSON.stringify({
-      name: HOST_NAME,
-      description: "Pedelec native host (e2e)",
-      path: join(binDir, "pedelec-native-host"),
-      type: "stdio",
-      allowed_origins: [`chrome-extension://${EXTENSION_ID}/`],
-    }),
-  );
+  // Registered the one way there is (docs/install.md): `pedelecd install` into the temp HOME.
+  const installed = spawnSync(join(binDir, "pedelecd"), ["install", "--no-login-start", "--user-data-dir", profile], { env: { ...process.env, ...env }, encoding: "utf8", timeout: 60_000 });
+  assert.equal(installed.status, 0, `pedelecd install: ${installed.stdout}${installed.stderr}`);
 
   const server = await serve();
   const origin = `http://127.0.0.1:${server.address().port}`;

@@ -19,3 +19,8 @@ pub fn allowed_ids() -> Vec<String> {
 pub fn origin(id: &str) -> String {
     format!("chrome-extension://{id}")
 }
+
+/// Whether `id` has an extension id's shape: 32 letters a–p.
+pub fn is_valid_id(id: &str) -> bool {
+    id.len() == 32 && id.bytes().all(|b| (b'a'..=b'p').contains(&b))
+}

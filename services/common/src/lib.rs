@@ -12,6 +12,7 @@ pub mod codes;
 pub mod error;
 pub mod extension;
 pub mod ids;
+pub mod install;
 pub mod json;
 #[allow(unsafe_code)]
 pub mod memory;
@@ -50,7 +51,7 @@ pub mod pedelecd_exit {
     pub const OK: u8 = 0;
     /// Failure: start/stop failed, I/O, an RPC error.
     pub const FAILURE: u8 = 1;
-    /// Usage error (clap) or a subcommand that is not available yet.
+    /// Usage error (clap), or bad input such as an invalid `--extension-id`.
     pub const USAGE: u8 = 2;
     /// `status`, `restart`: pedelecd is not running.
     pub const NOT_RUNNING: u8 = 3;

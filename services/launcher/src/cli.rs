@@ -3,7 +3,7 @@
 
 use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -13,7 +13,8 @@ use pedelec_common::{ServiceName, env, process};
 use pedelec_proto::v1::{ServiceState, ServiceStatus, SupervisorStatus};
 
 use crate::error::{LauncherError, exit};
-use crate::{Dirs, client, daemon};
+use crate::install::{self, Layout};
+use crate::{Dirs, client, daemon, doctor};
 
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -68,12 +69,35 @@ pub enum Command {
         /// provider, toolbridge, asset or session
         service: String,
     },
-    /// Install the user service unit (not available yet).
-    Install,
-    /// Remove the user service unit (not available yet).
-    Uninstall,
-    /// Check the installation (not available yet).
-    Doctor,
+    /// Install for this user: copy the binaries, register the native host
+    /// with every present browser, start pedelecd at login (docs/install.md).
+    Install {
+        /// Allow this extension id too (repeatable), besides Pedelec's own.
+        #[arg(long = "extension-id", value_name = "ID")]
+        extension_ids: Vec<String>,
+        /// Also register the host in this Chromium --user-data-dir (repeatable).
+        #[arg(long = "user-data-dir", value_name = "DIR")]
+        user_data_dirs: Vec<PathBuf>,
+        /// Print every file it would write and every command it would run; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Do not install the systemd unit / launchd agent (the native host
+        /// then starts pedelecd when the browser asks).
+        #[arg(long)]
+        no_login_start: bool,
+    },
+    /// Stop the service and remove exactly what install wrote.
+    Uninstall {
+        /// Also remove the data dir (settings, sessions, workspaces) and the runtime dir.
+        #[arg(long)]
+        purge: bool,
+    },
+    /// Check the installation and the running services; each problem with its fix.
+    Doctor {
+        /// Print JSON (secrets redacted), e.g. for a bug report.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// One path `pedelecd paths` can print alone.
@@ -87,6 +111,8 @@ pub enum PathName {
     Provider,
     Asset,
     Launcher,
+    /// Where `pedelecd install` puts the binaries.
+    InstallBinDir,
 }
 
 /// Runs a subcommand and returns the process exit code; errors are printed
@@ -102,16 +128,48 @@ pub async fn run(cli: Cli) -> u8 {
         Command::Stop => stop(&dirs).await,
         Command::Status { json } => status(&dirs, json).await,
         Command::Paths { which, json } => {
-            print!("{}", paths(&dirs, which, json));
+            print!("{}", paths(&dirs, &Layout::from_env(), which, json));
             Ok(())
         }
         Command::Restart { service } => match crate::supervisor::supervised(&service) {
             Ok(service) => restart(&dirs, service).await,
             Err(e) => Err(e),
         },
-        Command::Install => Err(LauncherError::NotAvailable("install")),
-        Command::Uninstall => Err(LauncherError::NotAvailable("uninstall")),
-        Command::Doctor => Err(LauncherError::NotAvailable("doctor")),
+        Command::Install {
+            extension_ids,
+            user_data_dirs,
+            dry_run,
+            no_login_start,
+        } => match daemon::bin_dir() {
+            Ok(from) => {
+                let opts = install::InstallOptions {
+                    extension_ids,
+                    user_data_dirs,
+                    dry_run,
+                    no_login_start,
+                    from,
+                };
+                install::install(&Layout::from_env(), &dirs, &opts, &mut std::io::stdout())
+            }
+            Err(e) => Err(e),
+        },
+        Command::Uninstall { purge } => {
+            install::uninstall(&Layout::from_env(), &dirs, purge, &mut std::io::stdout()).await
+        }
+        Command::Doctor { json } => {
+            let layout = Layout::from_env();
+            let checks = doctor::run(&layout, &dirs).await;
+            if json {
+                print!("{}", doctor::json(&checks, &layout));
+            } else {
+                print!("{}", doctor::text(&checks));
+            }
+            if doctor::broken(&checks) {
+                // The report said it all; only the exit code is left.
+                return exit::FAILURE;
+            }
+            Ok(())
+        }
     };
     match result {
         Ok(()) => exit::OK,
@@ -123,7 +181,7 @@ pub async fn run(cli: Cli) -> u8 {
 }
 
 /// Every path, one `name  path` line each, or JSON, or the one asked for.
-pub fn paths(dirs: &Dirs, which: Option<PathName>, json: bool) -> String {
+pub fn paths(dirs: &Dirs, layout: &Layout, which: Option<PathName>, json: bool) -> String {
     let socket = |s: ServiceName| dirs.runtime.socket(s).display().to_string();
     let rows = [
         (
@@ -158,6 +216,11 @@ pub fn paths(dirs: &Dirs, which: Option<PathName>, json: bool) -> String {
             "launcher",
             socket(ServiceName::Launcher),
         ),
+        (
+            PathName::InstallBinDir,
+            "install_bin_dir",
+            layout.bin.display().to_string(),
+        ),
     ];
     if let Some(which) = which {
         let (_, _, path) = rows
@@ -167,7 +230,7 @@ pub fn paths(dirs: &Dirs, which: Option<PathName>, json: bool) -> String {
         return format!("{path}\n");
     }
     if json {
-        let sockets: serde_json::Map<String, serde_json::Value> = rows[3..]
+        let sockets: serde_json::Map<String, serde_json::Value> = rows[3..8]
             .iter()
             .map(|(_, k, v)| (k.to_string(), v.clone().into()))
             .collect();
@@ -176,6 +239,7 @@ pub fn paths(dirs: &Dirs, which: Option<PathName>, json: bool) -> String {
             "data_dir": rows[1].2,
             "log_dir": rows[2].2,
             "sockets": sockets,
+            "install_bin_dir": rows[8].2,
         });
         return format!("{doc}\n");
     }
@@ -275,7 +339,7 @@ async fn start(dirs: &Dirs) -> Result<(), LauncherError> {
     }
 }
 
-async fn stop(dirs: &Dirs) -> Result<(), LauncherError> {
+pub(crate) async fn stop(dirs: &Dirs) -> Result<(), LauncherError> {
     let status = match client::status(&dirs.runtime).await {
         Ok(status) => status,
         Err(LauncherError::NotRunning) => {
@@ -488,19 +552,22 @@ mod tests {
             runtime: pedelec_common::RuntimeDir::at("/run/x"),
             data: pedelec_common::DataDir::at("/d"),
         };
-        assert_eq!(paths(&dirs, Some(PathName::RuntimeDir), false), "/run/x\n");
+        let layout = Layout::for_home(install::Platform::Linux, "/h".into());
+        let paths = |which, json| paths(&dirs, &layout, which, json);
+        assert_eq!(paths(Some(PathName::RuntimeDir), false), "/run/x\n");
         assert_eq!(
-            paths(&dirs, Some(PathName::Asset), false),
-            "/run/x/asset.sock\n"
+            paths(Some(PathName::InstallBinDir), false),
+            "/h/.local/lib/pedelec/bin\n"
         );
-        let plain = paths(&dirs, None, false);
+        assert_eq!(paths(Some(PathName::Asset), false), "/run/x/asset.sock\n");
+        let plain = paths(None, false);
         assert!(
             plain
                 .lines()
                 .any(|l| l.split_whitespace().eq(["log_dir", "/run/x/logs"])),
             "{plain}"
         );
-        let json: serde_json::Value = serde_json::from_str(&paths(&dirs, None, true)).unwrap();
+        let json: serde_json::Value = serde_json::from_str(&paths(None, true)).unwrap();
         assert_eq!(json["data_dir"], "/d");
         for s in ServiceName::SUPERVISED
             .into_iter()

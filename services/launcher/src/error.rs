@@ -15,8 +15,6 @@ pub enum LauncherError {
     AlreadyRunning { pid: u32, socket: PathBuf },
     #[error("pedelecd is not running")]
     NotRunning,
-    #[error("{0}: not available yet")]
-    NotAvailable(&'static str),
     #[error("unknown service {0:?} (expected provider, toolbridge, asset or session)")]
     UnknownService(String),
     #[error("{service} binary not found at {}", path.display())]
@@ -41,6 +39,10 @@ pub enum LauncherError {
         #[source]
         source: std::io::Error,
     },
+    #[error("{0}")]
+    InvalidInput(String),
+    #[error("{0}")]
+    Install(String),
     #[error("launcher RPC failed: {0}")]
     Rpc(String),
     #[error(transparent)]
@@ -59,14 +61,16 @@ impl LauncherError {
         match self {
             LauncherError::NotRunning => exit::NOT_RUNNING,
             LauncherError::AlreadyRunning { .. } => exit::ALREADY_RUNNING,
-            LauncherError::NotAvailable(_) => exit::USAGE,
+            LauncherError::InvalidInput(_) => exit::USAGE,
             _ => exit::FAILURE,
         }
     }
 
     fn code(&self) -> Code {
         match self {
-            LauncherError::UnknownService(_) => Code::INVALID_INPUT,
+            LauncherError::UnknownService(_) | LauncherError::InvalidInput(_) => {
+                Code::INVALID_INPUT
+            }
             LauncherError::NotRunning => Code::CORE_UNAVAILABLE,
             LauncherError::Common(e) => e.code(),
             _ => Code::INTERNAL,

@@ -8,8 +8,10 @@ pub mod backoff;
 pub mod cli;
 pub mod client;
 pub mod daemon;
+pub mod doctor;
 pub mod error;
 pub mod grpc;
+pub mod install;
 pub mod lock;
 pub mod supervisor;
 
