@@ -25,7 +25,10 @@ struct Fixture {
 
 fn fixture() -> Fixture {
     let bin = Bin::new();
-    let turns = Turns::new(bin.env()).with_grace(Duration::from_millis(500));
+    // The stand-in codex scripts speak `codex exec --json`.
+    let turns = Turns::new(bin.env())
+        .with_grace(Duration::from_millis(500))
+        .with_codex_app_server(false);
     Fixture {
         bin,
         work: tempfile::tempdir().unwrap(),
