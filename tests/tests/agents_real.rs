@@ -855,26 +855,40 @@ async fn streamed_turns_share_one_app_server(run: &mut Run) {
         .await;
     run.mock.clear().await;
     let (id, mut events) = run.thread(None).await;
-    assert!(run.leftovers().await.is_empty(), "{cli:?}: a process before the first turn");
+    assert!(
+        run.leftovers().await.is_empty(),
+        "{cli:?}: a process before the first turn"
+    );
     run.send(&id, FIRST_TEXT).await;
     let first = operation(&mut events, cli).await;
     assert_completed(cli, &first, &long);
     let k = kinds(&first);
     let deltas = k.iter().filter(|k| *k == "chat_delta").count();
-    assert!(deltas >= 40, "{cli:?}: only {deltas} chat_delta events: {k:?}");
+    assert!(
+        deltas >= 40,
+        "{cli:?}: only {deltas} chat_delta events: {k:?}"
+    );
     let chat_at = k.iter().position(|k| k == "chat").unwrap();
     assert!(
         k[chat_at..].iter().all(|k| k != "chat_delta"),
         "{cli:?}: a delta after the chat: {k:?}"
     );
-    assert_eq!(delta_text(&first), chat_text(&first), "{cli:?}: deltas vs chat");
+    assert_eq!(
+        delta_text(&first),
+        chat_text(&first),
+        "{cli:?}: deltas vs chat"
+    );
     let between: Vec<u32> = run.leftovers().await;
     assert!(
         !between.is_empty(),
         "{cli:?}: no app-server kept for the thread between turns"
     );
     for pid in &between {
-        assert!(describe(*pid).contains("app-server"), "{cli:?}: {}", describe(*pid));
+        assert!(
+            describe(*pid).contains("app-server"),
+            "{cli:?}: {}",
+            describe(*pid)
+        );
     }
 
     run.mock

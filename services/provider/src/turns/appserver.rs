@@ -195,7 +195,10 @@ impl AppServers {
                 }
             };
             if let Some(p) = victim {
-                tracing::info!(pid = p.pid, "stopping an idle codex app-server to stay within the bound");
+                tracing::info!(
+                    pid = p.pid,
+                    "stopping an idle codex app-server to stay within the bound"
+                );
                 p.stop(grace).await;
             }
         }
@@ -233,9 +236,7 @@ impl AppServers {
 /// "codex-cli 0.171.0" → [0, 171, 0].
 pub fn parse_version(out: &str) -> Option<[u64; 3]> {
     let word = out.split_whitespace().find(|w| w.contains('.'))?;
-    let mut parts = word
-        .split(['.', '-', '+'])
-        .map(|p| p.parse::<u64>().ok());
+    let mut parts = word.split(['.', '-', '+']).map(|p| p.parse::<u64>().ok());
     Some([parts.next()??, parts.next()??, parts.next()??])
 }
 
@@ -310,7 +311,10 @@ impl Proc {
         }
         let (exit_tx, exit) = watch::channel(None);
         tokio::spawn(async move {
-            let status = child.wait().await.unwrap_or_else(|_| process::failed_status());
+            let status = child
+                .wait()
+                .await
+                .unwrap_or_else(|_| process::failed_status());
             exit_tx.send_replace(Some(status));
         });
         let (writer, mut lines) = mpsc::unbounded_channel::<String>();
@@ -480,7 +484,9 @@ async fn read_loop(
         };
         let Ok(line) = line else {
             // An over-long line (an echo of a huge tool output).
-            tracing::warn!("codex app-server printed a line over {MAX_LINE} bytes; it was discarded");
+            tracing::warn!(
+                "codex app-server printed a line over {MAX_LINE} bytes; it was discarded"
+            );
             continue;
         };
         let Ok(msg) = serde_json::from_str::<Json>(&line) else {
@@ -633,9 +639,11 @@ async fn drive(
     notes: &mut mpsc::Receiver<Json>,
 ) -> Result<End, (Stop, Option<String>)> {
     let early = |stop| (stop, None);
-    sink.send(Out::Started(pedelec_proto::v1::TurnStarted { pid: proc.pid as u32 }))
-        .await
-        .map_err(early)?;
+    sink.send(Out::Started(pedelec_proto::v1::TurnStarted {
+        pid: proc.pid as u32,
+    }))
+    .await
+    .map_err(early)?;
     let thread_id = match load_thread(proc, job, sink).await? {
         Some(id) => id,
         None => return Ok(End::Completed),
@@ -685,7 +693,11 @@ async fn drive(
             return Ok(End::Died);
         };
         let params = note.get("params").unwrap_or(&Json::Null);
-        let out = match note.get("method").and_then(Json::as_str).unwrap_or_default() {
+        let out = match note
+            .get("method")
+            .and_then(Json::as_str)
+            .unwrap_or_default()
+        {
             "item/agentMessage/delta" => params
                 .get("delta")
                 .and_then(Json::as_str)
@@ -722,7 +734,11 @@ async fn drive(
             }
             "turn/completed" => {
                 let turn = params.get("turn").unwrap_or(&Json::Null);
-                if turn.get("id").and_then(Json::as_str).is_some_and(|id| id != turn_id) {
+                if turn
+                    .get("id")
+                    .and_then(Json::as_str)
+                    .is_some_and(|id| id != turn_id)
+                {
                     continue; // a stale turn's end
                 }
                 if turn.get("status").and_then(Json::as_str) == Some("failed") {
@@ -781,9 +797,9 @@ async fn load_thread(
         Ok(Ok(r)) => match r.pointer("/thread/id").and_then(Json::as_str) {
             Some(id) => {
                 lock(&proc.threads).push(id.to_string());
-                sink.send(Out::ProviderSessionId(pedelec_proto::v1::ProviderSessionId {
-                    id: id.to_string(),
-                }))
+                sink.send(Out::ProviderSessionId(
+                    pedelec_proto::v1::ProviderSessionId { id: id.to_string() },
+                ))
                 .await
                 .map_err(|s| (s, None))?;
                 return Ok(Some(id.to_string()));
