@@ -28,6 +28,8 @@ const FIRST_TEXT: &str = "first question about ALPHA-7731";
 const FIRST_REPLY: &str = "First reply from the mock about BRAVO-4410.";
 const SECOND_TEXT: &str = "second question";
 const SECOND_REPLY: &str = "Second reply from the mock.";
+const THIRD_TEXT: &str = "third question after the reactivation";
+const THIRD_REPLY: &str = "Third reply, after the end.";
 const EFFORT_REPLY: &str = "Thinking hard, the mock answers.";
 const MOCK_ERROR: &str = "mock: model overloaded for test";
 
@@ -916,14 +918,40 @@ async fn streamed_turns_share_one_app_server(run: &mut Run) {
         .end(pb::EndRequest::from(thread_request(&id)))
         .await
         .unwrap();
-    let deadline = Instant::now() + CLI_CEILING;
-    while !run.leftovers().await.is_empty() {
-        assert!(
-            Instant::now() < deadline,
-            "{cli:?}: the app-server outlived its thread"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    // End returns once the app-server is gone: codex holds the thread's
+    // writer lock until then, and a page may resume at once.
+    assert_eq!(
+        run.leftovers().await,
+        Vec::<u32>::new(),
+        "{cli:?}: the app-server outlived its thread's End"
+    );
+
+    // The same thread reactivated right away: its next turn resumes the
+    // codex thread in a new app-server and its answer reaches the client.
+    run.sessions.reactivate(thread_request(&id)).await.unwrap();
+    run.mock
+        .script(json!({"mode": "reply", "text": THIRD_REPLY}))
+        .await;
+    run.mock.clear().await;
+    run.send(&id, THIRD_TEXT).await;
+    let mut third = operation(&mut events, cli).await;
+    // The attach stream also carried the end and the reactivation.
+    if let Some(start) = third.iter().position(|e| kind(e) == "operation_started") {
+        third.drain(..start);
     }
+    assert_completed(cli, &third, THIRD_REPLY);
+    let last = model_requests(cli, &run.mock.requests().await)
+        .last()
+        .expect("a third model request")
+        .to_string();
+    assert!(
+        last.contains(THIRD_TEXT) && last.contains(SECOND_TEXT),
+        "{cli:?}: the reactivated thread's request lacks the conversation"
+    );
+    run.sessions
+        .end(pb::EndRequest::from(thread_request(&id)))
+        .await
+        .unwrap();
 }
 
 async fn all_cases(cli: Cli) {

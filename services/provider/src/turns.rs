@@ -187,25 +187,26 @@ impl Turns {
     }
 
     /// Terminates the thread's running turn (SIGTERM to its group, SIGKILL
-    /// after the grace period; a codex app-server turn is interrupted and its
-    /// app-server stopped) and waits until it has ended. Returns whether
-    /// there was one. With no turn running, the thread's idle codex
-    /// app-server, if any, is stopped.
+    /// after the grace period; a codex app-server turn is interrupted) and
+    /// waits until it has ended, then stops the thread's codex app-server, if
+    /// any. Returns whether there was a turn. The app-server goes in every
+    /// case: a turn that has just finished may still be registered when an
+    /// ended thread's CancelTurn arrives, and its app-server must not outlive
+    /// the thread.
     pub async fn cancel(&self, session_id: &str) -> bool {
         let entry = lock(&self.running)
             .get(session_id)
             .map(|r| (Arc::clone(&r.stop), r.done.clone()));
-        match entry {
+        let had_turn = match entry {
             Some((stop, done)) => {
                 stop.send_replace(true);
                 wait_done(done).await;
                 true
             }
-            None => {
-                self.codex.release(session_id, self.grace).await;
-                false
-            }
-        }
+            None => false,
+        };
+        self.codex.release(session_id, self.grace).await;
+        had_turn
     }
 
     /// Whether a turn is registered for the thread.

@@ -340,7 +340,8 @@ impl Proc {
             record,
             stopped: Default::default(),
         };
-        tokio::spawn(read_loop(stdout, shared, writer));
+        // Weak: stopping drops the one strong sender, which must close stdin.
+        tokio::spawn(read_loop(stdout, shared, writer.downgrade()));
         let init = proc.request(
             "initialize",
             json!({
@@ -444,8 +445,17 @@ impl Proc {
                 self.wait_exit().await;
             }
         }
-        // Commands it started in its group and left behind.
+        // Commands it started in its group and left behind. codex holds a
+        // thread's writer lock until its process is gone, so the next
+        // app-server of this thread may start only after the whole group has.
         signal_group(self.pid, SIGKILL);
+        if !process::wait_group_gone(self.pid, grace).await {
+            tracing::warn!(
+                pid = self.pid,
+                "codex app-server's process group outlived SIGKILL"
+            );
+        }
+        tracing::info!(pid = self.pid, "codex app-server stopped");
         if let Some(r) = &self.record {
             let _ = std::fs::remove_file(r);
         }
@@ -468,7 +478,7 @@ impl Drop for Proc {
 async fn read_loop(
     stdout: tokio::process::ChildStdout,
     shared: Arc<Shared>,
-    writer: mpsc::UnboundedSender<String>,
+    writer: mpsc::WeakUnboundedSender<String>,
 ) {
     let mut stdout = stdout;
     let mut splitter = LineSplitter::new();
@@ -514,7 +524,9 @@ async fn read_loop(
                 let reply = answer_server_request(method, msg.get("params"), id);
                 let mut line = reply.to_string();
                 line.push('\n');
-                let _ = writer.send(line);
+                if let Some(w) = writer.upgrade() {
+                    let _ = w.send(line);
+                }
             }
             (Some(_), None) => {
                 let listener = lock(&shared.listener).clone();
