@@ -28,6 +28,8 @@ const FIRST_TEXT: &str = "first question about ALPHA-7731";
 const FIRST_REPLY: &str = "First reply from the mock about BRAVO-4410.";
 const SECOND_TEXT: &str = "second question";
 const SECOND_REPLY: &str = "Second reply from the mock.";
+const THIRD_TEXT: &str = "third question after the reactivation";
+const THIRD_REPLY: &str = "Third reply, after the end.";
 const EFFORT_REPLY: &str = "Thinking hard, the mock answers.";
 const MOCK_ERROR: &str = "mock: model overloaded for test";
 
@@ -420,9 +422,17 @@ struct Run {
 
 impl Run {
     async fn start(cli: Cli) -> Run {
+        Run::start_with(cli, &[]).await
+    }
+
+    /// `env`: more variables for the services (ProviderService passes them on).
+    async fn start_with(cli: Cli, env_vars: &[(&str, &str)]) -> Run {
         let mut env = TestEnv::new();
         let mock = Mock::start();
         configure(&mut env, cli, mock.port);
+        for (k, v) in env_vars {
+            env.extra_env.insert(k.to_string(), v.to_string());
+        }
         let launcher = env.up().await;
         env.update_settings(settings(cli)).await;
         let sessions = env.session().await;
@@ -641,11 +651,14 @@ async fn model_error(run: &mut Run) {
 }
 
 /// (e) cancel a turn whose model request hangs; nothing of the CLI is left.
+/// (codex app-servers of the earlier cases' threads, still active, are not
+/// this turn's.)
 async fn cancel_hanging_turn(run: &mut Run) {
     let cli = run.cli;
     run.mock.script(json!({"mode": "hang"})).await;
     run.mock.clear().await;
     let (id, mut events) = run.thread(None).await;
+    let others = run.leftovers().await;
     run.send(&id, "this will hang").await;
 
     let mut seen = Vec::new();
@@ -664,7 +677,13 @@ async fn cancel_hanging_turn(run: &mut Run) {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let during: Vec<String> = run.leftovers().await.into_iter().map(describe).collect();
+    let during: Vec<String> = run
+        .leftovers()
+        .await
+        .into_iter()
+        .filter(|p| !others.contains(p))
+        .map(describe)
+        .collect();
     assert!(!during.is_empty(), "{cli:?}: no CLI process while running");
 
     run.sessions.cancel(thread_request(&id)).await.unwrap();
@@ -684,7 +703,8 @@ async fn cancel_hanging_turn(run: &mut Run) {
 
     let deadline = Instant::now() + CLI_CEILING;
     loop {
-        let left = run.leftovers().await;
+        let mut left = run.leftovers().await;
+        left.retain(|p| !others.contains(p));
         if left.is_empty() {
             break;
         }
@@ -823,8 +843,123 @@ async fn tool_call_round_trip(run: &mut Run, via: Via) {
     }
 }
 
+/// codex through its app-server: a long answer the mock streams in many
+/// `response.output_text.delta` events reaches the client as chat_delta
+/// events, in order, that concatenate to the final chat; the second turn of
+/// the thread runs in the same app-server process (no new process) and the
+/// model sees the first turn's conversation; ending the thread stops it.
+async fn streamed_turns_share_one_app_server(run: &mut Run) {
+    let cli = run.cli;
+    let long: String = (1..=80).map(|i| format!("piece{i} ")).collect();
+    let long = long.trim_end().to_string();
+    run.mock
+        .script(json!({"mode": "reply", "text": long, "chunks": 80, "delay_ms": 2}))
+        .await;
+    run.mock.clear().await;
+    let (id, mut events) = run.thread(None).await;
+    assert!(
+        run.leftovers().await.is_empty(),
+        "{cli:?}: a process before the first turn"
+    );
+    run.send(&id, FIRST_TEXT).await;
+    let first = operation(&mut events, cli).await;
+    assert_completed(cli, &first, &long);
+    let k = kinds(&first);
+    let deltas = k.iter().filter(|k| *k == "chat_delta").count();
+    assert!(
+        deltas >= 40,
+        "{cli:?}: only {deltas} chat_delta events: {k:?}"
+    );
+    let chat_at = k.iter().position(|k| k == "chat").unwrap();
+    assert!(
+        k[chat_at..].iter().all(|k| k != "chat_delta"),
+        "{cli:?}: a delta after the chat: {k:?}"
+    );
+    assert_eq!(
+        delta_text(&first),
+        chat_text(&first),
+        "{cli:?}: deltas vs chat"
+    );
+    let between: Vec<u32> = run.leftovers().await;
+    assert!(
+        !between.is_empty(),
+        "{cli:?}: no app-server kept for the thread between turns"
+    );
+    for pid in &between {
+        assert!(
+            describe(*pid).contains("app-server"),
+            "{cli:?}: {}",
+            describe(*pid)
+        );
+    }
+
+    run.mock
+        .script(json!({"mode": "reply", "text": SECOND_REPLY}))
+        .await;
+    run.mock.clear().await;
+    run.send(&id, SECOND_TEXT).await;
+    let second = operation(&mut events, cli).await;
+    assert_completed(cli, &second, SECOND_REPLY);
+    assert_eq!(
+        run.leftovers().await,
+        between,
+        "{cli:?}: the resumed turn started a new process"
+    );
+    let last = model_requests(cli, &run.mock.requests().await)
+        .last()
+        .expect("a second model request")
+        .to_string();
+    assert!(
+        last.contains(SECOND_TEXT) && last.contains(FIRST_TEXT) && last.contains("piece80"),
+        "{cli:?}: the second request lacks the conversation"
+    );
+
+    run.sessions
+        .end(pb::EndRequest::from(thread_request(&id)))
+        .await
+        .unwrap();
+    // End returns once the app-server is gone: codex holds the thread's
+    // writer lock until then, and a page may resume at once.
+    assert_eq!(
+        run.leftovers().await,
+        Vec::<u32>::new(),
+        "{cli:?}: the app-server outlived its thread's End"
+    );
+
+    // The same thread reactivated right away: its next turn resumes the
+    // codex thread in a new app-server and its answer reaches the client.
+    run.sessions.reactivate(thread_request(&id)).await.unwrap();
+    run.mock
+        .script(json!({"mode": "reply", "text": THIRD_REPLY}))
+        .await;
+    run.mock.clear().await;
+    run.send(&id, THIRD_TEXT).await;
+    let mut third = operation(&mut events, cli).await;
+    // The attach stream also carried the end and the reactivation.
+    if let Some(start) = third.iter().position(|e| kind(e) == "operation_started") {
+        third.drain(..start);
+    }
+    assert_completed(cli, &third, THIRD_REPLY);
+    let last = model_requests(cli, &run.mock.requests().await)
+        .last()
+        .expect("a third model request")
+        .to_string();
+    assert!(
+        last.contains(THIRD_TEXT) && last.contains(SECOND_TEXT),
+        "{cli:?}: the reactivated thread's request lacks the conversation"
+    );
+    run.sessions
+        .end(pb::EndRequest::from(thread_request(&id)))
+        .await
+        .unwrap();
+}
+
 async fn all_cases(cli: Cli) {
-    let mut run = Run::start(cli).await;
+    all_cases_in(cli, Run::start(cli).await).await;
+}
+
+async fn all_cases_in(cli: Cli, mut run: Run) {
+    assert_eq!(run.cli, cli);
     tool_call_round_trip(&mut run, Via::Mcp).await;
     tool_call_round_trip(&mut run, Via::Shell).await;
     first_turn_then_resume(&mut run).await;
@@ -834,9 +969,20 @@ async fn all_cases(cli: Cli) {
     run.launcher.stop();
 }
 
+/// codex 0.171 has a usable app-server, so this is the app-server path.
 #[tokio::test]
 async fn codex_real_cli_turns_resume_effort_error_cancel() {
-    all_cases(Cli::Codex).await;
+    let mut run = Run::start(Cli::Codex).await;
+    streamed_turns_share_one_app_server(&mut run).await;
+    all_cases_in(Cli::Codex, run).await;
+}
+
+/// The `codex exec --json` fallback (an older codex, or forced with
+/// PEDELEC_CODEX_APP_SERVER=0) passes the same cases.
+#[tokio::test]
+async fn codex_exec_fallback_turns_resume_effort_error_cancel() {
+    let run = Run::start_with(Cli::Codex, &[("PEDELEC_CODEX_APP_SERVER", "0")]).await;
+    all_cases_in(Cli::Codex, run).await;
 }
 
 #[tokio::test]

@@ -86,6 +86,11 @@ pub mod env {
     pub const ASSET_MAX_BYTES: &str = "PEDELEC_ASSET_MAX_BYTES";
     /// AssetService: how long a transfer ticket lives.
     pub const ASSET_TICKET_TTL_MS: &str = "PEDELEC_ASSET_TICKET_TTL_MS";
+    /// ProviderService: `0` runs codex turns through `codex exec --json`
+    /// even when the installed codex has a usable app-server.
+    pub const CODEX_APP_SERVER: &str = "PEDELEC_CODEX_APP_SERVER";
+    /// ProviderService: how long an idle thread's codex app-server lives.
+    pub const CODEX_IDLE_MS: &str = "PEDELEC_CODEX_IDLE_MS";
 }
 
 /// The four supervised services and the launcher, with their socket names.

@@ -50,6 +50,52 @@ pub fn signal(pid: impl TryInto<libc::pid_t>, sig: libc::c_int) -> bool {
     unsafe { libc::kill(pid, sig) == 0 }
 }
 
+/// Whether any process of group `pgid` is still running (zombies, which hold
+/// nothing but their pid, do not count). Reads `/proc`: for the rare moments
+/// a caller must know a group has really ended, not for hot paths.
+pub fn group_alive(pgid: impl TryInto<libc::pid_t>) -> bool {
+    let Ok(pgid) = pgid.try_into() else {
+        return false;
+    };
+    if pgid <= 1 || !signal_group(pgid, 0) {
+        return false;
+    }
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return true;
+    };
+    dir.flatten().any(|entry| {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            return false;
+        };
+        // Fields after the parenthesised command name: state, ppid, pgrp.
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            return false;
+        };
+        let mut fields = rest.split_whitespace();
+        let state = fields.next();
+        let pgrp = fields.nth(1).and_then(|f| f.parse::<libc::pid_t>().ok());
+        pgrp == Some(pgid) && state != Some("Z") && state != Some("X")
+    })
+}
+
+/// Waits until no process of group `pgid` runs (see [`group_alive`]),
+/// checking every 5 ms, at most `within`. Returns whether it is gone.
+pub async fn wait_group_gone(pgid: impl TryInto<libc::pid_t>, within: Duration) -> bool {
+    let Ok(pgid) = pgid.try_into() else {
+        return true;
+    };
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if !group_alive(pgid) {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// Whether `pid` is alive; a zombie (exited, not yet reaped by its parent) is not.
 pub fn is_alive(pid: u32) -> bool {
     if !signal(pid, 0) {
@@ -158,6 +204,29 @@ pub fn failed_status() -> ExitStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A group whose leader has exited still counts while a member it
+    /// started runs; it is gone once that member is killed (and reaped).
+    #[tokio::test]
+    async fn a_group_is_alive_until_its_last_member_is_gone() {
+        let mut leader = tokio::process::Command::new("sh")
+            .args(["-c", "sleep 30 >/dev/null & echo started"])
+            .stdout(std::process::Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let pgid = leader.id().unwrap() as libc::pid_t;
+        let mut out = String::new();
+        tokio::io::AsyncReadExt::read_to_string(leader.stdout.as_mut().unwrap(), &mut out)
+            .await
+            .unwrap();
+        leader.wait().await.unwrap();
+        assert!(group_alive(pgid), "the sleeping member keeps the group");
+        assert!(!wait_group_gone(pgid, Duration::from_millis(50)).await);
+        assert!(signal_group(pgid, libc::SIGKILL));
+        assert!(wait_group_gone(pgid, Duration::from_secs(10)).await);
+        assert!(!group_alive(pgid));
+    }
 
     #[test]
     fn exits_are_described_like_status_shows_them() {

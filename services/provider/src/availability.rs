@@ -95,7 +95,7 @@ fn is_executable(path: &Path) -> bool {
 /// Identifies the file a verdict was made on, so replacing the CLI (an
 /// upgrade, a new install) invalidates the cache at once.
 #[derive(Clone, Debug, PartialEq, Eq)]
-struct FileStamp {
+pub(crate) struct FileStamp {
     dev: u64,
     ino: u64,
     len: u64,
@@ -103,7 +103,7 @@ struct FileStamp {
 }
 
 impl FileStamp {
-    fn of(path: &Path) -> Option<FileStamp> {
+    pub(crate) fn of(path: &Path) -> Option<FileStamp> {
         let m = std::fs::metadata(path).ok()?;
         Some(FileStamp {
             dev: m.dev(),
@@ -146,7 +146,9 @@ impl Availability {
     pub async fn check(&self, spec: &ProviderSpec) -> Result<PathBuf, String> {
         let program = self.env.locate(spec)?;
         let stamp = FileStamp::of(&program);
-        let outcome = run_version(&program, spec.program, &self.env).await;
+        let outcome = run_version(&program, spec.program, &self.env)
+            .await
+            .map(drop);
         if let Some(stamp) = stamp {
             self.cache.lock().expect("cache lock").insert(
                 spec.code,
@@ -181,8 +183,13 @@ impl Availability {
 }
 
 /// Runs `<program> --version` in its own process group; the group is killed
-/// if it outlives the timeout, so a wedged CLI leaves nothing behind.
-async fn run_version(program: &Path, name: &str, env: &ProgramEnv) -> Result<(), String> {
+/// if it outlives the timeout, so a wedged CLI leaves nothing behind. `Ok`
+/// carries the end of what it printed on stdout (the version).
+pub(crate) async fn run_version(
+    program: &Path,
+    name: &str,
+    env: &ProgramEnv,
+) -> Result<String, String> {
     let mut cmd = Command::new(program);
     cmd.arg("--version")
         .stdin(Stdio::null())
@@ -222,9 +229,10 @@ async fn run_version(program: &Path, name: &str, env: &ProgramEnv) -> Result<(),
         }
     };
     if status.success() {
-        stdout.abort();
         stderr.abort();
-        return Ok(());
+        // A leftover grandchild may hold the pipe open; do not wait long for it.
+        let out = tokio::time::timeout(Duration::from_millis(500), stdout).await;
+        return Ok(out.ok().and_then(Result::ok).unwrap_or_default());
     }
     // A leftover grandchild may hold the pipes open; do not wait long for them.
     let grace = Duration::from_millis(500);

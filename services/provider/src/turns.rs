@@ -30,6 +30,9 @@ use crate::availability::ProgramEnv;
 use crate::catalog;
 use crate::error::ProviderError;
 
+mod appserver;
+pub use appserver::{AppServers, MAX_RUNNING, MIN_VERSION};
+
 /// How long a process group has between SIGTERM and SIGKILL.
 pub const GRACE: Duration = Duration::from_secs(2);
 
@@ -60,6 +63,8 @@ pub struct Turns {
     running: Arc<Mutex<HashMap<String, Running>>>,
     next_id: AtomicU64,
     records: Option<Records>,
+    /// Codex threads' app-servers (the processes outlive a turn).
+    codex: Arc<AppServers>,
 }
 
 /// Where turn records live: `<runtime dir>/turns/<pgid>`.
@@ -89,7 +94,22 @@ impl Turns {
             running: Arc::default(),
             next_id: AtomicU64::new(1),
             records: None,
+            codex: Arc::default(),
         }
+    }
+
+    /// Whether codex turns may use `codex app-server` (when the installed
+    /// codex has a usable one); `false` always runs `codex exec --json`.
+    pub fn with_codex_app_server(mut self, enabled: bool) -> Self {
+        Arc::get_mut(&mut self.codex)
+            .expect("set before any turn")
+            .enabled = enabled;
+        self
+    }
+
+    /// The codex app-servers (their count and pids, for tests and benchmarks).
+    pub fn codex_app_servers(&self) -> &AppServers {
+        &self.codex
     }
 
     /// Records each running turn's process group in `<runtime_dir>/turns/`
@@ -132,6 +152,7 @@ impl Turns {
         job.agent_env = agent_env;
         job.turn.mcp = mcp;
         job.records = self.records.clone();
+        job.codex = Arc::clone(&self.codex);
         let pgid = Arc::new(AtomicI32::new(0));
         job.pgid = Arc::clone(&pgid);
         let (tx, rx) = mpsc::channel(EVENT_BUFFER);
@@ -166,20 +187,26 @@ impl Turns {
     }
 
     /// Terminates the thread's running turn (SIGTERM to its group, SIGKILL
-    /// after the grace period) and waits until it has ended. Returns whether
-    /// there was one.
+    /// after the grace period; a codex app-server turn is interrupted) and
+    /// waits until it has ended, then stops the thread's codex app-server, if
+    /// any. Returns whether there was a turn. The app-server goes in every
+    /// case: a turn that has just finished may still be registered when an
+    /// ended thread's CancelTurn arrives, and its app-server must not outlive
+    /// the thread.
     pub async fn cancel(&self, session_id: &str) -> bool {
         let entry = lock(&self.running)
             .get(session_id)
             .map(|r| (Arc::clone(&r.stop), r.done.clone()));
-        match entry {
+        let had_turn = match entry {
             Some((stop, done)) => {
                 stop.send_replace(true);
                 wait_done(done).await;
                 true
             }
             None => false,
-        }
+        };
+        self.codex.release(session_id, self.grace).await;
+        had_turn
     }
 
     /// Whether a turn is registered for the thread.
@@ -195,6 +222,7 @@ impl Turns {
             .values()
             .map(|r| (Arc::clone(&r.stop), r.done.clone(), Arc::clone(&r.pgid)))
             .collect();
+        self.codex.stop_all(within).await;
         if turns.is_empty() {
             return;
         }
@@ -325,6 +353,7 @@ struct Job {
     records: Option<Records>,
     /// Where the turn publishes its process group for `Turns::stop_all`.
     pgid: Arc<AtomicI32>,
+    codex: Arc<AppServers>,
 }
 
 impl Job {
@@ -381,6 +410,7 @@ impl Job {
             grace,
             records: None,
             pgid: Arc::default(),
+            codex: Arc::default(),
         })
     }
 
@@ -399,6 +429,18 @@ impl Job {
         if self.turn.prompt.contains('\0') {
             let message = "prompt: contains a NUL byte".to_string();
             return refuse(&mut sink, Code::INVALID_INPUT, message).await;
+        }
+        if self.provider == Provider::Codex && self.codex.usable(&program, &self.programs).await {
+            let servers = Arc::clone(&self.codex);
+            match appserver::run_turn(&servers, &self, &program, &mut sink).await {
+                Ok(()) => return,
+                Err(appserver::Fallback(why)) => {
+                    tracing::warn!(session = %self.session_id, "codex app-server unusable, running codex exec: {why}");
+                }
+            }
+        }
+        if self.provider == Provider::Codex {
+            tracing::info!(session = %self.session_id, path = "exec", "codex turn");
         }
         let line = self.provider.command(&self.turn);
         if let Some(long) = line.args.iter().find(|a| a.len() >= MAX_ARG_BYTES) {
@@ -421,17 +463,9 @@ impl Job {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0);
-        if let Some(records) = &self.records {
-            cmd.env(env::RUNTIME_DIR, &records.runtime_dir);
-        }
-        cmd.envs(&self.tool_env)
-            .envs(&self.agent_env)
-            .envs(line.env.iter().map(|(k, v)| (k, v)))
-            .env("PATH", self.agent_path());
-        if self.provider == Provider::Claude && process::is_root() {
-            // Claude refuses --dangerously-skip-permissions as root otherwise.
-            cmd.env("IS_SANDBOX", "1");
-        }
+        self.agent_env_into(&mut cmd);
+        // The CLI's own variables (e.g. opencode's config); never PATH.
+        cmd.envs(line.env.iter().map(|(k, v)| (k, v)));
         // The agent gets SIGKILL when this service dies (kill -9 included).
         // Turns are spawned from tasks on the multi-thread runtime's worker
         // threads, which live as long as the runtime (the service uses no
@@ -514,6 +548,39 @@ impl Job {
             return;
         }
         let _ = run.sink.send(exited(status)).await;
+    }
+
+    /// The agent process's environment on top of the service's: the runtime
+    /// dir, the thread's tool variables, the provider's settings, PATH.
+    fn agent_env_into(&self, cmd: &mut Command) {
+        if let Some(records) = &self.records {
+            cmd.env(env::RUNTIME_DIR, &records.runtime_dir);
+        }
+        cmd.envs(&self.tool_env)
+            .envs(&self.agent_env)
+            .env("PATH", self.agent_path());
+        if self.provider == Provider::Claude && process::is_root() {
+            // Claude refuses --dangerously-skip-permissions as root otherwise.
+            cmd.env("IS_SANDBOX", "1");
+        }
+    }
+
+    /// What a long-lived agent process was started with: a turn with other
+    /// values needs a new one.
+    fn fingerprint(&self, program: &Path) -> String {
+        let sorted = |m: &HashMap<String, String>| {
+            let mut v: Vec<_> = m.iter().collect();
+            v.sort();
+            format!("{v:?}")
+        };
+        format!(
+            "{}\0{:?}\0{}\0{}\0{}",
+            program.display(),
+            self.turn.mcp,
+            self.turn.workspace.display(),
+            sorted(&self.tool_env),
+            sorted(&self.agent_env)
+        )
     }
 
     /// The service's PATH with the executable's folder (where `pedelec-cli`

@@ -641,10 +641,23 @@ impl Sessions {
     }
 
     /// Fails the thread's pending tool calls (and, when it ended, forgets its
-    /// tools). Its provider process needs no call: finishing the operation
-    /// makes its task drop the RunTurn stream, and ProviderService kills the
-    /// process group when its stream goes away.
+    /// tools). A running turn needs no call: finishing the operation makes its
+    /// task drop the RunTurn stream, and ProviderService kills the process
+    /// group when its stream goes away. An ended thread also releases what
+    /// the provider keeps between turns (codex's app-server): CancelTurn on a
+    /// thread with no running turn does that.
     async fn drop_tool_calls(&self, session_id: String, why: DropTools) {
+        if why == DropTools::Ended {
+            let mut provider = self.inner.provider.clone();
+            let released = provider.cancel_turn(pb::CancelTurnRequest {
+                session_id: session_id.clone(),
+            });
+            if let Ok(Err(status)) =
+                tokio::time::timeout(std::time::Duration::from_secs(5), released).await
+            {
+                tracing::warn!(session = %session_id, error = %status.message(), "could not release the provider");
+            }
+        }
         let mut tools = self.inner.tools.clone();
         let dropped = tools.drop(pb::DropToolsRequest {
             session_id: session_id.clone(),

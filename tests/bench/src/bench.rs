@@ -21,7 +21,7 @@ use crate::env::{BenchEnv, ORIGIN, PATIENCE, memory_kib, mono_ns, stop};
 use crate::host::{Host, Stamps, frame};
 use crate::report::{Row, Target, print_table, to_json};
 
-type Sessions = pb::session_service_client::SessionServiceClient<Channel>;
+pub(crate) type Sessions = pb::session_service_client::SessionServiceClient<Channel>;
 /// (process name, VmRSS KiB, PSS KiB if readable).
 type MemSample = (String, u64, Option<u64>);
 type Bridge = pb::tool_bridge_service_client::ToolBridgeServiceClient<Channel>;
@@ -105,6 +105,14 @@ pub async fn run(cfg: &Config) -> i32 {
         "agent",
         "pedelec-agent and the stub agent against the mock Ollama server",
         crate::agent::agent_phase(cfg),
+    )
+    .await;
+    phase(
+        cfg,
+        &mut rows,
+        "provider",
+        "the real pinned codex through its app-server against the mock model",
+        crate::provider::provider_phase(cfg),
     )
     .await;
     phase(

@@ -10,6 +10,7 @@ mod bench;
 mod env;
 mod helpers;
 mod host;
+mod provider;
 mod report;
 
 use std::path::PathBuf;

@@ -64,7 +64,7 @@ pub fn command(turn: &TurnSpec) -> CommandLine {
 /// milliseconds) instead of giving up on it after about a second.
 /// `tool_timeout_sec` lets a call last as long as a page tool may (the
 /// bridge's own 10-minute cap) instead of codex's shorter default.
-fn mcp_settings(cli: &std::path::Path) -> Vec<String> {
+pub(crate) fn mcp_settings(cli: &std::path::Path) -> Vec<String> {
     use super::{MCP_ARGS, MCP_ENV, MCP_SERVER};
     let json = |v: serde_json::Value| v.to_string();
     vec![

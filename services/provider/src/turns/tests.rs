@@ -25,7 +25,10 @@ struct Fixture {
 
 fn fixture() -> Fixture {
     let bin = Bin::new();
-    let turns = Turns::new(bin.env()).with_grace(Duration::from_millis(500));
+    // The stand-in codex scripts speak `codex exec --json`.
+    let turns = Turns::new(bin.env())
+        .with_grace(Duration::from_millis(500))
+        .with_codex_app_server(false);
     Fixture {
         bin,
         work: tempfile::tempdir().unwrap(),
@@ -677,4 +680,57 @@ async fn the_agent_dies_with_the_thread_that_spawned_it() {
         wait_dead(&pid).await,
         "the agent outlived its spawning thread"
     );
+}
+
+/// A codex new enough by its version whose app-server does not start: the
+/// turn runs `codex exec --json` at once, and later turns skip the attempt.
+#[tokio::test]
+async fn codex_without_a_usable_app_server_falls_back_to_exec() {
+    let bin = Bin::new();
+    let work = tempfile::tempdir().unwrap();
+    let tried = work.path().join("app-server-tried");
+    bin.script(
+        "codex",
+        &format!(
+            "case \"$1\" in\n--version) echo 'codex-cli 0.171.0';;\napp-server) echo x >> {tried}; echo \"error: unrecognized subcommand 'app-server'\" >&2; exit 2;;\n*) /bin/cat <<'EOF'\n{CODEX_LINES}\nEOF\nesac",
+            tried = tried.display()
+        ),
+    );
+    let turns = Turns::new(bin.env()).with_grace(Duration::from_millis(500));
+    let f = Fixture { bin, work, turns };
+    for _ in 0..2 {
+        let events = f.run(f.request("thr_1", "codex")).await;
+        assert!(
+            events.contains(&Out::Chat("MOCK_DONE: the command ran.".into())),
+            "{events:?}"
+        );
+        assert_eq!(events.last(), Some(&exited_code(0)));
+    }
+    assert_eq!(
+        std::fs::read_to_string(&tried).unwrap(),
+        "x\n",
+        "tried once"
+    );
+    assert_eq!(f.turns.codex_app_servers().running(), 0);
+}
+
+/// A codex older than the app-server protocol Pedelec speaks runs exec
+/// without trying its app-server.
+#[tokio::test]
+async fn an_older_codex_runs_exec() {
+    let bin = Bin::new();
+    let work = tempfile::tempdir().unwrap();
+    let tried = work.path().join("app-server-tried");
+    bin.script(
+        "codex",
+        &format!(
+            "case \"$1\" in\n--version) echo 'codex-cli 0.170.2';;\napp-server) touch {tried}; exit 2;;\n*) /bin/cat <<'EOF'\n{CODEX_LINES}\nEOF\nesac",
+            tried = tried.display()
+        ),
+    );
+    let turns = Turns::new(bin.env()).with_grace(Duration::from_millis(500));
+    let f = Fixture { bin, work, turns };
+    let events = f.run(f.request("thr_1", "codex")).await;
+    assert!(events.contains(&Out::Chat("MOCK_DONE: the command ran.".into())));
+    assert!(!tried.exists());
 }

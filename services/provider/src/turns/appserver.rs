@@ -1,0 +1,872 @@
+//! Codex turns through `codex app-server` (JSON-RPC, one JSON object per line
+//! on stdio; shared/recipes/codex-app-server.md has the verified facts).
+//!
+//! One app-server process per Pedelec thread while the thread is active: it
+//! starts with the thread's first turn, later turns reuse it (no start-up, the
+//! thread already loaded), and it stops when the thread idles
+//! ([`AppServers::idle`]), when a turn is cancelled (the interrupt leaves the
+//! turn's shell commands running, closing the app-server ends them), or when
+//! more than [`MAX_RUNNING`] would run (the least recently used idle one goes).
+//! A new process resumes the codex thread with `thread/resume`.
+//!
+//! Streaming: `item/agentMessage/delta` → chat_delta, a completed agentMessage
+//! item → chat, `thread/tokenUsage/updated` (the thread's total) → usage,
+//! `turn/completed` ends the turn (its error, codex's own text, fails it).
+//! Approval requests are answered at once per the thread's policy, full
+//! access as `codex exec --sandbox danger-full-access` runs, so none can hang
+//! a turn; requests Pedelec cannot answer get a JSON-RPC error.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use pedelec_common::process::{self, SIGKILL, SIGTERM, signal_group};
+use pedelec_common::{Code, env};
+use serde_json::{Value as Json, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::process::Command;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::Instant;
+
+use super::{Job, Out, Sink, Stop, error_event, lock, read_tail, record_turn};
+use crate::adapters::{LineSplitter, MAX_LINE, codex};
+use crate::availability::{FileStamp, ProgramEnv, run_version};
+
+/// The oldest codex whose app-server speaks the protocol this module was
+/// verified against (the pinned 0.171.0); older ones run `codex exec --json`.
+pub const MIN_VERSION: [u64; 3] = [0, 171, 0];
+
+/// At most this many app-servers run at once; an idle one is stopped to make
+/// room, and a turn beyond the bound with none idle runs anyway (a thread is
+/// never refused), so the bound is a target, not a hard cap.
+pub const MAX_RUNNING: usize = 8;
+
+/// How long an idle thread's app-server lives by default.
+pub const IDLE: Duration = Duration::from_secs(10 * 60);
+
+/// Spawn → `initialize` answered. The npm wrapper answers in ~100 ms; this
+/// allows for a cold disk and a loaded machine.
+const INIT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long a thread/start, thread/resume or turn/start answer may take.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Lines of stdout waiting for the turn; the reader then waits, which holds
+/// the app-server back instead of growing memory.
+const NOTE_BUFFER: usize = 256;
+
+/// The running app-servers, by Pedelec thread, and which codex installs have one.
+pub struct AppServers {
+    procs: Mutex<HashMap<String, Arc<Proc>>>,
+    /// Per program file: whether its app-server is used.
+    support: Mutex<HashMap<PathBuf, (Option<FileStamp>, bool)>>,
+    pub idle: Duration,
+    pub max_running: usize,
+    /// `false`: codex turns always run `codex exec --json`.
+    pub enabled: bool,
+}
+
+impl Default for AppServers {
+    fn default() -> Self {
+        let idle = std::env::var(env::CODEX_IDLE_MS)
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .map(Duration::from_millis)
+            .unwrap_or(IDLE);
+        AppServers {
+            procs: Mutex::default(),
+            support: Mutex::default(),
+            idle,
+            max_running: MAX_RUNNING,
+            enabled: true,
+        }
+    }
+}
+
+/// Why a turn could not use the app-server; the caller runs `codex exec`.
+#[derive(Debug)]
+pub struct Fallback(pub String);
+
+impl AppServers {
+    /// Whether turns of `program` go through its app-server: not when
+    /// `PEDELEC_CODEX_APP_SERVER=0`, nor when `--version` names a codex older
+    /// than [`MIN_VERSION`] or none, nor after its app-server failed to start.
+    pub async fn usable(&self, program: &Path, programs: &ProgramEnv) -> bool {
+        if !self.enabled || std::env::var(env::CODEX_APP_SERVER).is_ok_and(|v| v == "0") {
+            return false;
+        }
+        let stamp = FileStamp::of(program);
+        if let Some((seen, ok)) = lock(&self.support).get(program)
+            && *seen == stamp
+        {
+            return *ok;
+        }
+        let ok = match run_version(program, codex::PROGRAM, programs).await {
+            Ok(out) => parse_version(&out).is_some_and(|v| v >= MIN_VERSION),
+            Err(_) => false,
+        };
+        tracing::info!(program = %program.display(), app_server = ok, "codex transport chosen");
+        lock(&self.support).insert(program.to_path_buf(), (stamp, ok));
+        ok
+    }
+
+    fn mark_unusable(&self, program: &Path) {
+        lock(&self.support).insert(program.to_path_buf(), (FileStamp::of(program), false));
+    }
+
+    /// Number of app-servers running now.
+    pub fn running(&self) -> usize {
+        lock(&self.procs).len()
+    }
+
+    /// The pid (= process group) of the thread's app-server, if one runs.
+    pub fn pid_of(&self, session_id: &str) -> Option<i32> {
+        lock(&self.procs).get(session_id).map(|p| p.pid)
+    }
+
+    /// Stops the thread's app-server, if any. Returns whether one ran.
+    pub async fn release(&self, session_id: &str, grace: Duration) -> bool {
+        let proc = lock(&self.procs).remove(session_id);
+        match proc {
+            Some(p) => {
+                p.stop(grace).await;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Service shutdown: every app-server goes.
+    pub async fn stop_all(&self, grace: Duration) {
+        let all: Vec<_> = lock(&self.procs).drain().map(|(_, p)| p).collect();
+        for p in all {
+            p.stop(grace).await;
+        }
+    }
+
+    /// The thread's app-server with `fingerprint`, started if needed.
+    async fn acquire(
+        self: &Arc<Self>,
+        job: &Job,
+        program: &Path,
+        fingerprint: &str,
+    ) -> Result<Arc<Proc>, Fallback> {
+        let existing = lock(&self.procs).remove(&job.session_id);
+        if let Some(p) = existing {
+            if p.fingerprint == fingerprint && p.is_alive() {
+                lock(&self.procs).insert(job.session_id.clone(), Arc::clone(&p));
+                return Ok(p);
+            }
+            // The workspace, tool environment or program changed (or it died).
+            p.stop(job.grace).await;
+        }
+        self.make_room(job.grace).await;
+        let proc = match Proc::spawn(job, program, fingerprint).await {
+            Ok(p) => Arc::new(p),
+            Err(SpawnError::NoAppServer(why)) => {
+                self.mark_unusable(program);
+                return Err(Fallback(why));
+            }
+            Err(SpawnError::Other(why)) => return Err(Fallback(why)),
+        };
+        lock(&self.procs).insert(job.session_id.clone(), Arc::clone(&proc));
+        Ok(proc)
+    }
+
+    /// Stops the least recently used idle app-servers beyond the bound.
+    async fn make_room(&self, grace: Duration) {
+        loop {
+            let victim = {
+                let mut procs = lock(&self.procs);
+                if procs.len() < self.max_running {
+                    return;
+                }
+                let oldest = procs
+                    .iter()
+                    .filter(|(_, p)| p.idle_since().is_some())
+                    .min_by_key(|(_, p)| p.idle_since())
+                    .map(|(k, _)| k.clone());
+                match oldest {
+                    Some(k) => procs.remove(&k),
+                    None => return,
+                }
+            };
+            if let Some(p) = victim {
+                tracing::info!(
+                    pid = p.pid,
+                    "stopping an idle codex app-server to stay within the bound"
+                );
+                p.stop(grace).await;
+            }
+        }
+    }
+
+    /// After a turn: stop the thread's app-server if it stays idle.
+    fn arm_idle_stop(self: &Arc<Self>, session_id: String, proc: &Arc<Proc>, grace: Duration) {
+        let servers = Arc::clone(self);
+        let mine = Arc::downgrade(proc);
+        let idle = self.idle;
+        let stamp = proc.touch();
+        tokio::spawn(async move {
+            tokio::time::sleep(idle).await;
+            let Some(p) = mine.upgrade() else { return };
+            let still_idle = p.idle_since() == Some(stamp);
+            drop(p);
+            if !still_idle {
+                return;
+            }
+            let stale = {
+                let mut procs = lock(&servers.procs);
+                match procs.get(&session_id) {
+                    Some(p) if p.idle_since() == Some(stamp) => procs.remove(&session_id),
+                    _ => None,
+                }
+            };
+            if let Some(p) = stale {
+                tracing::info!(session = %session_id, pid = p.pid, "stopping an idle codex app-server");
+                p.stop(grace).await;
+            }
+        });
+    }
+}
+
+/// "codex-cli 0.171.0" → [0, 171, 0].
+pub fn parse_version(out: &str) -> Option<[u64; 3]> {
+    let word = out.split_whitespace().find(|w| w.contains('.'))?;
+    let mut parts = word.split(['.', '-', '+']).map(|p| p.parse::<u64>().ok());
+    Some([parts.next()??, parts.next()??, parts.next()??])
+}
+
+enum SpawnError {
+    /// The program has no app-server we can speak to (it exited or refused).
+    NoAppServer(String),
+    /// It could not start this time (timeout, spawn error).
+    Other(String),
+}
+
+/// What the reader hands to the rest: responses to our requests and the
+/// notifications of the running turn.
+#[derive(Default)]
+struct Shared {
+    pending: Mutex<HashMap<u64, oneshot::Sender<Result<Json, String>>>>,
+    /// The running turn's notifications; none between turns.
+    listener: Mutex<Option<mpsc::Sender<Json>>>,
+}
+
+/// One running `codex app-server`.
+pub(super) struct Proc {
+    pub pid: i32,
+    fingerprint: String,
+    writer: Mutex<Option<mpsc::UnboundedSender<String>>>,
+    shared: Arc<Shared>,
+    next_id: AtomicU64,
+    /// Codex thread ids loaded into this process (thread/start or thread/resume done).
+    threads: Mutex<Vec<String>>,
+    /// `None` while a turn runs; else since when it is idle.
+    idle: Mutex<Option<Instant>>,
+    exit: watch::Receiver<Option<ExitStatus>>,
+    stderr: Arc<Mutex<String>>,
+    record: Option<PathBuf>,
+    stopped: std::sync::atomic::AtomicBool,
+}
+
+impl Proc {
+    async fn spawn(job: &Job, program: &Path, fingerprint: &str) -> Result<Proc, SpawnError> {
+        let mut cmd = Command::new(program);
+        cmd.arg("app-server");
+        if let Some(cli) = &job.turn.mcp {
+            // The same MCP registration an exec turn gets, for the process.
+            for setting in codex::mcp_settings(cli) {
+                cmd.arg("-c").arg(setting);
+            }
+        }
+        cmd.current_dir(&job.turn.workspace)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        job.agent_env_into(&mut cmd);
+        process::die_with_parent(cmd.as_std_mut(), SIGKILL);
+        let mut child = process::spawn(&mut cmd).await.map_err(|e| {
+            SpawnError::Other(format!(
+                "could not start codex app-server in {}: {e}",
+                job.turn.workspace.display()
+            ))
+        })?;
+        let pid = child.id().expect("a just-spawned child has a pid") as i32;
+        let record = job.records.as_ref().and_then(|r| record_turn(&r.dir, pid));
+        let mut stdin = child.stdin.take().expect("piped stdin");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let stderr_pipe = child.stderr.take();
+        let stderr = Arc::new(Mutex::new(String::new()));
+        {
+            let stderr = Arc::clone(&stderr);
+            tokio::spawn(async move {
+                let tail = read_tail(stderr_pipe).await;
+                *lock(&stderr) = tail;
+            });
+        }
+        let (exit_tx, exit) = watch::channel(None);
+        tokio::spawn(async move {
+            let status = child
+                .wait()
+                .await
+                .unwrap_or_else(|_| process::failed_status());
+            exit_tx.send_replace(Some(status));
+        });
+        let (writer, mut lines) = mpsc::unbounded_channel::<String>();
+        tokio::spawn(async move {
+            while let Some(line) = lines.recv().await {
+                if stdin.write_all(line.as_bytes()).await.is_err() {
+                    break;
+                }
+            }
+            // Dropping stdin closes it: the app-server exits (and ends its commands).
+        });
+        let shared = Arc::new(Shared::default());
+        let proc = Proc {
+            pid,
+            fingerprint: fingerprint.to_string(),
+            writer: Mutex::new(Some(writer.clone())),
+            shared: Arc::clone(&shared),
+            next_id: AtomicU64::new(1),
+            threads: Mutex::default(),
+            idle: Mutex::new(None),
+            exit,
+            stderr,
+            record,
+            stopped: Default::default(),
+        };
+        // Weak: stopping drops the one strong sender, which must close stdin.
+        tokio::spawn(read_loop(stdout, shared, writer.downgrade()));
+        let init = proc.request(
+            "initialize",
+            json!({
+                "clientInfo": {"name": "pedelec", "title": "Pedelec", "version": env!("CARGO_PKG_VERSION")},
+                "capabilities": {
+                    "experimentalApi": true,
+                    "optOutNotificationMethods": [
+                        "account/rateLimits/updated", "configWarning", "remoteControl/status/changed"
+                    ]
+                }
+            }),
+        );
+        match tokio::time::timeout(INIT_TIMEOUT, init).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                proc.stop(job.grace).await;
+                return Err(SpawnError::NoAppServer(format!(
+                    "codex app-server did not initialize: {e}{}",
+                    proc.stderr_line()
+                )));
+            }
+            Err(_) => {
+                proc.stop(job.grace).await;
+                return Err(SpawnError::Other(format!(
+                    "codex app-server did not answer initialize within {INIT_TIMEOUT:?}"
+                )));
+            }
+        }
+        proc.notify("initialized", json!({}));
+        Ok(proc)
+    }
+
+    fn is_alive(&self) -> bool {
+        self.exit.borrow().is_none() && !self.stopped.load(Ordering::Acquire)
+    }
+
+    fn idle_since(&self) -> Option<Instant> {
+        *lock(&self.idle)
+    }
+
+    /// Marks the process idle from now; returns the stamp.
+    fn touch(&self) -> Instant {
+        let now = Instant::now();
+        *lock(&self.idle) = Some(now);
+        now
+    }
+
+    fn stderr_line(&self) -> String {
+        let tail = lock(&self.stderr).clone();
+        match tail.lines().rev().map(str::trim).find(|l| !l.is_empty()) {
+            Some(l) => format!(" (stderr: {l})"),
+            None => String::new(),
+        }
+    }
+
+    fn send(&self, message: &Json) -> bool {
+        let mut line = message.to_string();
+        line.push('\n');
+        lock(&self.writer)
+            .as_ref()
+            .is_some_and(|w| w.send(line).is_ok())
+    }
+
+    fn notify(&self, method: &str, params: Json) {
+        self.send(&json!({"method": method, "params": params}));
+    }
+
+    /// Sends a request; resolves with its result or error message. Fails when
+    /// the process goes away first.
+    async fn request(&self, method: &str, params: Json) -> Result<Json, String> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        lock(&self.shared.pending).insert(id, tx);
+        if !self.send(&json!({"id": id, "method": method, "params": params})) {
+            lock(&self.shared.pending).remove(&id);
+            return Err("the app-server is not running".into());
+        }
+        rx.await
+            .unwrap_or_else(|_| Err("the app-server exited".into()))
+    }
+
+    async fn wait_exit(&self) -> ExitStatus {
+        let mut exit = self.exit.clone();
+        match exit.wait_for(Option::is_some).await {
+            Ok(s) => s.expect("waited for Some"),
+            Err(_) => process::failed_status(),
+        }
+    }
+
+    /// Closes stdin (the app-server exits and ends its commands), then
+    /// SIGTERM, then SIGKILL, and finally whatever is left of its group.
+    async fn stop(&self, grace: Duration) {
+        if self.stopped.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        lock(&self.writer).take();
+        if tokio::time::timeout(grace, self.wait_exit()).await.is_err() {
+            signal_group(self.pid, SIGTERM);
+            if tokio::time::timeout(grace, self.wait_exit()).await.is_err() {
+                signal_group(self.pid, SIGKILL);
+                self.wait_exit().await;
+            }
+        }
+        // Commands it started in its group and left behind. codex holds a
+        // thread's writer lock until its process is gone, so the next
+        // app-server of this thread may start only after the whole group has.
+        signal_group(self.pid, SIGKILL);
+        if !process::wait_group_gone(self.pid, grace).await {
+            tracing::warn!(
+                pid = self.pid,
+                "codex app-server's process group outlived SIGKILL"
+            );
+        }
+        tracing::info!(pid = self.pid, "codex app-server stopped");
+        if let Some(r) = &self.record {
+            let _ = std::fs::remove_file(r);
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if !self.stopped.load(Ordering::Acquire) {
+            signal_group(self.pid, SIGKILL);
+            if let Some(r) = &self.record {
+                let _ = std::fs::remove_file(r);
+            }
+        }
+    }
+}
+
+/// Reads the app-server's stdout: responses resolve requests, server
+/// requests are answered, notifications go to the running turn.
+async fn read_loop(
+    stdout: tokio::process::ChildStdout,
+    shared: Arc<Shared>,
+    writer: mpsc::WeakUnboundedSender<String>,
+) {
+    let mut stdout = stdout;
+    let mut splitter = LineSplitter::new();
+    let mut chunk = vec![0u8; 64 * 1024];
+    let mut queue = std::collections::VecDeque::new();
+    loop {
+        let Some(line) = queue.pop_front() else {
+            match stdout.read(&mut chunk).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => queue.extend(splitter.push(&chunk[..n])),
+            }
+            continue;
+        };
+        let Ok(line) = line else {
+            // An over-long line (an echo of a huge tool output).
+            tracing::warn!(
+                "codex app-server printed a line over {MAX_LINE} bytes; it was discarded"
+            );
+            continue;
+        };
+        let Ok(msg) = serde_json::from_str::<Json>(&line) else {
+            continue;
+        };
+        let method = msg.get("method").and_then(Json::as_str);
+        let id = msg.get("id").filter(|i| !i.is_null());
+        match (method, id) {
+            (None, Some(id)) => {
+                let Some(id) = id.as_u64() else { continue };
+                let Some(tx) = lock(&shared.pending).remove(&id) else {
+                    continue;
+                };
+                let answer = match msg.get("error") {
+                    Some(e) => Err(e
+                        .get("message")
+                        .and_then(Json::as_str)
+                        .unwrap_or("error")
+                        .to_string()),
+                    None => Ok(msg.get("result").cloned().unwrap_or(Json::Null)),
+                };
+                let _ = tx.send(answer);
+            }
+            (Some(method), Some(id)) => {
+                let reply = answer_server_request(method, msg.get("params"), id);
+                let mut line = reply.to_string();
+                line.push('\n');
+                if let Some(w) = writer.upgrade() {
+                    let _ = w.send(line);
+                }
+            }
+            (Some(_), None) => {
+                let listener = lock(&shared.listener).clone();
+                if let Some(l) = listener {
+                    let _ = l.send(msg).await;
+                }
+            }
+            (None, None) => {}
+        }
+    }
+    // EOF: the process is gone; its requests and its turn learn it now.
+    lock(&shared.pending).clear();
+    lock(&shared.listener).take();
+}
+
+/// Answers a request from the app-server per the thread's policy (full
+/// access): approvals are granted; what needs a person at a terminal is
+/// refused with an error, which codex reports to the model, so nothing hangs.
+fn answer_server_request(method: &str, params: Option<&Json>, id: &Json) -> Json {
+    let result = match method {
+        "item/commandExecution/requestApproval" | "item/fileChange/requestApproval" => {
+            json!({"decision": "accept"})
+        }
+        "execCommandApproval" | "applyPatchApproval" => json!({"decision": "approved"}),
+        "item/permissions/requestApproval" => json!({
+            "permissions": params.and_then(|p| p.get("permissions")).cloned().unwrap_or(json!({})),
+            "scope": "turn"
+        }),
+        "mcpServer/elicitation/request" => json!({"action": "accept", "content": null}),
+        other => {
+            tracing::debug!(method = other, "codex app-server request refused");
+            return json!({
+                "id": id,
+                "error": {"code": -32601, "message": format!("Pedelec does not answer {other}")}
+            });
+        }
+    };
+    json!({"id": id, "result": result})
+}
+
+/// A turn's end as seen by [`run_turn`].
+enum End {
+    /// turn/completed arrived (any status; a failure was reported already).
+    Completed,
+    /// The app-server exited during the turn.
+    Died,
+}
+
+/// Runs one codex turn through the thread's app-server. `Err(Fallback)` when
+/// none could be started and nothing was sent yet: the caller runs `codex exec`.
+pub(super) async fn run_turn(
+    servers: &Arc<AppServers>,
+    job: &Job,
+    program: &Path,
+    sink: &mut Sink,
+) -> Result<(), Fallback> {
+    let fingerprint = job.fingerprint(program);
+    let proc = servers.acquire(job, program, &fingerprint).await?;
+    *lock(&proc.idle) = None;
+    job.pgid.store(proc.pid, Ordering::Release);
+    tracing::info!(session = %job.session_id, pid = proc.pid, path = "app-server", "codex turn");
+    let (tx, mut notes) = mpsc::channel(NOTE_BUFFER);
+    *lock(&proc.shared.listener) = Some(tx);
+
+    let outcome = drive(&proc, job, sink, &mut notes).await;
+    lock(&proc.shared.listener).take();
+    match outcome {
+        Ok(End::Completed) => {
+            let _ = sink.send(Out::Exited(pb_exited(Some(0)))).await;
+            servers.arm_idle_stop(job.session_id.clone(), &proc, job.grace);
+        }
+        Ok(End::Died) => {
+            lock(&servers.procs).remove(&job.session_id);
+            let status = proc.wait_exit().await;
+            let message = format!(
+                "codex app-server {}{}",
+                process::ended(status),
+                proc.stderr_line()
+            );
+            if sink
+                .send(error_event(Code::PROVIDER_FAILED, message, None))
+                .await
+                .is_ok()
+            {
+                let _ = sink.send(super::exited(status)).await;
+            }
+            proc.stop(job.grace).await;
+        }
+        Err((stop, turn_id)) => {
+            // Cancelled or the reader went away: interrupt, so codex records the
+            // turn as aborted, then stop the process: an interrupt leaves the
+            // turn's shell commands running, closing the app-server ends them.
+            lock(&servers.procs).remove(&job.session_id);
+            if let Some(turn_id) = turn_id {
+                let thread_id = lock(&proc.threads).last().cloned().unwrap_or_default();
+                let interrupt = proc.request(
+                    "turn/interrupt",
+                    json!({"threadId": thread_id, "turnId": turn_id}),
+                );
+                let _ = tokio::time::timeout(job.grace, interrupt).await;
+            }
+            proc.stop(job.grace).await;
+            tracing::debug!(session = %job.session_id, ?stop, "codex app-server turn stopped");
+            if stop == Stop::Cancelled {
+                sink.send_final(Out::Exited(pb_exited(None))).await;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn pb_exited(code: Option<i32>) -> pedelec_proto::v1::TurnExited {
+    pedelec_proto::v1::TurnExited { code, signal: None }
+}
+
+/// Loads the thread, starts the turn and forwards its notifications until it
+/// completes. `Err` carries why it stopped early and the turn id, if started.
+async fn drive(
+    proc: &Proc,
+    job: &Job,
+    sink: &mut Sink,
+    notes: &mut mpsc::Receiver<Json>,
+) -> Result<End, (Stop, Option<String>)> {
+    let early = |stop| (stop, None);
+    sink.send(Out::Started(pedelec_proto::v1::TurnStarted {
+        pid: proc.pid as u32,
+    }))
+    .await
+    .map_err(early)?;
+    let thread_id = match load_thread(proc, job, sink).await? {
+        Some(id) => id,
+        None => return Ok(End::Completed),
+    };
+    let mut params = json!({
+        "threadId": thread_id,
+        "input": [{"type": "text", "text": job.turn.prompt, "text_elements": []}],
+    });
+    if let Some(model) = &job.turn.model {
+        params["model"] = json!(model);
+    }
+    if let Some(effort) = &job.turn.effort {
+        params["effort"] = json!(effort);
+    }
+    let started = tokio::select! {
+        r = tokio::time::timeout(REQUEST_TIMEOUT, proc.request("turn/start", params)) => r,
+        stop = sink.stopped() => return Err((stop, None)),
+    };
+    let turn_id = match started {
+        Ok(Ok(r)) => r
+            .pointer("/turn/id")
+            .and_then(Json::as_str)
+            .unwrap_or_default()
+            .to_string(),
+        Ok(Err(message)) => {
+            if !proc.is_alive() || proc.exit.borrow().is_some() {
+                return Ok(End::Died);
+            }
+            fail(sink, message).await.map_err(early)?;
+            return Ok(End::Completed);
+        }
+        Err(_) => {
+            let message = format!("codex did not start the turn within {REQUEST_TIMEOUT:?}");
+            fail(sink, message).await.map_err(early)?;
+            return Ok(End::Completed);
+        }
+    };
+    let with_turn = |stop| (stop, Some(turn_id.clone()));
+    // A non-retried `error` notification, held for turn/completed.
+    let mut held_error: Option<String> = None;
+    loop {
+        let note = tokio::select! {
+            note = notes.recv() => note,
+            stop = sink.stopped() => return Err(with_turn(stop)),
+        };
+        let Some(note) = note else {
+            return Ok(End::Died);
+        };
+        let params = note.get("params").unwrap_or(&Json::Null);
+        let out = match note
+            .get("method")
+            .and_then(Json::as_str)
+            .unwrap_or_default()
+        {
+            "item/agentMessage/delta" => params
+                .get("delta")
+                .and_then(Json::as_str)
+                .filter(|d| !d.is_empty())
+                .map(|d| Out::ChatDelta(d.to_string())),
+            "item/completed" => {
+                let item = params.get("item").unwrap_or(&Json::Null);
+                (item.get("type").and_then(Json::as_str) == Some("agentMessage"))
+                    .then(|| item.get("text").and_then(Json::as_str))
+                    .flatten()
+                    .filter(|t| !t.is_empty())
+                    .map(|t| Out::Chat(t.to_string()))
+            }
+            "thread/tokenUsage/updated" => {
+                // The thread's running total, like exec's turn.completed.usage.
+                params.pointer("/tokenUsage/total").map(|t| {
+                    let n = |k: &str| t.get(k).and_then(Json::as_u64).unwrap_or(0);
+                    let (input, output) = (n("inputTokens"), n("outputTokens"));
+                    Out::Usage(pedelec_proto::v1::Usage {
+                        total_tokens: input.saturating_add(output),
+                        input_tokens: input,
+                        output_tokens: output,
+                        cumulative: true,
+                    })
+                })
+            }
+            "error" => {
+                if params.get("willRetry").and_then(Json::as_bool) != Some(true)
+                    && let Some(m) = params.pointer("/error/message").and_then(Json::as_str)
+                {
+                    held_error.get_or_insert_with(|| m.to_string());
+                }
+                None
+            }
+            "turn/completed" => {
+                let turn = params.get("turn").unwrap_or(&Json::Null);
+                if turn
+                    .get("id")
+                    .and_then(Json::as_str)
+                    .is_some_and(|id| id != turn_id)
+                {
+                    continue; // a stale turn's end
+                }
+                if turn.get("status").and_then(Json::as_str) == Some("failed") {
+                    let message = turn
+                        .pointer("/error/message")
+                        .and_then(Json::as_str)
+                        .map(str::to_string)
+                        .or(held_error.take())
+                        .unwrap_or_else(|| "codex turn failed".to_string());
+                    fail(sink, message).await.map_err(with_turn)?;
+                }
+                return Ok(End::Completed);
+            }
+            _ => None,
+        };
+        if let Some(out) = out {
+            sink.send(out).await.map_err(with_turn)?;
+        }
+    }
+}
+
+/// thread/start, or thread/resume of the provider session, unless this
+/// process has the thread loaded. `Ok(None)`: it failed and was reported.
+async fn load_thread(
+    proc: &Proc,
+    job: &Job,
+    sink: &mut Sink,
+) -> Result<Option<String>, (Stop, Option<String>)> {
+    if let Some(id) = lock(&proc.threads).last().cloned() {
+        return Ok(Some(id));
+    }
+    // Full access without prompts: what `codex exec --sandbox danger-full-access` runs.
+    let mut params = json!({
+        "cwd": job.turn.workspace,
+        "approvalPolicy": "never",
+        "sandbox": "danger-full-access",
+    });
+    let method = match &job.turn.resume_id {
+        Some(id) => {
+            params["threadId"] = json!(id);
+            params["excludeTurns"] = json!(true);
+            "thread/resume"
+        }
+        None => {
+            if let Some(model) = &job.turn.model {
+                params["model"] = json!(model);
+            }
+            "thread/start"
+        }
+    };
+    let answer = tokio::select! {
+        r = tokio::time::timeout(REQUEST_TIMEOUT, proc.request(method, params)) => r,
+        stop = sink.stopped() => return Err((stop, None)),
+    };
+    let message = match answer {
+        Ok(Ok(r)) => match r.pointer("/thread/id").and_then(Json::as_str) {
+            Some(id) => {
+                lock(&proc.threads).push(id.to_string());
+                sink.send(Out::ProviderSessionId(
+                    pedelec_proto::v1::ProviderSessionId { id: id.to_string() },
+                ))
+                .await
+                .map_err(|s| (s, None))?;
+                return Ok(Some(id.to_string()));
+            }
+            None => format!("codex {method} answered without a thread id"),
+        },
+        Ok(Err(m)) => m,
+        Err(_) => format!("codex did not answer {method} within {REQUEST_TIMEOUT:?}"),
+    };
+    fail(sink, message).await.map_err(|s| (s, None))?;
+    Ok(None)
+}
+
+/// Reports the turn's failure with codex's own text (its JSON body as details).
+async fn fail(sink: &mut Sink, message: String) -> Result<(), Stop> {
+    let details = serde_json::from_str::<Json>(&message)
+        .ok()
+        .filter(Json::is_object)
+        .as_ref()
+        .map(pedelec_common::json::to_value);
+    sink.send(Out::Error(pedelec_proto::v1::PedelecError {
+        code: Code::PROVIDER_FAILED.to_string(),
+        message,
+        details,
+        source: pedelec_proto::v1::ErrorSource::Provider as i32,
+        ..Default::default()
+    }))
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_parse_and_compare() {
+        assert_eq!(parse_version("codex-cli 0.171.0\n"), Some([0, 171, 0]));
+        assert_eq!(parse_version("codex-cli 0.0.0-stub"), Some([0, 0, 0]));
+        assert_eq!(parse_version("codex-cli 1.2.3-alpha.4"), Some([1, 2, 3]));
+        assert_eq!(parse_version("{\"type\":\"thread.started\"}"), None);
+        assert!(parse_version("codex-cli 0.170.9").unwrap() < MIN_VERSION);
+        assert!(parse_version("codex-cli 0.172.0").unwrap() >= MIN_VERSION);
+    }
+
+    #[test]
+    fn approvals_are_granted_and_other_requests_refused() {
+        let id = json!(0);
+        let a = answer_server_request("item/commandExecution/requestApproval", None, &id);
+        assert_eq!(a, json!({"id": 0, "result": {"decision": "accept"}}));
+        let a = answer_server_request("execCommandApproval", None, &id);
+        assert_eq!(a["result"]["decision"], "approved");
+        let p = json!({"permissions": {"network": {"enabled": true}}});
+        let a = answer_server_request("item/permissions/requestApproval", Some(&p), &id);
+        assert_eq!(a["result"]["permissions"], p["permissions"]);
+        let a = answer_server_request("item/tool/requestUserInput", None, &id);
+        assert_eq!(a["error"]["code"], -32601);
+    }
+}
