@@ -100,6 +100,7 @@ function renderProviders(form: SettingsForm): HTMLElement {
   const rows: Array<{ code: ProviderCode; name: string; info: ProviderInfo | null }> = providers.map((p) => ({ code: p.code, name: p.name, info: p }));
   // A provider the settings name but the service did not list (should not happen; shown, not dropped).
   for (const code of Object.keys(form.profiles) as ProviderCode[]) if (!known.has(code)) rows.push({ code, name: code, info: null });
+  const cards = el("div", undefined, { class: "cards" });
   for (const { code, name, info } of rows) {
     const card = el("div", undefined, { class: "provider", "data-provider": code });
     const head = el("div", undefined, { class: "provider-head" });
@@ -135,8 +136,9 @@ function renderProviders(form: SettingsForm): HTMLElement {
     box.checked = form.shellToolsOnly.includes(code);
     shell.append(box, " Page tools only through pedelec-cli shell commands (no MCP)");
     card.append(shell);
-    section.append(card);
+    cards.append(card);
   }
+  section.append(cards);
   return section;
 }
 
