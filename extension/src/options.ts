@@ -122,8 +122,10 @@ function renderProviders(form: SettingsForm): HTMLElement {
     for (const level of EFFORT_LEVELS) {
       const row = el("tr", undefined, { "data-level": level });
       const values = profile?.[level] ?? { model: "", effort: "" };
-      const model = input({ type: "text", "data-field": "model", placeholder: level === "default" ? "the CLI's default model" : "as default" }, values.model);
-      const effort = input({ type: "text", "data-field": "effort", placeholder: "none" }, values.effort);
+      // What an empty field means (ProviderService, docs/decisions.md): the CLI's own model; no
+      // effort at the default level, the level's name at the others (no fallback to "default").
+      const model = input({ type: "text", "data-field": "model", placeholder: "the CLI's default model" }, values.model);
+      const effort = input({ type: "text", "data-field": "effort", placeholder: level === "default" ? "none" : level }, values.effort);
       const cells = [el("td", level), el("td"), el("td")];
       cells[1]!.append(model);
       cells[2]!.append(effort);

@@ -313,7 +313,10 @@ pub fn settings_update_request(update: SettingsUpdate) -> Option<pb::UpdateSetti
         settings.shell_tools_only = codes;
         paths.push("shell_tools_only".to_string());
     }
-    (!paths.is_empty()).then(|| pb::UpdateSettingsRequest {
+    if paths.is_empty() {
+        return None;
+    }
+    Some(pb::UpdateSettingsRequest {
         settings: Some(settings),
         update_mask: Some(FieldMask { paths }),
     })
