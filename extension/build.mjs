@@ -1,4 +1,4 @@
-// Bundles the worker, the content script and the popup (each one file, no
+// Bundles the worker, the content script, the popup and the options page (each one file, no
 // imports at run time) into dist/, the unpacked extension Chrome loads.
 import { build } from "esbuild";
 import { cpSync, mkdirSync, rmSync } from "node:fs";
@@ -10,7 +10,7 @@ const out = join(root, "dist");
 rmSync(out, { recursive: true, force: true });
 mkdirSync(out, { recursive: true });
 await build({
-  entryPoints: { worker: "src/worker.ts", content: "src/content.ts", popup: "src/popup.ts", transfer: "src/transfer.ts" },
+  entryPoints: { worker: "src/worker.ts", content: "src/content.ts", popup: "src/popup.ts", options: "src/options.ts", transfer: "src/transfer.ts" },
   absWorkingDir: root,
   outdir: out,
   bundle: true,

@@ -7,6 +7,7 @@ import { NativeError, NativeLink } from "./native-link.js";
 import {
   APPROVAL_TIMEOUT_MS,
   APPROVED_ORIGINS_KEY,
+  OPTIONS_PORT_NAME,
   POPUP_PORT_NAME,
   TRANSFER_PORT_NAME,
   type TransferCheck,
@@ -17,8 +18,10 @@ import {
   type BridgeCalls,
   type BridgeError,
   type BridgeMethod,
+  type OptionsToWorker,
   type PopupState,
   type PopupToWorker,
+  type WorkerToOptions,
   type WorkerToPage,
   type WorkerToPopup,
 } from "../../sdk/src/protocol/bridge.js";
@@ -126,6 +129,7 @@ export class Hub {
     if (port.name === SDK_PORT_NAME) return this.#addRoute(port);
     if (port.name === POPUP_PORT_NAME && this.#isOwnPage(port)) return this.#addPopup(port);
     if (port.name === TRANSFER_PORT_NAME && this.#isOwnPage(port)) return this.#addTransferFrame(port);
+    if (port.name === OPTIONS_PORT_NAME && this.#isOwnPage(port)) return this.#addOptionsPage(port);
     port.disconnect();
   }
 
@@ -652,6 +656,50 @@ export class Hub {
 
   async #saveApproved(): Promise<void> {
     await this.#api.storage.local.set({ [APPROVED_ORIGINS_KEY]: [...this.#approved].sort() });
+  }
+
+  // ---- options page (settings) ----
+
+  #addOptionsPage(port: Port): void {
+    port.onMessage.addListener((message) => void this.#onOptionsMessage(port, message));
+  }
+
+  /** The origin of the extension's own pages, the one the host accepts for settings. */
+  #ownOrigin(): string {
+    return this.#api.runtime.getURL("").replace(/\/$/, "");
+  }
+
+  async #onOptionsMessage(port: Port, message: unknown): Promise<void> {
+    const m = message as OptionsToWorker;
+    if (m?.kind !== "request" || typeof m.requestId !== "number") return;
+    const origin = this.#ownOrigin();
+    let reply: WorkerToOptions;
+    try {
+      let result: unknown;
+      switch (m.method) {
+        case "list_providers":
+          result = await this.native.request("list_providers", origin, undefined);
+          break;
+        case "get_full_settings":
+          result = await this.native.request("get_full_settings", origin, undefined);
+          break;
+        case "update_settings":
+          result = await this.native.request("update_settings", origin, m.params);
+          break;
+        default:
+          throw bridgeError("SDK_PROTOCOL_ERROR", `unknown options method ${String((m as { method?: unknown }).method)}`);
+      }
+      reply = { kind: "response", requestId: m.requestId, ok: true, result };
+    } catch (e) {
+      reply = { kind: "response", requestId: m.requestId, ok: false, error: toBridgeError(e) };
+    }
+    // The page asks now and then: no port kept open for it (the worker may sleep).
+    this.#closeNativeIfIdle();
+    try {
+      port.postMessage(reply);
+    } catch {
+      // The page was closed meanwhile.
+    }
   }
 
   // ---- popup ----

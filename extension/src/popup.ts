@@ -2,7 +2,9 @@
 // origins waiting for approval, approved origins (revocable), live sessions.
 import { POPUP_PORT_NAME, type PopupState, type PopupToWorker, type WorkerToPopup } from "../../sdk/src/protocol/bridge.js";
 
-declare const chrome: { runtime: { connect(info: { name: string }): { postMessage(m: unknown): void; onMessage: { addListener(f: (m: unknown) => void): void } } } };
+declare const chrome: {
+  runtime: { connect(info: { name: string }): { postMessage(m: unknown): void; onMessage: { addListener(f: (m: unknown) => void): void } }; openOptionsPage(): Promise<void> };
+};
 
 const port = chrome.runtime.connect({ name: POPUP_PORT_NAME });
 const send = (msg: PopupToWorker) => port.postMessage(msg);
@@ -39,6 +41,9 @@ function render(state: PopupState): void {
     el("p", h.coreRunning === null ? "Core: unknown" : h.coreRunning ? "Core: running" : "Core: not running", { id: "core-state" }),
   );
   if (h.lastError) host.append(el("p", h.lastError, { class: "error" }));
+  const settings = el("button", "Settings…", { id: "open-settings" });
+  settings.onclick = () => void chrome.runtime.openOptionsPage();
+  host.append(settings);
   root.append(host);
 
   const pending = section("pending", "Waiting for approval");

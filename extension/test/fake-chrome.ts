@@ -272,6 +272,13 @@ export class FakeChrome implements ChromeApi {
     return frame;
   }
 
+  /** The options page (options.html), or a web page claiming its port name. */
+  connectOptions(sender: MessageSender = { id: EXT_ID, origin: `chrome-extension://${EXT_ID}`, url: `chrome-extension://${EXT_ID}/options.html` }): FakePort {
+    const [options, worker] = FakePort.pair("pedelec-options", sender);
+    this.runtime.onConnect.fire(worker);
+    return options;
+  }
+
   connectPopup(): FakePort {
     const [popup, worker] = FakePort.pair("pedelec-popup", { id: EXT_ID, origin: `chrome-extension://${EXT_ID}`, url: `chrome-extension://${EXT_ID}/popup.html` });
     this.runtime.onConnect.fire(worker);

@@ -1,7 +1,7 @@
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { Hub } from "../src/hub.js";
 import { APPROVED_ORIGINS_KEY } from "../../sdk/src/protocol/bridge.js";
-import { call, FakeChrome, HostFailure, NO_REPLY, settle, snapshot, start, type FakePort } from "./fake-chrome.js";
+import { call, EXT_ID, FakeChrome, HostFailure, NO_REPLY, settle, snapshot, start, type FakePort } from "./fake-chrome.js";
 
 const ORIGIN = "https://app.example";
 let chrome: FakeChrome;
@@ -47,6 +47,47 @@ describe("routes", () => {
       expect(p.of("welcome")).toEqual([{ kind: "welcome", origin }]);
       expect(p.closed).toBe(false);
     }
+  });
+
+  it("sends the options page's settings requests with the extension's own origin; a web page cannot use that port", async () => {
+    const settings = {
+      defaultProvider: "codex",
+      profiles: {},
+      ollamaEndpoint: "",
+      ollamaApiKey: { set: true, masked: "••••1234" },
+      tavilyApiKey: { set: false, masked: "" },
+      shellToolsOnly: [],
+    };
+    chrome.hostHandlers.get_full_settings = () => settings;
+    chrome.hostHandlers.update_settings = (f) => ({ ...settings, defaultProvider: f.payload!.defaultProvider });
+    const options = chrome.connectOptions();
+    options.postMessage({ kind: "request", requestId: 1, method: "get_full_settings", params: {} });
+    options.postMessage({ kind: "request", requestId: 2, method: "update_settings", params: { defaultProvider: "ollama", tavilyApiKey: { action: "clear" } } });
+    await settle(20);
+    const replies = options.of("response");
+    expect(replies).toEqual([
+      { kind: "response", requestId: 1, ok: true, result: settings },
+      { kind: "response", requestId: 2, ok: true, result: { ...settings, defaultProvider: "ollama" } },
+    ]);
+    const own = `chrome-extension://${EXT_ID}`;
+    expect(chrome.host.of("get_full_settings").map((f) => f.origin)).toEqual([own]);
+    expect(chrome.host.of("update_settings").map((f) => [f.origin, f.payload])).toEqual([[own, { defaultProvider: "ollama", tavilyApiKey: { action: "clear" } }]]);
+
+    // A web page naming the options port, or another extension's page, is cut off unanswered.
+    for (const sender of [
+      { origin: "https://evil.example", url: "https://evil.example/app", tab: { id: 1 } },
+      { id: "abcdefghijklmnopabcdefghijklmnop", origin: "chrome-extension://abcdefghijklmnopabcdefghijklmnop", url: "chrome-extension://abcdefghijklmnopabcdefghijklmnop/options.html" },
+    ]) {
+      const fake = chrome.connectOptions(sender);
+      await settle();
+      expect(fake.closed).toBe(true);
+    }
+    // ...and the settings requests are no bridge methods for a page's route.
+    const p = await page();
+    expect((await call(p, "get_full_settings")).error.code).toBe("SDK_PROTOCOL_ERROR");
+    expect((await call(p, "update_settings", { defaultProvider: "ollama" })).error.code).toBe("SDK_PROTOCOL_ERROR");
+    expect(chrome.host.of("get_full_settings")).toHaveLength(1);
+    expect(chrome.host.of("update_settings")).toHaveLength(1);
   });
 
   it("accepts the popup port only from the extension's own pages", async () => {

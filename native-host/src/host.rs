@@ -389,20 +389,17 @@ impl Host {
             }
             Request::UpdateSettings(update) => {
                 self.settings_caller(origin, "update_settings")?;
-                // Read-modify-write: the page changes fields, never sees keys.
-                let current = rpc!(
-                    core,
-                    core::PROVIDER,
-                    provider.get_full_settings(pb::GetSettingsRequest {})
-                )?
-                .into_inner();
-                let settings = p::apply_settings_update(current, update);
-                // A full replace of what was just read with the page's changes.
-                let req = pb::UpdateSettingsRequest {
-                    settings: Some(settings),
-                    update_mask: None,
+                // Only the fields the page changed, named in the mask: never a
+                // rewrite of settings it read earlier (that would undo a
+                // concurrent change of another field). The page never sees keys.
+                let r = match p::settings_update_request(update) {
+                    Some(req) => rpc!(core, core::PROVIDER, provider.update_settings(req))?,
+                    None => rpc!(
+                        core,
+                        core::PROVIDER,
+                        provider.get_full_settings(pb::GetSettingsRequest {})
+                    )?,
                 };
-                let r = rpc!(core, core::PROVIDER, provider.update_settings(req))?;
                 wire::masked_settings(r.get_ref())
             }
             Request::GetSettings => {

@@ -6,6 +6,7 @@
 #[cfg(test)]
 use pedelec_common::json as pjson;
 use pedelec_common::wire;
+use pedelec_proto::prost_types::FieldMask;
 #[cfg(test)]
 use pedelec_proto::prost_types::Timestamp;
 use pedelec_proto::v1 as pb;
@@ -178,7 +179,8 @@ pub struct UploadTicket {
 }
 
 /// `update_settings`: absent fields are kept; `defaultProvider: null` unsets
-/// it; `profiles` replaces all profiles; keys change only by an explicit action.
+/// it; `profiles` replaces the profiles of each provider it names;
+/// `shellToolsOnly` replaces the list; keys change only by an explicit action.
 #[derive(Debug, Default, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SettingsUpdate {
@@ -188,6 +190,7 @@ pub struct SettingsUpdate {
     pub ollama_endpoint: Option<String>,
     pub ollama_api_key: Option<KeyChange>,
     pub tavily_api_key: Option<KeyChange>,
+    pub shell_tools_only: Option<Vec<String>>,
 }
 
 /// What to do with a stored key: the page never sees a key, so it cannot
@@ -257,29 +260,66 @@ struct ToolErrorPayload {
     details: Option<Value>,
 }
 
-/// The stored settings with `update` applied (ProviderService validates them).
-pub fn apply_settings_update(current: pb::Settings, update: SettingsUpdate) -> pb::Settings {
-    let mut doc = wire::SettingsDoc::from(&current);
+/// The UpdateSettings request for `update`: only the values it carries, and
+/// an `update_mask` naming only them, so a setting changed meanwhile by someone
+/// else (`pedelec-cli settings set`, another options page) is kept instead of
+/// being overwritten with what this page last read. A provider in `profiles`
+/// is one path (`profiles.<code>`): its levels replace that provider's, no
+/// levels removes them, and every other provider's profiles are kept.
+/// ProviderService validates the result. `None` when the update changes
+/// nothing: an empty mask would mean a full replace.
+pub fn settings_update_request(update: SettingsUpdate) -> Option<pb::UpdateSettingsRequest> {
+    let mut settings = pb::Settings::default();
+    let mut paths = Vec::new();
     if let Some(default) = update.default_provider {
-        doc.default_provider = default;
+        settings.default_provider = default;
+        paths.push("default_provider".to_string());
     }
-    if let Some(profiles) = update.profiles {
-        doc.profiles = profiles;
+    if let Some(mut profiles) = update.profiles {
+        // In the page's (sorted) order; the entries without levels stay out of `settings`.
+        paths.extend(profiles.keys().map(|code| format!("profiles.{code}")));
+        profiles.retain(|_, p| !p.levels.is_empty());
+        let doc = wire::SettingsDoc {
+            profiles,
+            ..Default::default()
+        };
+        settings.profiles = pb::Settings::from(doc).profiles;
     }
     if let Some(endpoint) = update.ollama_endpoint {
-        doc.ollama_endpoint = endpoint;
+        settings.ollama_endpoint = endpoint;
+        paths.push("ollama_endpoint".to_string());
     }
-    for (key, change) in [
-        (&mut doc.ollama_api_key, update.ollama_api_key),
-        (&mut doc.tavily_api_key, update.tavily_api_key),
+    for (key, path, change) in [
+        (
+            &mut settings.ollama_api_key,
+            "ollama_api_key",
+            update.ollama_api_key,
+        ),
+        (
+            &mut settings.tavily_api_key,
+            "tavily_api_key",
+            update.tavily_api_key,
+        ),
     ] {
         match change {
-            None | Some(KeyChange::Keep) => {}
+            None | Some(KeyChange::Keep) => continue,
             Some(KeyChange::Replace { value }) => *key = value,
-            Some(KeyChange::Clear) => key.clear(),
+            // Named in the mask and empty in `settings`: cleared.
+            Some(KeyChange::Clear) => {}
         }
+        paths.push(path.to_string());
     }
-    doc.into()
+    if let Some(codes) = update.shell_tools_only {
+        settings.shell_tools_only = codes;
+        paths.push("shell_tools_only".to_string());
+    }
+    if paths.is_empty() {
+        return None;
+    }
+    Some(pb::UpdateSettingsRequest {
+        settings: Some(settings),
+        update_mask: Some(FieldMask { paths }),
+    })
 }
 
 fn invalid(id: &Value, message: impl Into<String>) -> Rejected {
@@ -634,18 +674,46 @@ mod tests {
         assert_eq!(masked["defaultProvider"], "codex");
 
         let parse_update = |text: &str| -> SettingsUpdate { serde_json::from_str(text).unwrap() };
-        let kept = apply_settings_update(current.clone(), parse_update("{}"));
-        assert_eq!(kept, current);
-        let changed = apply_settings_update(
-            current.clone(),
-            parse_update(
-                r#"{"defaultProvider":null,"ollamaApiKey":{"action":"replace","value":"new"},"tavilyApiKey":{"action":"clear"}}"#,
-            ),
+        let paths = |req: &pb::UpdateSettingsRequest| -> Vec<String> {
+            req.update_mask.clone().unwrap_or_default().paths
+        };
+        // Nothing to change: no request (an empty mask would replace everything).
+        assert_eq!(settings_update_request(parse_update("{}")), None);
+        assert_eq!(
+            settings_update_request(parse_update(r#"{"ollamaApiKey":{"action":"keep"}}"#)),
+            None
         );
-        assert_eq!(changed.default_provider, None);
-        assert_eq!(changed.ollama_api_key, "new");
-        assert_eq!(changed.tavily_api_key, "");
-        assert_eq!(changed.ollama_endpoint, "http://h:1");
+        let req = settings_update_request(parse_update(
+            r#"{"defaultProvider":null,"ollamaApiKey":{"action":"replace","value":"new"},"tavilyApiKey":{"action":"clear"}}"#,
+        ))
+        .unwrap();
+        // Only what the page touched is named; the endpoint and profiles are not.
+        assert_eq!(
+            paths(&req),
+            ["default_provider", "ollama_api_key", "tavily_api_key"]
+        );
+        let sent = req.settings.unwrap();
+        assert_eq!(sent.default_provider, None);
+        assert_eq!(sent.ollama_api_key, "new");
+        assert_eq!(sent.tavily_api_key, "");
+        // Each provider in `profiles` is its own path; one without levels is removed.
+        let req = settings_update_request(parse_update(
+            r#"{"profiles":{"ollama":{"levels":{"high":{"model":"qwen3:32b","effort":""}}},"codex":{"levels":{}}},"ollamaEndpoint":"","shellToolsOnly":["claude"]}"#,
+        ))
+        .unwrap();
+        assert_eq!(
+            paths(&req),
+            [
+                "profiles.codex",
+                "profiles.ollama",
+                "ollama_endpoint",
+                "shell_tools_only"
+            ]
+        );
+        let sent = req.settings.unwrap();
+        assert_eq!(sent.shell_tools_only, ["claude"]);
+        assert_eq!(sent.profiles["ollama"].levels["high"].model, "qwen3:32b");
+        assert!(!sent.profiles.contains_key("codex"));
         // A key value outside a replace action is not accepted.
         assert!(serde_json::from_str::<SettingsUpdate>(r#"{"ollamaApiKey":"k"}"#).is_err());
         assert!(serde_json::from_str::<SettingsUpdate>(r#"{"unknown":1}"#).is_err());

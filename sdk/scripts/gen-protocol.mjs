@@ -87,6 +87,10 @@ function typeOf(schema, pointer, indent) {
         if (!(name in properties)) fail(pointer, `required ${name} has no property schema`);
       }
       const names = Object.keys(properties);
+      if (names.length === 0 && typeof schema.additionalProperties === "object") {
+        // A map: any key, each value of one schema.
+        return `Record<string, ${typeOf(schema.additionalProperties, `${pointer}/additionalProperties`, indent)}>`;
+      }
       if (names.length === 0) return schema.properties ? "Record<string, never>" : "Record<string, unknown>";
       const inner = `${indent}  `;
       const lines = names.map((name) => {

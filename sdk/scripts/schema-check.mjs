@@ -61,12 +61,13 @@ export function validate(root, value, ref = null) {
       if (schema.minItems !== undefined && v.length < schema.minItems) errors.push(`${at}: fewer than ${schema.minItems} items`);
       if (schema.items) v.forEach((item, i) => check(schema.items, item, `${at}/${i}`));
     }
-    if (typeMatches("object", v) && (schema.properties || schema.required || schema.additionalProperties === false)) {
+    if (typeMatches("object", v) && (schema.properties || schema.required || schema.additionalProperties !== undefined)) {
       const props = schema.properties ?? {};
       for (const name of schema.required ?? []) if (!(name in v)) errors.push(`${at}: missing ${name}`);
       for (const [name, child] of Object.entries(v)) {
         if (name in props) check(props[name], child, `${at}/${name}`);
         else if (schema.additionalProperties === false) errors.push(`${at}: unexpected property ${name}`);
+        else if (typeof schema.additionalProperties === "object") check(schema.additionalProperties, child, `${at}/${name}`);
       }
     }
   };

@@ -2,7 +2,8 @@
 //! the SDK and the extension are generated from. A validator for exactly the
 //! keywords that file uses (a test fails on any other, so the file cannot
 //! quietly outgrow it): `$ref` (to `#/$defs/…`), `type`, `properties`,
-//! `required`, `additionalProperties: false`, `enum`, `const`, `oneOf`,
+//! `required`, `additionalProperties` (false, or the schema of a map's
+//! values), `enum`, `const`, `oneOf`,
 //! `items`, `maxItems`, `minLength`, `minimum`; annotations are ignored.
 
 use std::path::PathBuf;
@@ -83,9 +84,13 @@ impl Schema {
                     }
                 }
                 "items" => self.check_keywords(sub, &format!("{at}/items")),
-                "additionalProperties" => {
-                    assert_eq!(sub, &Value::Bool(false), "only false at {at}")
-                }
+                "additionalProperties" => match sub {
+                    Value::Bool(false) => {}
+                    Value::Object(_) => {
+                        self.check_keywords(sub, &format!("{at}/additionalProperties"))
+                    }
+                    _ => panic!("additionalProperties at {at}: only false or a schema"),
+                },
                 _ => {}
             }
         }
@@ -198,10 +203,15 @@ impl Schema {
         for (name, v) in obj {
             match props.and_then(|p| p.get(name)) {
                 Some(sub) => self.check(sub, v, &format!("{at}/{name}"), errors),
-                None if s.get("additionalProperties") == Some(&Value::Bool(false)) => {
-                    errors.push(format!("{here}: unexpected property {name:?}"))
-                }
-                None => {}
+                None => match s.get("additionalProperties") {
+                    Some(Value::Bool(false)) => {
+                        errors.push(format!("{here}: unexpected property {name:?}"))
+                    }
+                    Some(values @ Value::Object(_)) => {
+                        self.check(values, v, &format!("{at}/{name}"), errors)
+                    }
+                    _ => {}
+                },
             }
         }
     }

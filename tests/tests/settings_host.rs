@@ -17,13 +17,19 @@ fn own_origin() -> &'static str {
     EXTENSION.trim_end_matches('/')
 }
 
-async fn call(host: &mut Host, schema: &Schema, kind: &str, origin: &str, payload: Value) -> Value {
+/// Writes one settings request (schema-checked) and returns its id.
+async fn send(host: &mut Host, schema: &Schema, kind: &str, origin: &str, payload: Value) -> Value {
     host.next_id += 1;
     let id = json!(format!("s{}", host.next_id));
     let request = json!({"id": id, "type": kind, "origin": origin, "payload": payload});
     schema.assert_valid("Request", &request);
     host.send(&request).await;
-    let reply = host.reply_to(&id).await;
+    id
+}
+
+/// The reply to `id`, checked against the schema and for keys.
+async fn reply(host: &mut Host, schema: &Schema, id: &Value) -> Value {
+    let reply = host.reply_to(id).await;
     assert!(
         !reply.text.contains(OLLAMA_KEY) && !reply.text.contains(TAVILY_KEY),
         "a key crossed the host: {}",
@@ -37,6 +43,11 @@ async fn call(host: &mut Host, schema: &Schema, kind: &str, origin: &str, payloa
         schema.assert_valid("ErrorReply", &reply);
     }
     reply
+}
+
+async fn call(host: &mut Host, schema: &Schema, kind: &str, origin: &str, payload: Value) -> Value {
+    let id = send(host, schema, kind, origin, payload).await;
+    reply(host, schema, &id).await
 }
 
 async fn stored(env: &TestEnv) -> pb::Settings {
@@ -160,4 +171,100 @@ async fn only_the_extension_itself_reads_and_writes_settings() {
     )
     .await;
     assert_eq!(bad["error"]["code"], "INVALID_INPUT", "{bad}");
+}
+
+/// `update_settings` names only the fields it changes (an update mask), so
+/// updates of different fields in flight at once all land: a read-modify-write
+/// of the whole settings would let the last one undo the others. Profiles are
+/// per provider: a page changing ollama's keeps codex's.
+#[tokio::test]
+async fn concurrent_updates_of_different_fields_all_land() {
+    let env = TestEnv::new();
+    let _launcher = env.up().await;
+    let mut settings = settings_with_default_models(&[("codex", "gpt-5")]);
+    settings.ollama_api_key = OLLAMA_KEY.into();
+    env.update_settings(settings).await;
+    let schema = Schema::native_messaging();
+    let mut host = Host::spawn(&env, EXTENSION);
+
+    let level = |model: &str| json!({"levels": {"high": {"model": model, "effort": "high"}}});
+    let changes = [
+        json!({"defaultProvider": "claude"}),
+        json!({"ollamaEndpoint": "http://127.0.0.1:11500"}),
+        json!({"tavilyApiKey": {"action": "replace", "value": TAVILY_KEY}}),
+        json!({"profiles": {"ollama": level("qwen3:32b")}}),
+        json!({"profiles": {"claude": level("opus")}}),
+    ];
+    // All written before any reply is read: the host handles them concurrently.
+    let mut ids = Vec::new();
+    for change in changes {
+        ids.push(send(&mut host, &schema, "update_settings", own_origin(), change).await);
+    }
+    for id in &ids {
+        let r = reply(&mut host, &schema, id).await;
+        assert_eq!(r["ok"], true, "{r}");
+    }
+    // ...and one from outside the host (as `pedelec-cli settings set` does), then one more from the page.
+    env.provider()
+        .await
+        .update_settings(pb::UpdateSettingsRequest {
+            settings: Some(pb::Settings {
+                shell_tools_only: vec!["codex".into()],
+                ..Default::default()
+            }),
+            update_mask: Some(pedelec_proto::prost_types::FieldMask {
+                paths: vec!["shell_tools_only".into()],
+            }),
+        })
+        .await
+        .unwrap();
+    let last = call(
+        &mut host,
+        &schema,
+        "update_settings",
+        own_origin(),
+        json!({"profiles": {"claude": {"levels": {}}}}),
+    )
+    .await;
+    assert_eq!(last["ok"], true, "{last}");
+
+    let now = stored(&env).await;
+    assert_eq!(now.default_provider.as_deref(), Some("claude"));
+    assert_eq!(now.ollama_endpoint, "http://127.0.0.1:11500");
+    assert_eq!(
+        (now.ollama_api_key.as_str(), now.tavily_api_key.as_str()),
+        (OLLAMA_KEY, TAVILY_KEY)
+    );
+    assert_eq!(now.profiles["ollama"].levels["high"].model, "qwen3:32b");
+    assert_eq!(now.profiles["codex"].levels["default"].model, "gpt-5");
+    assert!(
+        !now.profiles.contains_key("claude"),
+        "a provider sent without levels is removed: {:?}",
+        now.profiles
+    );
+    assert_eq!(now.shell_tools_only, ["codex"]);
+
+    // An update that changes nothing writes nothing (no empty mask, which
+    // would mean a full replace) and answers the settings as stored.
+    let none = call(
+        &mut host,
+        &schema,
+        "update_settings",
+        own_origin(),
+        json!({"ollamaApiKey": {"action": "keep"}}),
+    )
+    .await;
+    assert_eq!(none["result"]["defaultProvider"], "claude", "{none}");
+    assert_eq!(stored(&env).await, now);
+    // A profile for something that is not a provider is refused, nothing changes.
+    let bad = call(
+        &mut host,
+        &schema,
+        "update_settings",
+        own_origin(),
+        json!({"profiles": {"nope": level("x")}}),
+    )
+    .await;
+    assert_eq!(bad["error"]["code"], "INVALID_INPUT", "{bad}");
+    assert_eq!(stored(&env).await, now);
 }

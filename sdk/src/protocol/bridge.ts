@@ -8,6 +8,7 @@ import type {
   CreateUploadTicketPayload,
   EmptyResult,
   EventFrame,
+  FullSettingsResult,
   GetSettingsResult,
   ListAssetsResult,
   ListProvidersResult,
@@ -20,6 +21,7 @@ import type {
   SnapshotResult,
   SubmitToolResultPayload,
   Ticket,
+  UpdateSettingsPayload,
 } from "./native.js";
 import type { ErrorCode } from "./codes.js";
 
@@ -215,3 +217,26 @@ export type PopupState = {
 };
 
 export type WorkerToPopup = { kind: "state"; state: PopupState };
+
+/** `chrome.runtime.connect` name of the extension's options page (the settings). */
+export const OPTIONS_PORT_NAME = "pedelec-options";
+
+/**
+ * What the options page asks the worker. The worker sends each to the host
+ * with the extension's own origin (`chrome-extension://<id>`), the only origin
+ * the host accepts for the settings requests; web pages have no way to them
+ * (not bridge methods, and the port is refused to anything but the extension's
+ * own pages).
+ */
+export interface OptionsCalls {
+  list_providers: { params: Record<string, never>; result: ListProvidersResult };
+  get_full_settings: { params: Record<string, never>; result: FullSettingsResult };
+  update_settings: { params: UpdateSettingsPayload; result: FullSettingsResult };
+}
+export type OptionsMethod = keyof OptionsCalls;
+export type OptionsToWorker = {
+  [M in OptionsMethod]: { kind: "request"; requestId: number; method: M; params: OptionsCalls[M]["params"] };
+}[OptionsMethod];
+export type WorkerToOptions =
+  | { kind: "response"; requestId: number; ok: true; result: unknown }
+  | { kind: "response"; requestId: number; ok: false; error: BridgeError };

@@ -307,8 +307,22 @@ export type ListAssetsRequest = {
   };
 };
 
-/** Provider code -> {levels: effort level -> {model, effort}}. */
-export type SettingsProfiles = Record<string, unknown>;
+/** The effort levels every provider has (ProviderService's catalog). */
+export type EffortLevel = "default" | "low" | "medium" | "high";
+
+/** What one effort level runs: the model (empty: the CLI's own default) and the CLI's effort setting (empty: none). */
+export type EffortProfile = {
+  model: string;
+  effort: string;
+};
+
+/** One provider's effort profiles, by effort level (an EffortLevel). */
+export type ProviderProfiles = {
+  levels: Record<string, EffortProfile>;
+};
+
+/** Provider code -> its effort profiles. */
+export type SettingsProfiles = Record<string, ProviderProfiles>;
 
 /** What to do with a stored key: keep it, replace it with `value`, or clear it. */
 export type KeyChange = ({
@@ -334,13 +348,14 @@ export type GetFullSettingsRequest = {
   payload?: Record<string, never>;
 };
 
-/** Absent fields are kept. `defaultProvider: null` unsets it; `profiles` replaces every profile; `ollamaEndpoint: ""` means the default. */
+/** Absent fields are kept. `defaultProvider: null` unsets it; `profiles` replaces the profiles of each provider it names (one with no levels is removed) and keeps the others'; `ollamaEndpoint: ""` means the default; `shellToolsOnly` replaces the list. The host sends ProviderService only the fields present (an update mask), so a concurrent change of another field is kept. */
 export type UpdateSettingsPayload = {
   defaultProvider?: ProviderCode | null;
   profiles?: SettingsProfiles;
   ollamaEndpoint?: string;
   ollamaApiKey?: KeyChange;
   tavilyApiKey?: KeyChange;
+  shellToolsOnly?: ShellToolsOnly;
 };
 
 /** Changes settings; answers them as stored, keys masked. Accepted only when `origin` is the calling extension's own origin; anything else is SETTINGS_ACCESS_DENIED. */
@@ -357,6 +372,7 @@ export type FullSettingsResult = {
   ollamaEndpoint: string;
   ollamaApiKey: MaskedKey;
   tavilyApiKey: MaskedKey;
+  shellToolsOnly: ShellToolsOnly;
 };
 
 export type PingResult = {
@@ -591,5 +607,8 @@ export type Request = PingRequest | HelloRequest | ListProvidersRequest | GetSet
 
 /** Everything the host writes to stdout. */
 export type HostMessage = OkReply | ErrorReply | EventFrame | DetachedFrame | ChunkFrame;
+
+/** Providers whose agents reach the page's tools only through the pedelec-cli shell commands, not as native MCP tools. */
+export type ShellToolsOnly = ProviderCode[];
 
 export type NativeMessage = Request | HostMessage;

@@ -396,6 +396,8 @@ pub fn masked_settings(s: &pb::Settings) -> Value {
     value["defaultProvider"] = json!(doc.default_provider);
     value["ollamaApiKey"] = mask_key(&doc.ollama_api_key);
     value["tavilyApiKey"] = mask_key(&doc.tavily_api_key);
+    // Always present here (the file leaves an empty list out).
+    value["shellToolsOnly"] = json!(doc.shell_tools_only);
     value
 }
 
