@@ -655,6 +655,58 @@ async fn an_unfinished_app_exit_is_finished_at_the_next_start() {
     assert!(!env.data_dir().join("app-exit").exists());
 }
 
+/// A journal that cannot be written (here its folder is replaced by a file;
+/// a full disk fails the same way): every request whose change must be
+/// durable reports JOURNAL_WRITE_FAILED instead of success, a refused create
+/// leaves no thread and no workspace, a refused send_text starts nothing.
+/// Once the journal can be written again, everything works.
+#[tokio::test]
+async fn a_failed_journal_write_is_reported_and_keeps_nothing_half_done() {
+    let env = env_with_codex();
+    let _launcher = env.up().await;
+    let mut sessions = env.session().await;
+    let id = new_codex_thread(&mut sessions).await;
+    let before = statuses_and_seqs(&mut sessions).await;
+    let journal = env.data_dir().join("sessions");
+    let away = env.data_dir().join("sessions.away");
+    std::fs::rename(&journal, &away).unwrap();
+    std::fs::write(&journal, b"not a folder").unwrap();
+    let workspaces = || {
+        std::fs::read_dir(env.data_dir().join("workspaces"))
+            .unwrap()
+            .count()
+    };
+    let workspaces_before = workspaces();
+
+    assert_eq!(
+        code(
+            sessions
+                .create_session(create_session_request(Some("codex")))
+                .await
+        ),
+        "JOURNAL_WRITE_FAILED"
+    );
+    assert_eq!(statuses_and_seqs(&mut sessions).await.len(), before.len());
+    assert_eq!(
+        workspaces(),
+        workspaces_before,
+        "a refused create left its workspace"
+    );
+
+    assert_eq!(
+        code(sessions.send_text(send_text_request(&id, "hello")).await),
+        "JOURNAL_WRITE_FAILED"
+    );
+    let snap = snapshot(&mut sessions, &id).await;
+    assert_eq!(snap.status, pb::SessionStatus::Idle as i32);
+    assert!(snap.active_operation.is_none(), "{snap:?}");
+
+    std::fs::remove_file(&journal).unwrap();
+    std::fs::rename(&away, &journal).unwrap();
+    let again = new_codex_thread(&mut sessions).await;
+    assert!(journal.join(format!("{again}.json")).exists());
+}
+
 #[tokio::test]
 async fn a_corrupt_journal_record_is_skipped_and_the_others_load() {
     let env = env_with_codex();
