@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use pb::session_event::Event;
@@ -576,6 +577,30 @@ async fn kill_9_of_each_service_recovers_and_threads_survive() {
         assert_eq!(snap.status, pb::SessionStatus::Idle as i32);
     }
 
+    // A killed launcher is no app exit: its services go with it, and the
+    // next start brings every thread back with its status and seq, and the
+    // managed workspaces with their files.
+    let workspace = PathBuf::from(snapshot(&mut sessions, &active).await.workspace_path);
+    std::fs::write(workspace.join("kept.txt"), "still here").unwrap();
+    signal(launcher.pid() as i32, libc::SIGKILL);
+    let _ = launcher.stop();
+    wait_until_nothing_runs(&env.runtime_dir()).await;
+    let mut launcher = env.up().await;
+    let mut sessions = env.session().await;
+    assert_eq!(
+        statuses_and_seqs(&mut sessions).await,
+        before,
+        "after kill -9 of the launcher"
+    );
+    assert_eq!(
+        snapshot(&mut sessions, &active).await.status,
+        pb::SessionStatus::Idle as i32
+    );
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("kept.txt")).unwrap(),
+        "still here"
+    );
+
     // A clean stop leaves no process and no socket, and the app state is cleared.
     let runtime_dir = env.runtime_dir();
     let status = launcher.stop();
@@ -600,6 +625,86 @@ async fn kill_9_of_each_service_recovers_and_threads_survive() {
             .count(),
         0
     );
+}
+
+/// An orderly stop whose cleanup was cut short (its `app-exit` marker is
+/// still there) is finished by the next start: the threads are gone.
+#[tokio::test]
+async fn an_unfinished_app_exit_is_finished_at_the_next_start() {
+    let env = env_with_codex();
+    let launcher = env.up().await;
+    let mut sessions = env.session().await;
+    let id = new_codex_thread(&mut sessions).await;
+    signal(launcher.pid() as i32, libc::SIGKILL);
+    drop(launcher);
+    wait_until_nothing_runs(&env.runtime_dir()).await;
+    std::fs::write(env.data_dir().join("app-exit"), b"").unwrap();
+
+    let _launcher = env.up().await;
+    let mut sessions = env.session().await;
+    assert_eq!(
+        code(sessions.get(thread_request(&id)).await),
+        "THREAD_NOT_FOUND"
+    );
+    assert_eq!(
+        std::fs::read_dir(env.data_dir().join("workspaces"))
+            .unwrap()
+            .count(),
+        0
+    );
+    assert!(!env.data_dir().join("app-exit").exists());
+}
+
+/// A journal that cannot be written (here its folder is replaced by a file;
+/// a full disk fails the same way): every request whose change must be
+/// durable reports JOURNAL_WRITE_FAILED instead of success, a refused create
+/// leaves no thread and no workspace, a refused send_text starts nothing.
+/// Once the journal can be written again, everything works.
+#[tokio::test]
+async fn a_failed_journal_write_is_reported_and_keeps_nothing_half_done() {
+    let env = env_with_codex();
+    let _launcher = env.up().await;
+    let mut sessions = env.session().await;
+    let id = new_codex_thread(&mut sessions).await;
+    let before = statuses_and_seqs(&mut sessions).await;
+    let journal = env.data_dir().join("sessions");
+    let away = env.data_dir().join("sessions.away");
+    std::fs::rename(&journal, &away).unwrap();
+    std::fs::write(&journal, b"not a folder").unwrap();
+    let workspaces = || {
+        std::fs::read_dir(env.data_dir().join("workspaces"))
+            .unwrap()
+            .count()
+    };
+    let workspaces_before = workspaces();
+
+    assert_eq!(
+        code(
+            sessions
+                .create_session(create_session_request(Some("codex")))
+                .await
+        ),
+        "JOURNAL_WRITE_FAILED"
+    );
+    assert_eq!(statuses_and_seqs(&mut sessions).await.len(), before.len());
+    assert_eq!(
+        workspaces(),
+        workspaces_before,
+        "a refused create left its workspace"
+    );
+
+    assert_eq!(
+        code(sessions.send_text(send_text_request(&id, "hello")).await),
+        "JOURNAL_WRITE_FAILED"
+    );
+    let snap = snapshot(&mut sessions, &id).await;
+    assert_eq!(snap.status, pb::SessionStatus::Idle as i32);
+    assert!(snap.active_operation.is_none(), "{snap:?}");
+
+    std::fs::remove_file(&journal).unwrap();
+    std::fs::rename(&away, &journal).unwrap();
+    let again = new_codex_thread(&mut sessions).await;
+    assert!(journal.join(format!("{again}.json")).exists());
 }
 
 #[tokio::test]

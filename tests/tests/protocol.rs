@@ -440,3 +440,19 @@ async fn pedelec_cli_masks_keys_unless_asked() {
     let shown: Value = serde_json::from_str(&get(&["--show-secrets"])).unwrap();
     assert_eq!(shown["tavilyApiKey"], "tvly-secret-key-5678");
 }
+
+/// The SDK's one list of error codes (`sdk/src/protocol/codes.ts`) names every
+/// code the services and the host can send, so a page's `PedelecError.code`
+/// is always a known one.
+#[test]
+fn the_sdk_knows_every_service_code() {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../sdk/src/protocol/codes.ts");
+    let ts = std::fs::read_to_string(&path).unwrap();
+    let missing: Vec<&str> = pedelec_common::Code::ALL
+        .iter()
+        .map(|c| c.as_str())
+        .filter(|c| !ts.contains(&format!("\"{c}\"")))
+        .collect();
+    assert!(missing.is_empty(), "{} lacks {missing:?}", path.display());
+}

@@ -79,6 +79,9 @@ codes! {
     ASSET_TOO_LARGE => ResourceExhausted,
     ASSET_PATH_INVALID => InvalidArgument,
     ASSET_TICKET_INVALID => Unauthenticated,
+    // SessionService could not write a thread's journal record; the request's
+    // change was not kept (issue 16).
+    JOURNAL_WRITE_FAILED => Unavailable,
     CORE_RESTARTED => Aborted,
     CANCELLED => Cancelled,
     INTERNAL => Internal,

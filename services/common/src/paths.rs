@@ -140,6 +140,14 @@ impl DataDir {
         self.0.join("workspaces")
     }
 
+    /// Written by an orderly stop before its cleanup and removed once the
+    /// cleanup is complete: a start that finds it finishes the cleanup. A
+    /// start without it follows a crash, a kill or a power loss, whose
+    /// threads and managed workspaces are kept (no app exit happened).
+    pub fn app_exit_marker(&self) -> PathBuf {
+        self.0.join("app-exit")
+    }
+
     /// The "app exit" cleanup of the seeds: forgets every thread and removes the
     /// managed workspaces. Explicit application workspaces live elsewhere and are
     /// never touched. Returns what could not be removed (e.g. locked files), which

@@ -56,9 +56,12 @@ pub async fn up(dirs: &Dirs) -> Result<(), LauncherError> {
             return Err(LauncherError::AlreadyRunning { pid, socket });
         }
     };
-    // Leftovers of an abnormal exit (threads and managed workspaces do not
-    // survive a launcher stop/start).
-    clear_app_state(&dirs.data);
+    // An orderly stop whose cleanup did not finish is finished now. Without
+    // its marker the last run ended by a crash, a kill or a power loss: no
+    // app exit happened, so its threads come back (as after a service crash).
+    if dirs.data.app_exit_marker().exists() {
+        app_exit(&dirs.data);
+    }
 
     let supervisor = Supervisor::start(SupervisorConfig {
         runtime_dir: dirs.runtime.clone(),
@@ -129,7 +132,7 @@ pub async fn up(dirs: &Dirs) -> Result<(), LauncherError> {
     };
     // We hold the lock, so the socket is ours even if the server did not remove it.
     let _ = std::fs::remove_file(&socket);
-    clear_app_state(&dirs.data);
+    app_exit(&dirs.data);
     tracing::info!("stopped");
     match server_result {
         Ok(Ok(())) => Ok(()),
@@ -138,8 +141,18 @@ pub async fn up(dirs: &Dirs) -> Result<(), LauncherError> {
     }
 }
 
-fn clear_app_state(data: &DataDir) {
-    for (path, e) in data.clear_app_state() {
+/// The seeds' app exit: every thread and managed workspace goes. The marker
+/// stays until nothing is left, so the next start retries what failed.
+fn app_exit(data: &DataDir) {
+    let marker = data.app_exit_marker();
+    if let Err(e) = std::fs::write(&marker, b"") {
+        tracing::warn!(path = %marker.display(), error = %e, "could not mark the app exit");
+    }
+    let failures = data.clear_app_state();
+    for (path, e) in &failures {
         tracing::warn!(path = %path.display(), error = %e, "could not remove app state; retried at next start");
+    }
+    if failures.is_empty() {
+        let _ = std::fs::remove_file(&marker);
     }
 }

@@ -22,6 +22,10 @@ pub enum SessionError {
     UnknownToolRequest(String),
     #[error("the tool result is {0} bytes; the limit is {1}")]
     TooLarge(usize, usize),
+    /// The thread's journal record could not be written (a full disk, a
+    /// removed data dir): the change was not made durable.
+    #[error("the session journal could not be written: {0}")]
+    Journal(String),
     /// An error another service reported, passed through with its own code.
     #[error("{0}")]
     Upstream(CodedError),
@@ -40,6 +44,7 @@ impl SessionError {
             SessionError::Busy(..) => Code::SESSION_BUSY,
             SessionError::Ended(_) => Code::SESSION_ENDED,
             SessionError::Workspace { .. } => Code::WORKSPACE_OPEN_FAILED,
+            SessionError::Journal(_) => Code::JOURNAL_WRITE_FAILED,
             SessionError::Upstream(e) => Code::parse(&e.code).unwrap_or(Code::INTERNAL),
             SessionError::Internal(_) => Code::INTERNAL,
         }

@@ -163,7 +163,8 @@ impl Sessions {
                 thread.set_status(Status::Idle);
             }
         }
-        thread.save(&self.inner.journal);
+        // Logged when it fails; the record on disk already holds the thread.
+        let _ = thread.save(&self.inner.journal);
         thread
     }
 
@@ -309,6 +310,7 @@ impl Sessions {
             }
         };
         // Registered last, so a refused create leaves nothing in the bridge.
+        let req_had_tools = req.skills.is_some();
         let tool_token = match &req.skills {
             Some(skills) => {
                 match self
@@ -353,7 +355,16 @@ impl Sessions {
             seq_reserved: 0,
         };
         let mut thread = Thread::new(record, self.inner.config.replay);
-        thread.save(&self.inner.journal);
+        if let Err(e) = thread.save(&self.inner.journal) {
+            // Nothing of the refused thread stays: not its workspace, not its tools.
+            if managed_workspace {
+                let _ = std::fs::remove_dir_all(&thread.record.workspace_path);
+            }
+            if req_had_tools {
+                self.drop_tool_calls(session_id, DropTools::Ended).await;
+            }
+            return Err(e);
+        }
         let snapshot = thread.snapshot();
         self.threads()
             .insert(session_id.clone(), Arc::new(Mutex::new(thread)));
@@ -482,7 +493,8 @@ impl Sessions {
             let key = t.add_route();
             if !t.record.ever_attached {
                 t.record.ever_attached = true;
-                t.save(&self.inner.journal);
+                // Only decides auto-end after a restart; logged when it fails.
+                let _ = t.save(&self.inner.journal);
             }
             let last = t.record.last_seq;
             let initial = match req.after_seq {
@@ -577,7 +589,10 @@ impl Sessions {
                 let mut t = lock(&thread);
                 if t.routes.is_empty() && t.route_generation == generation {
                     tracing::info!(session = t.id(), "last route gone: auto-ending");
-                    sessions.end_locked(&mut t, pb::EndReason::AutoEnd)
+                    // A failed write is logged: no caller waits for an auto-end.
+                    sessions
+                        .end_locked(&mut t, pb::EndReason::AutoEnd)
+                        .map(|(id, _saved)| id)
                 } else {
                     None
                 }
@@ -607,16 +622,23 @@ impl Sessions {
         };
         // Awaited, so a Reactivate right after cannot have its registration
         // overtaken by this drop.
-        if let Some(id) = ended {
+        if let Some((id, saved)) = ended {
             self.schedule_eviction(&thread);
             self.drop_tool_calls(id, DropTools::Ended).await;
+            // The thread has ended either way; a failed write is still reported.
+            saved?;
         }
         Ok(snapshot)
     }
 
     /// Moves a thread to Ended (idempotent). Returns its id when it did, so the
-    /// caller can release the provider and the tool calls outside the lock.
-    fn end_locked(&self, t: &mut Thread, reason: pb::EndReason) -> Option<String> {
+    /// caller can release the provider and the tool calls outside the lock,
+    /// with whether the journal record was written.
+    fn end_locked(
+        &self,
+        t: &mut Thread,
+        reason: pb::EndReason,
+    ) -> Option<(String, Result<(), SessionError>)> {
         if t.record.status == Status::Ended {
             return None;
         }
@@ -636,8 +658,8 @@ impl Sessions {
             reason: reason as i32,
         }));
         t.replay.keep_last(ENDED_REPLAY_EVENTS);
-        t.save(&self.inner.journal);
-        Some(t.id().to_string())
+        let saved = t.save(&self.inner.journal);
+        Some((t.id().to_string(), saved))
     }
 
     /// Fails the thread's pending tool calls (and, when it ended, forgets its
@@ -685,7 +707,11 @@ impl Sessions {
                     });
                 }
                 t.set_status(Status::Idle);
-                t.save(&self.inner.journal);
+                if let Err(e) = t.save(&self.inner.journal) {
+                    // The journal still says ended, and so does the thread.
+                    t.set_status(Status::Ended);
+                    return Err(e);
+                }
             }
             t.snapshot()
         };
@@ -753,7 +779,16 @@ impl Sessions {
                 return Err(SessionError::Busy(id.to_string(), op.operation_id.clone()));
             }
             t.start_operation(operation_id.clone(), kind);
-            t.save(&self.inner.journal);
+            if let Err(e) = t.save(&self.inner.journal) {
+                // Not started: the operation ends at once, with the reason.
+                t.finish_operation(
+                    &operation_id,
+                    Outcome::Failed,
+                    Some((e.to_coded(), pb::ErrorSource::Core)),
+                    Status::Idle,
+                );
+                return Err(e);
+            }
         }
         tokio::spawn(turn::run(
             self.clone(),
@@ -779,16 +814,17 @@ impl Sessions {
                 Some((error, pb::ErrorSource::Core)),
                 Status::Idle,
             );
-            t.save(&self.inner.journal);
-            op.operation_id
+            // The cancel happens either way; a failed write is still reported.
+            (op.operation_id, t.save(&self.inner.journal))
         };
+        let (cancelled, saved) = cancelled;
         // The operation's task sees the stop signal and drops its RunTurn stream,
         // which makes ProviderService kill the process group. A separate
         // CancelTurn here could arrive after the next turn started and kill that.
         // Pending tool calls fail now; the manifest stays for the next turn.
         self.drop_tool_calls(id.to_string(), DropTools::Cancelled)
             .await;
-        Ok(cancelled)
+        saved.map(|()| cancelled)
     }
 
     pub async fn submit_tool_result(

@@ -10,6 +10,7 @@ use pedelec_common::{CodedError, json, ms_to_timestamp, now_timestamp};
 use pedelec_proto::v1 as pb;
 use tokio::sync::{Notify, watch};
 
+use crate::error::SessionError;
 use crate::record::{
     ErrorRecord, Journal, OpKind, OperationRecord, Outcome, RECENT_OPERATIONS, SEQ_RESERVATION,
     Status, ThreadRecord, ToolRequestRecord, UsageRecord,
@@ -214,7 +215,7 @@ impl Thread {
     pub fn cover_seqs(&mut self, journal: &Journal) {
         if self.record.last_seq > self.record.seq_reserved {
             self.record.seq_reserved = self.record.last_seq + SEQ_RESERVATION;
-            self.write(journal);
+            let _ = self.write(journal);
         }
     }
 
@@ -229,15 +230,19 @@ impl Thread {
 
     /// Saves the record; every seq handed out so far is then covered by
     /// `last_seq`, so no reservation is outstanding.
-    pub fn save(&mut self, journal: &Journal) {
+    /// A request whose change must be durable acts on the error (issue 16:
+    /// a failed write is never reported as success); background changes only
+    /// log it, and the next successful write carries them.
+    pub fn save(&mut self, journal: &Journal) -> Result<(), SessionError> {
         self.record.seq_reserved = self.record.last_seq;
-        self.write(journal);
+        self.write(journal)
     }
 
-    fn write(&self, journal: &Journal) {
-        if let Err(e) = journal.save(&self.record) {
+    fn write(&self, journal: &Journal) -> Result<(), SessionError> {
+        journal.save(&self.record).map_err(|e| {
             tracing::error!(session = self.id(), error = %e, "journal write failed");
-        }
+            SessionError::Journal(e.to_string())
+        })
     }
 
     /// Starts an operation: the caller has checked that none is running.

@@ -268,7 +268,8 @@ async fn stream_turn(
             }
         }
         if must_save {
-            t.save(&sessions.inner.journal);
+            // Logged when it fails; a turn has no caller to tell.
+            let _ = t.save(&sessions.inner.journal);
         }
     }
     if let Some(error) = provider_error {
@@ -363,7 +364,8 @@ fn finish(sessions: &Sessions, thread: &SharedThread, operation_id: &str, result
         Err(error) => t.finish_operation(operation_id, Outcome::Failed, Some(error), Status::Error),
     };
     if finished {
-        t.save(&sessions.inner.journal);
+        // Logged when it fails; a turn has no caller to tell.
+        let _ = t.save(&sessions.inner.journal);
     }
 }
 
