@@ -67,14 +67,17 @@ impl Providers {
         self.turns.run_with_env(req, env, mcp)
     }
 
-    /// All six providers, each checked now and concurrently.
+    /// All six providers, checked concurrently. A verdict on the same program
+    /// file younger than the cache's TTL is reused (issue 16: a page polling
+    /// ListProviders must not spawn six `--version` processes per call); the
+    /// lookup is fresh, and a replaced, installed or removed CLI is seen at once.
     pub async fn list_providers(&self) -> Result<Vec<ProviderInfo>, ProviderError> {
         let default = self.settings.load().default_provider;
         let checks: Vec<_> = catalog::PROVIDERS
             .iter()
             .map(|spec| {
                 let availability = Arc::clone(&self.availability);
-                tokio::spawn(async move { availability.check(spec).await })
+                tokio::spawn(async move { availability.check_cached(spec).await })
             })
             .collect();
         let mut out = Vec::with_capacity(checks.len());
@@ -249,6 +252,30 @@ mod tests {
             effort: effort.into(),
             native_tools: matches!(provider, "codex" | "claude" | "opencode"),
         }
+    }
+
+    #[tokio::test]
+    async fn repeated_lists_run_each_version_probe_once_until_the_program_changes() {
+        let f = fixture();
+        let count = f.bin.dir.path().join("count");
+        let body = format!("echo x >> {}", count.display());
+        f.bin.script("codex", &body);
+        let runs = || {
+            std::fs::read_to_string(&count)
+                .map(|s| s.lines().count())
+                .unwrap_or(0)
+        };
+        for _ in 0..5 {
+            let list = f.providers.list_providers().await.unwrap();
+            assert!(list[0].available, "{list:?}");
+        }
+        assert_eq!(runs(), 1);
+        // A new version of the CLI is probed at once.
+        f.bin
+            .script("codex", &format!("{body}; echo broken >&2; exit 3"));
+        let list = f.providers.list_providers().await.unwrap();
+        assert!(!list[0].available);
+        assert_eq!(runs(), 2);
     }
 
     #[tokio::test]
