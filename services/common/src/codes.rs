@@ -82,6 +82,9 @@ codes! {
     // SessionService could not write a thread's journal record; the request's
     // change was not kept (issue 16).
     JOURNAL_WRITE_FAILED => Unavailable,
+    // A bound that protects the user's machine: open sessions per origin,
+    // queued tool calls per thread (issue 16).
+    LIMIT_EXCEEDED => ResourceExhausted,
     CORE_RESTARTED => Aborted,
     CANCELLED => Cancelled,
     INTERNAL => Internal,

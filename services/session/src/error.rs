@@ -26,6 +26,9 @@ pub enum SessionError {
     /// removed data dir): the change was not made durable.
     #[error("the session journal could not be written: {0}")]
     Journal(String),
+    /// A resource bound (sessions per origin) was reached.
+    #[error("{0}")]
+    Limit(String),
     /// An error another service reported, passed through with its own code.
     #[error("{0}")]
     Upstream(CodedError),
@@ -45,6 +48,7 @@ impl SessionError {
             SessionError::Ended(_) => Code::SESSION_ENDED,
             SessionError::Workspace { .. } => Code::WORKSPACE_OPEN_FAILED,
             SessionError::Journal(_) => Code::JOURNAL_WRITE_FAILED,
+            SessionError::Limit(_) => Code::LIMIT_EXCEEDED,
             SessionError::Upstream(e) => Code::parse(&e.code).unwrap_or(Code::INTERNAL),
             SessionError::Internal(_) => Code::INTERNAL,
         }

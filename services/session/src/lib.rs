@@ -36,9 +36,15 @@ impl Config {
             auto_end_grace: DEFAULT_AUTO_END_GRACE,
             evict_ended_after: DEFAULT_EVICT_ENDED_AFTER,
             replay: ReplayLimits::default(),
+            max_open_threads_per_origin: DEFAULT_MAX_OPEN_THREADS_PER_ORIGIN,
         }
     }
 }
+
+/// How many threads one origin may hold open (not ended) at once: a page
+/// that creates sessions in a loop must not exhaust the user's disk and
+/// memory. Far above what a real application keeps open.
+pub const DEFAULT_MAX_OPEN_THREADS_PER_ORIGIN: usize = 256;
 
 /// How long an ended thread without routes stays in memory.
 pub const DEFAULT_EVICT_ENDED_AFTER: Duration = Duration::from_secs(600);

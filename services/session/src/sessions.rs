@@ -29,6 +29,9 @@ pub struct Config {
     /// How long an ended thread without routes stays in memory; after that it
     /// lives in the journal only and is loaded again when asked for.
     pub evict_ended_after: Duration,
+    /// Threads one origin may hold open (not ended) at once; past it,
+    /// CreateSession is `LIMIT_EXCEEDED`.
+    pub max_open_threads_per_origin: usize,
 }
 
 pub type SharedThread = Arc<Mutex<Thread>>;
@@ -275,6 +278,7 @@ impl Sessions {
         if req.origin.is_empty() {
             return Err(SessionError::InvalidInput("origin is empty".into()));
         }
+        self.check_open_threads(&req.origin)?;
         let explicit_workspace = match req.workspace_path.as_deref() {
             Some(path) if !path.is_empty() => Some(self.check_explicit_workspace(path)?),
             _ => None,
@@ -355,7 +359,12 @@ impl Sessions {
             seq_reserved: 0,
         };
         let mut thread = Thread::new(record, self.inner.config.replay);
-        if let Err(e) = thread.save(&self.inner.journal) {
+        // Checked again: other creates of the origin may have finished while
+        // this one awaited ProviderService and ToolBridge.
+        let saved = self
+            .check_open_threads(&thread.record.origin)
+            .and_then(|()| thread.save(&self.inner.journal));
+        if let Err(e) = saved {
             // Nothing of the refused thread stays: not its workspace, not its tools.
             if managed_workspace {
                 let _ = std::fs::remove_dir_all(&thread.record.workspace_path);
@@ -375,6 +384,27 @@ impl Sessions {
             effort_level: profile.effort_level,
             snapshot: Some(snapshot),
         })
+    }
+
+    /// `LIMIT_EXCEEDED` when `origin` already holds the most open threads
+    /// allowed. Counted without holding the map lock across thread locks, so
+    /// creates racing on other workers may pass together (by at most a few).
+    fn check_open_threads(&self, origin: &str) -> Result<(), SessionError> {
+        let all: Vec<SharedThread> = self.threads().values().cloned().collect();
+        let open = all
+            .iter()
+            .filter(|t| {
+                let t = lock(t);
+                t.record.origin == origin && t.record.status != Status::Ended
+            })
+            .count();
+        let max = self.inner.config.max_open_threads_per_origin;
+        if open >= max {
+            return Err(SessionError::Limit(format!(
+                "{origin} already has {open} open sessions (the most allowed is {max}); end one first"
+            )));
+        }
+        Ok(())
     }
 
     /// An explicit workspace must be an absolute, existing directory that

@@ -446,3 +446,41 @@ async fn a_workspace_inside_pedelec_folders_or_another_threads_workspace_is_refu
         pedelec_common::Code::INVALID_INPUT
     );
 }
+
+/// One origin may hold only so many open threads; ending one makes room,
+/// and another origin is not affected.
+#[tokio::test]
+async fn open_threads_per_origin_are_bounded() {
+    let h = harness(|c| c.max_open_threads_per_origin = 3).await;
+    let ids = [
+        h.create(false).await,
+        h.create(false).await,
+        h.create(false).await,
+    ];
+    let refused = h
+        .sessions
+        .create(pb::CreateSessionRequest {
+            origin: ORIGIN.into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), pedelec_common::Code::LIMIT_EXCEEDED);
+    assert!(refused.to_string().contains("3 open sessions"), "{refused}");
+    assert_eq!(h.sessions.list(Some(ORIGIN)).len(), 3);
+
+    let other = h
+        .sessions
+        .create(pb::CreateSessionRequest {
+            origin: "http://127.0.0.1:9".into(),
+            ..Default::default()
+        })
+        .await;
+    assert!(other.is_ok(), "{other:?}");
+
+    h.sessions
+        .end(&ids[0], ORIGIN, pb::EndReason::Requested)
+        .await
+        .unwrap();
+    h.create(false).await;
+}

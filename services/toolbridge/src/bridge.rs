@@ -48,6 +48,11 @@ pub type Outcome = std::result::Result<Json, CodedError>;
 
 type Result<T> = std::result::Result<T, ToolBridgeError>;
 
+/// Calls one thread may have waiting for the page (the one shown plus the
+/// queue). An agent that fires calls in a loop gets `LIMIT_EXCEEDED` past it
+/// instead of growing the service's memory without bound.
+pub const MAX_WAITING_CALLS: usize = 64;
+
 /// Why a pending request stopped being pending.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SettleReason {
@@ -320,6 +325,10 @@ impl ToolBridge {
             let thread = threads
                 .get_mut(&req.session_id)
                 .ok_or(ToolBridgeError::AccessDenied)?;
+            let waiting = thread.queue.len() + usize::from(thread.exposed.is_some());
+            if waiting >= MAX_WAITING_CALLS {
+                return Err(ToolBridgeError::QueueFull(MAX_WAITING_CALLS));
+            }
             thread.queue.push_back(Pending {
                 id: id.clone(),
                 tool: req.tool.clone(),
@@ -704,6 +713,40 @@ mod tests {
             (err.code.as_str(), err.message.as_str()),
             ("TOOL_HANDLER_ERROR", "boom")
         );
+    }
+
+    #[tokio::test]
+    async fn calls_past_the_waiting_bound_are_refused_and_the_queue_recovers() {
+        let (bridge, token) = bridge_with_tools();
+        let (_, mut rx) = bridge.subscribe();
+        let tasks: Vec<_> = (0..MAX_WAITING_CALLS)
+            .map(|n| spawn_call(&bridge, &token, call("echo", json!({"n": n}), None)))
+            .collect();
+        let (first, ..) = next_requested(&mut rx).await;
+        while accepted(&bridge) < MAX_WAITING_CALLS {
+            tokio::task::yield_now().await;
+        }
+        let err = bridge
+            .call_tool(Some(&token), call("echo", json!({"n": -1}), None))
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::LIMIT_EXCEEDED);
+        assert_eq!(
+            accepted(&bridge),
+            MAX_WAITING_CALLS,
+            "the refused call queued"
+        );
+
+        // One answered makes room for one more.
+        bridge.resolve(SID, &first, Ok(json!("ok"))).unwrap();
+        let more = spawn_call(&bridge, &token, call("echo", json!({"n": -2}), None));
+        while accepted(&bridge) < MAX_WAITING_CALLS {
+            tokio::task::yield_now().await;
+        }
+        bridge.drop_thread(SID, DropReason::Cancelled);
+        for t in tasks.into_iter().chain([more]) {
+            let _ = t.await.unwrap();
+        }
     }
 
     #[tokio::test]

@@ -23,6 +23,8 @@ pub enum ToolBridgeError {
     ArgsInvalid(ArgsError),
     #[error("no pending tool request {0} on this thread")]
     NoPendingRequest(String),
+    #[error("{0} tool calls of this thread already wait for the page; wait for one to finish")]
+    QueueFull(usize),
     #[error("the tool outcome is {size} bytes of JSON; the limit is {limit}")]
     TooLarge { size: usize, limit: usize },
 }
@@ -54,6 +56,7 @@ impl ToolBridgeError {
             ToolBridgeError::ToolNotFound(_) => Code::TOOL_NOT_FOUND,
             ToolBridgeError::ArgsInvalid(_) => Code::TOOL_ARGS_INVALID,
             ToolBridgeError::TooLarge { .. } => Code::MESSAGE_TOO_LARGE,
+            ToolBridgeError::QueueFull(_) => Code::LIMIT_EXCEEDED,
         }
     }
 
