@@ -635,3 +635,59 @@ async fn tools_survive_end_then_immediate_reactivate() {
         assert_eq!(exit, 0, "{doc}");
     }
 }
+
+/// The journal never holds a tool token. A restarted SessionService gives the
+/// thread a new token when it registers the tools again: the old one stops
+/// working, and the next turn's agent gets the new one, which works.
+#[tokio::test]
+async fn tokens_are_not_journaled_and_a_restarted_session_service_issues_new_ones() {
+    let s = setup().await;
+    let record = find_journal_record(&s.env, &s.id);
+    let text = std::fs::read_to_string(&record).unwrap();
+    assert!(
+        !text.contains(&s.agent.token),
+        "the token is in {}",
+        record.display()
+    );
+    assert!(!text.contains("tool_token"), "{text}");
+
+    let old = s.env.service_status(ServiceName::Session).await;
+    signal(old.pid as i32, libc::SIGKILL);
+    s.env.wait_service_back(ServiceName::Session, old.pid).await;
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let (exit, doc) = s
+            .agent
+            .run(Some(&s.agent.token), &["tool-spec", "get_counter"]);
+        if exit != 0 {
+            assert_eq!(doc["error"]["code"], "TOOL_ACCESS_DENIED", "{doc}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the old token still works: {doc}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let env_file = s.env.root.path().join("agent.env");
+    std::fs::remove_file(&env_file).unwrap();
+    let mut sessions = s.env.session().await;
+    let mut events = attach(&mut sessions, &s.id, "page", None).await;
+    events.next().await; // snapshot
+    sessions
+        .send_text(send_text_request(&s.id, "again"))
+        .await
+        .unwrap();
+    wait_until("the next turn's agent to start", || env_file.exists()).await;
+    let agent = Agent::read(&env_file);
+    assert_ne!(agent.token, s.agent.token);
+    let (exit, doc) = agent.run(Some(&agent.token), &["tool-spec", "get_counter"]);
+    assert_eq!(exit, 0, "{doc}");
+}
+
+fn find_journal_record(env: &TestEnv, id: &str) -> std::path::PathBuf {
+    let path = env.data_dir().join("sessions").join(format!("{id}.json"));
+    assert!(path.exists(), "no journal record {}", path.display());
+    path
+}

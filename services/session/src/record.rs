@@ -159,7 +159,11 @@ pub struct ThreadRecord {
     pub cumulative_seen: UsageRecord,
     #[serde(default)]
     pub manifest: Option<serde_json::Value>,
-    #[serde(default)]
+    /// The thread's tool token, in memory only: the journal never holds it
+    /// (docs/security.md). After a restart of this service the thread gets a
+    /// new one when its tools are registered again; the agents that held the
+    /// old one ended with the restart.
+    #[serde(skip)]
     pub tool_token: Option<String>,
     #[serde(default)]
     pub active_operation: Option<OperationRecord>,

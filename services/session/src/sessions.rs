@@ -496,22 +496,27 @@ impl Sessions {
     }
 
     /// After a restart (of this service or of ToolBridgeService), the bridge may
-    /// not know the thread's manifest: register it again with the same token.
+    /// not know the thread's manifest: register it again, with the same token
+    /// while this service still holds it, else with a new one (the journal
+    /// keeps no token).
     pub(crate) async fn reregister_tools(&self, thread: &SharedThread) {
         let (id, manifest, token) = {
             let t = lock(thread);
             if t.record.status == Status::Ended {
                 return;
             }
-            match (&t.record.manifest, &t.record.tool_token) {
-                (Some(serde_json::Value::Object(m)), Some(token)) => {
-                    (t.id().to_string(), json::to_struct(m), token.clone())
-                }
+            match &t.record.manifest {
+                Some(serde_json::Value::Object(m)) => (
+                    t.id().to_string(),
+                    json::to_struct(m),
+                    t.record.tool_token.clone().unwrap_or_default(),
+                ),
                 _ => return,
             }
         };
-        if let Err(e) = self.register_tools(&id, manifest, token).await {
-            tracing::warn!(session = %id, error = %e, "could not re-register tools");
+        match self.register_tools(&id, manifest, token).await {
+            Ok(token) => lock(thread).record.tool_token = token,
+            Err(e) => tracing::warn!(session = %id, error = %e, "could not re-register tools"),
         }
     }
 

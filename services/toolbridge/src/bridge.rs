@@ -141,7 +141,8 @@ struct Pending {
 
 #[derive(Debug)]
 struct Thread {
-    token: String,
+    /// SHA-256 of the thread's tool token: the token itself is not kept here.
+    token_hash: [u8; 32],
     manifest: Arc<Manifest>,
     /// The one request the page currently sees.
     exposed: Option<Pending>,
@@ -212,13 +213,13 @@ impl ToolBridge {
         match threads.get_mut(session_id) {
             Some(thread) => {
                 thread.manifest = manifest;
-                thread.token = token.clone();
+                thread.token_hash = token_hash(&token);
             }
             None => {
                 threads.insert(
                     session_id.to_string(),
                     Thread {
-                        token: token.clone(),
+                        token_hash: token_hash(&token),
                         manifest,
                         exposed: None,
                         queue: VecDeque::new(),
@@ -254,7 +255,7 @@ impl ToolBridge {
     fn authorize(&self, token: Option<&str>, session_id: &str) -> Result<Arc<Manifest>> {
         let threads = self.lock();
         match (threads.get(session_id), token) {
-            (Some(thread), Some(token)) if same_secret(&thread.token, token) => {
+            (Some(thread), Some(token)) if same_secret(&thread.token_hash, &token_hash(token)) => {
                 Ok(thread.manifest.clone())
             }
             _ => Err(ToolBridgeError::AccessDenied),
@@ -564,14 +565,19 @@ impl Drop for CallGuard<'_> {
     }
 }
 
-/// Compares secrets in time independent of where they differ. (The length is
-/// not secret: every generated token has the same length.)
-fn same_secret(expected: &str, given: &str) -> bool {
-    let (a, b) = (expected.as_bytes(), given.as_bytes());
-    if a.len() != b.len() {
-        return false;
-    }
-    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
+/// What the bridge keeps of a tool token: a memory dump or a core file of
+/// ToolBridge does not hand out working tokens.
+fn token_hash(token: &str) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(token.as_bytes()).into()
+}
+
+/// Compares digests in time independent of where they differ.
+fn same_secret(expected: &[u8; 32], given: &[u8; 32]) -> bool {
+    let diff = expected
+        .iter()
+        .zip(given)
+        .fold(0u8, |acc, (x, y)| acc | (x ^ y));
     std::hint::black_box(diff) == 0
 }
 
@@ -1119,9 +1125,23 @@ mod tests {
 
     #[test]
     fn secret_comparison() {
-        assert!(same_secret("abc", "abc"));
-        assert!(!same_secret("abc", "abd"));
-        assert!(!same_secret("abc", "ab"));
-        assert!(!same_secret("abc", ""));
+        let h = |s: &str| token_hash(s);
+        assert!(same_secret(&h("abc"), &h("abc")));
+        assert!(!same_secret(&h("abc"), &h("abd")));
+        assert!(!same_secret(&h("abc"), &h("ab")));
+        assert!(!same_secret(&h("abc"), &h("")));
+    }
+
+    /// The bridge keeps a digest, never the token: nothing in its state
+    /// (as a memory dump would show it) spells the token.
+    #[test]
+    fn only_a_digest_of_the_token_is_kept() {
+        let (bridge, token) = bridge_with_tools();
+        let state = format!("{:?}", bridge.lock().get(SID).unwrap());
+        assert!(!state.contains(&token), "{state}");
+        assert!(state.contains("token_hash"), "{state}");
+        // And the token still opens the thread's tools; another does not.
+        assert!(bridge.authorize(Some(&token), SID).is_ok());
+        assert!(bridge.authorize(Some("x"), SID).is_err());
     }
 }
