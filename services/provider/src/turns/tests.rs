@@ -25,10 +25,12 @@ struct Fixture {
 
 fn fixture() -> Fixture {
     let bin = Bin::new();
-    // The stand-in codex scripts speak `codex exec --json`.
+    // The stand-in codex and opencode scripts speak `codex exec --json` and
+    // `opencode run --format json`.
     let turns = Turns::new(bin.env())
         .with_grace(Duration::from_millis(500))
-        .with_codex_app_server(false);
+        .with_codex_app_server(false)
+        .with_opencode_serve(false);
     Fixture {
         bin,
         work: tempfile::tempdir().unwrap(),
