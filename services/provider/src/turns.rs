@@ -99,7 +99,7 @@ impl Turns {
             running: Arc::default(),
             next_id: AtomicU64::new(1),
             records: None,
-            codex: Arc::default(),
+            codex: Arc::new(appserver::servers()),
             opencode: Arc::new(serve::servers()),
         }
     }
@@ -434,7 +434,7 @@ impl Job {
             grace,
             records: None,
             pgid: Arc::default(),
-            codex: Arc::default(),
+            codex: Arc::new(appserver::servers()),
             opencode: Arc::new(serve::servers()),
         })
     }
@@ -455,7 +455,9 @@ impl Job {
             let message = "prompt: contains a NUL byte".to_string();
             return refuse(&mut sink, Code::INVALID_INPUT, message).await;
         }
-        if self.provider == Provider::Codex && self.codex.usable(&program, &self.programs).await {
+        if self.provider == Provider::Codex
+            && appserver::usable(&self.codex, &program, &self.programs).await
+        {
             let servers = Arc::clone(&self.codex);
             match appserver::run_turn(&servers, &self, &program, &mut sink).await {
                 Ok(()) => return,
