@@ -1,9 +1,11 @@
-//! The machinery of a per-thread agent server (opencode's `opencode serve`;
-//! codex's app-server keeps its own copy until it moves here, see
-//! docs/decisions.md): one long-lived process per active Pedelec thread,
+//! The machinery of a per-thread agent server (codex's app-server, opencode's
+//! `opencode serve`): one long-lived process per active Pedelec thread,
 //! started by the thread's first turn, reused by its next turns, stopped
 //! when the thread idles, ends or is cancelled, with a bound on how many run
-//! at once, and a verdict per program file on whether its server is used.
+//! at once, and a verdict per program file on whether its server is used
+//! ([`Servers`]). [`ServerChild`] is the process side for a server that is
+//! stopped by signals (opencode); codex's app-server is stopped by closing
+//! its stdin first and keeps that in its own `Proc`.
 
 use std::collections::HashMap;
 use std::future::Future;
