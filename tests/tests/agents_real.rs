@@ -913,6 +913,17 @@ async fn streamed_turns_share_one_app_server(run: &mut Run) {
             "{cli:?}: {}",
             describe(*pid)
         );
+        if cli == Cli::OpenCode {
+            // Listening on loopback TCP: only with a password of its own.
+            let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+            let password = environ
+                .split(|b| *b == 0)
+                .find_map(|v| v.strip_prefix(b"OPENCODE_SERVER_PASSWORD="));
+            assert!(
+                password.is_some_and(|p| p.len() == 64),
+                "opencode serve runs without a password of its own"
+            );
+        }
     }
 
     run.mock
