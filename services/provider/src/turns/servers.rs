@@ -332,7 +332,9 @@ impl ServerChild {
     }
 
     /// SIGTERM to the group, SIGKILL after the grace period, and finally
-    /// SIGKILL to whatever of its group is left (commands it started).
+    /// SIGKILL to whatever of its group is left (commands it started); returns
+    /// once the whole group is gone, so the thread's next server (a page may
+    /// resume at once after End) never meets its predecessor.
     pub async fn stop(&self, grace: Duration) {
         if self.stopped.swap(true, Ordering::AcqRel) {
             return;
@@ -345,6 +347,9 @@ impl ServerChild {
             }
         }
         signal_group(self.pid, SIGKILL);
+        if !process::wait_group_gone(self.pid, grace).await {
+            tracing::warn!(pid = self.pid, "a server's process group outlived SIGKILL");
+        }
         if let Some(r) = &self.record {
             let _ = std::fs::remove_file(r);
         }
