@@ -83,6 +83,26 @@ impl Cli {
         }
     }
 
+    /// The word in the command line of the long-lived server Pedelec keeps
+    /// per thread for this CLI.
+    fn server_word(self) -> &'static str {
+        match self {
+            Cli::Codex => "app-server",
+            Cli::OpenCode => "serve",
+            Cli::Claude => unreachable!("claude runs one process per turn"),
+        }
+    }
+
+    /// The mock's error text. opencode's server retries a model error whose
+    /// text says "overloaded" (with growing pauses, as its TUI does), so its
+    /// error case uses a text that is not retried.
+    fn model_error_text(self) -> &'static str {
+        match self {
+            Cli::OpenCode => "mock: invalid request for test",
+            _ => MOCK_ERROR,
+        }
+    }
+
     /// The effort the request carries, where this CLI puts it.
     fn effort_of(self, body: &Value) -> Value {
         match self {
@@ -610,8 +630,9 @@ async fn effort_high(run: &mut Run) {
 /// (d) a model error keeps the provider's own message.
 async fn model_error(run: &mut Run) {
     let cli = run.cli;
+    let mock_error = cli.model_error_text();
     run.mock
-        .script(json!({"mode": "error", "message": MOCK_ERROR, "status": 400}))
+        .script(json!({"mode": "error", "message": mock_error, "status": 400}))
         .await;
     let (id, mut events) = run.thread(None).await;
     run.send(&id, "this will fail").await;
@@ -642,7 +663,7 @@ async fn model_error(run: &mut Run) {
         errors[0].code, errors[0].source, errors[0].message
     );
     assert!(
-        errors[0].message.contains(MOCK_ERROR),
+        errors[0].message.contains(mock_error),
         "{cli:?}: the error does not carry the provider's message: {:?}",
         errors[0]
     );
@@ -843,11 +864,12 @@ async fn tool_call_round_trip(run: &mut Run, via: Via) {
     }
 }
 
-/// codex through its app-server: a long answer the mock streams in many
-/// `response.output_text.delta` events reaches the client as chat_delta
-/// events, in order, that concatenate to the final chat; the second turn of
-/// the thread runs in the same app-server process (no new process) and the
-/// model sees the first turn's conversation; ending the thread stops it.
+/// codex through its app-server, opencode through `opencode serve`: a long
+/// answer the mock streams in many deltas (`response.output_text.delta`,
+/// chat-completions chunks) reaches the client as chat_delta events, in
+/// order, that concatenate to the final chat; the second turn of the thread
+/// runs in the same server process (no new process) and the model sees the
+/// first turn's conversation; ending the thread stops it.
 async fn streamed_turns_share_one_app_server(run: &mut Run) {
     let cli = run.cli;
     let long: String = (1..=80).map(|i| format!("piece{i} ")).collect();
@@ -887,10 +909,21 @@ async fn streamed_turns_share_one_app_server(run: &mut Run) {
     );
     for pid in &between {
         assert!(
-            describe(*pid).contains("app-server"),
+            describe(*pid).contains(cli.server_word()),
             "{cli:?}: {}",
             describe(*pid)
         );
+        if cli == Cli::OpenCode {
+            // Listening on loopback TCP: only with a password of its own.
+            let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+            let password = environ
+                .split(|b| *b == 0)
+                .find_map(|v| v.strip_prefix(b"OPENCODE_SERVER_PASSWORD="));
+            assert!(
+                password.is_some_and(|p| p.len() == 64),
+                "opencode serve runs without a password of its own"
+            );
+        }
     }
 
     run.mock
@@ -990,7 +1023,18 @@ async fn claude_real_cli_turns_resume_effort_error_cancel() {
     all_cases(Cli::Claude).await;
 }
 
+/// opencode 1.18.33 has a usable server, so this is the `opencode serve` path.
 #[tokio::test]
 async fn opencode_real_cli_turns_resume_effort_error_cancel() {
-    all_cases(Cli::OpenCode).await;
+    let mut run = Run::start(Cli::OpenCode).await;
+    streamed_turns_share_one_app_server(&mut run).await;
+    all_cases_in(Cli::OpenCode, run).await;
+}
+
+/// The `opencode run --format json` fallback (an older opencode, or forced
+/// with PEDELEC_OPENCODE_SERVE=0) passes the same cases.
+#[tokio::test]
+async fn opencode_run_fallback_turns_resume_effort_error_cancel() {
+    let run = Run::start_with(Cli::OpenCode, &[("PEDELEC_OPENCODE_SERVE", "0")]).await;
+    all_cases_in(Cli::OpenCode, run).await;
 }

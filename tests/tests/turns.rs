@@ -35,15 +35,41 @@ fn hang(root: &Path, name: &str) -> String {
 
 const CURSOR_SESSION: &str = "5f3c2a1e-0b7d-4c8e-9a6f-1d2e3f4a5b6c";
 
+/// A successful cursor-agent run in the documented stream-json format; with
+/// `--stream-partial-output` the text first arrives in chunks (`assistant`
+/// lines with `timestamp_ms`, one repeated with a `model_call_id`), then the
+/// complete message, as cursor.com/docs/cli/reference/output-format and
+/// Cursor's forum (thread 156289) describe it.
 fn cursor_ok() -> String {
     let s = CURSOR_SESSION;
+    let chunk = |text: &str, extra: &str| {
+        format!(
+            r#"{{"type":"assistant","message":{{"role":"assistant","content":[{{"type":"text","text":"{text}"}}]}},"session_id":"{s}"{extra}}}"#
+        )
+    };
+    let partial = [
+        chunk("CURSOR_", r#","timestamp_ms":1774846267524"#),
+        chunk(
+            "CURSOR_",
+            r#","model_call_id":"m1","timestamp_ms":1774846267693"#,
+        ),
+        chunk("DONE", r#","timestamp_ms":1774846267711"#),
+    ]
+    .join("\n");
     format!(
         r#"/bin/cat <<'EOF'
 {{"type":"system","subtype":"init","apiKeySource":"login","cwd":"/w","session_id":"{s}","model":"m","permissionMode":"default"}}
 {{"type":"user","message":{{"role":"user","content":[{{"type":"text","text":"echo"}}]}},"session_id":"{s}"}}
-{{"type":"assistant","message":{{"role":"assistant","content":[{{"type":"text","text":"CURSOR_DONE"}}]}},"session_id":"{s}"}}
+EOF
+case " $* " in *" --stream-partial-output "*) /bin/cat <<'EOF'
+{partial}
+EOF
+esac
+/bin/cat <<'EOF'
+{complete}
 {{"type":"result","subtype":"success","duration_ms":5,"is_error":false,"result":"CURSOR_DONE","session_id":"{s}"}}
-EOF"#
+EOF"#,
+        complete = chunk("CURSOR_DONE", ""),
     )
 }
 
@@ -121,6 +147,17 @@ impl Turns {
 }
 
 /// The events of a turn that completes with one chat.
+/// A cursor turn with `--stream-partial-output`: two chunks, then the message.
+const COMPLETED_WITH_DELTAS_AND_CHAT: [&str; 7] = [
+    "operation_started",
+    "status:running",
+    "chat_delta",
+    "chat_delta",
+    "chat",
+    "operation_finished:completed",
+    "status:idle",
+];
+
 const COMPLETED_WITH_CHAT: [&str; 5] = [
     "operation_started",
     "status:running",
@@ -185,9 +222,10 @@ async fn cursor_turn_then_resume_with_model_and_prompt() {
     let (id, mut events) = t.thread("cursor").await;
 
     let first = t.send_and_read(&id, "first question", &mut events).await;
-    assert_eq!(kinds(&first), COMPLETED_WITH_CHAT);
+    assert_eq!(kinds(&first), COMPLETED_WITH_DELTAS_AND_CHAT);
     assert_seqs_increase(&first, 0);
     assert_eq!(chat_text(&first), "CURSOR_DONE");
+    assert_eq!(delta_text(&first), "CURSOR_DONE");
 
     let second = t.send_and_read(&id, "second question", &mut events).await;
     assert_eq!(kinds(&second), kinds(&first));
@@ -198,7 +236,9 @@ async fn cursor_turn_then_resume_with_model_and_prompt() {
     let workspace = snapshot(&mut t.sessions, &id).await.workspace_path;
     assert_eq!(
         calls[0],
-        format!("-p --workspace {workspace} --output-format stream-json --force --model cur-model")
+        format!(
+            "-p --workspace {workspace} --output-format stream-json --stream-partial-output --force --model cur-model"
+        )
     );
     assert!(!calls[0].contains("--resume"));
     assert!(
@@ -442,7 +482,7 @@ fi
     assert_eq!(error.source, pb::ErrorSource::Provider as i32);
 
     let ok = t.send_and_read(&id, "again", &mut events).await;
-    assert_eq!(kinds(&ok), COMPLETED_WITH_CHAT);
+    assert_eq!(kinds(&ok), COMPLETED_WITH_DELTAS_AND_CHAT);
 }
 
 #[tokio::test]

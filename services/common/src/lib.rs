@@ -91,6 +91,11 @@ pub mod env {
     pub const CODEX_APP_SERVER: &str = "PEDELEC_CODEX_APP_SERVER";
     /// ProviderService: how long an idle thread's codex app-server lives.
     pub const CODEX_IDLE_MS: &str = "PEDELEC_CODEX_IDLE_MS";
+    /// ProviderService: `0` runs opencode turns through `opencode run
+    /// --format json` even when the installed opencode has a usable server.
+    pub const OPENCODE_SERVE: &str = "PEDELEC_OPENCODE_SERVE";
+    /// ProviderService: how long an idle thread's `opencode serve` lives.
+    pub const OPENCODE_IDLE_MS: &str = "PEDELEC_OPENCODE_IDLE_MS";
 }
 
 /// The four supervised services and the launcher, with their socket names.

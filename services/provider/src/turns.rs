@@ -31,7 +31,10 @@ use crate::catalog;
 use crate::error::ProviderError;
 
 mod appserver;
+mod serve;
+mod servers;
 pub use appserver::{AppServers, MAX_RUNNING, MIN_VERSION};
+pub use serve::OpencodeServers;
 
 /// How long a process group has between SIGTERM and SIGKILL.
 pub const GRACE: Duration = Duration::from_secs(2);
@@ -65,6 +68,8 @@ pub struct Turns {
     records: Option<Records>,
     /// Codex threads' app-servers (the processes outlive a turn).
     codex: Arc<AppServers>,
+    /// opencode threads' `opencode serve` processes (the same).
+    opencode: Arc<OpencodeServers>,
 }
 
 /// Where turn records live: `<runtime dir>/turns/<pgid>`.
@@ -94,7 +99,8 @@ impl Turns {
             running: Arc::default(),
             next_id: AtomicU64::new(1),
             records: None,
-            codex: Arc::default(),
+            codex: Arc::new(appserver::servers()),
+            opencode: Arc::new(serve::servers()),
         }
     }
 
@@ -110,6 +116,20 @@ impl Turns {
     /// The codex app-servers (their count and pids, for tests and benchmarks).
     pub fn codex_app_servers(&self) -> &AppServers {
         &self.codex
+    }
+
+    /// Whether opencode turns may use `opencode serve` (when the installed
+    /// opencode has a usable one); `false` always runs `opencode run`.
+    pub fn with_opencode_serve(mut self, enabled: bool) -> Self {
+        Arc::get_mut(&mut self.opencode)
+            .expect("set before any turn")
+            .enabled = enabled;
+        self
+    }
+
+    /// The opencode servers (their count and pids, for tests and benchmarks).
+    pub fn opencode_servers(&self) -> &OpencodeServers {
+        &self.opencode
     }
 
     /// Records each running turn's process group in `<runtime_dir>/turns/`
@@ -153,6 +173,7 @@ impl Turns {
         job.turn.mcp = mcp;
         job.records = self.records.clone();
         job.codex = Arc::clone(&self.codex);
+        job.opencode = Arc::clone(&self.opencode);
         let pgid = Arc::new(AtomicI32::new(0));
         job.pgid = Arc::clone(&pgid);
         let (tx, rx) = mpsc::channel(EVENT_BUFFER);
@@ -187,12 +208,12 @@ impl Turns {
     }
 
     /// Terminates the thread's running turn (SIGTERM to its group, SIGKILL
-    /// after the grace period; a codex app-server turn is interrupted) and
-    /// waits until it has ended, then stops the thread's codex app-server, if
-    /// any. Returns whether there was a turn. The app-server goes in every
-    /// case: a turn that has just finished may still be registered when an
-    /// ended thread's CancelTurn arrives, and its app-server must not outlive
-    /// the thread.
+    /// after the grace period; a codex app-server turn is interrupted, an
+    /// opencode serve turn aborted) and waits until it has ended, then stops
+    /// the thread's codex app-server or opencode server, if any. Returns
+    /// whether there was a turn. The server goes in every case: a turn that
+    /// has just finished may still be registered when an ended thread's
+    /// CancelTurn arrives, and its server must not outlive the thread.
     pub async fn cancel(&self, session_id: &str) -> bool {
         let entry = lock(&self.running)
             .get(session_id)
@@ -206,6 +227,7 @@ impl Turns {
             None => false,
         };
         self.codex.release(session_id, self.grace).await;
+        self.opencode.release(session_id, self.grace).await;
         had_turn
     }
 
@@ -223,6 +245,7 @@ impl Turns {
             .map(|r| (Arc::clone(&r.stop), r.done.clone(), Arc::clone(&r.pgid)))
             .collect();
         self.codex.stop_all(within).await;
+        self.opencode.stop_all(within).await;
         if turns.is_empty() {
             return;
         }
@@ -354,6 +377,7 @@ struct Job {
     /// Where the turn publishes its process group for `Turns::stop_all`.
     pgid: Arc<AtomicI32>,
     codex: Arc<AppServers>,
+    opencode: Arc<OpencodeServers>,
 }
 
 impl Job {
@@ -410,7 +434,8 @@ impl Job {
             grace,
             records: None,
             pgid: Arc::default(),
-            codex: Arc::default(),
+            codex: Arc::new(appserver::servers()),
+            opencode: Arc::new(serve::servers()),
         })
     }
 
@@ -430,7 +455,9 @@ impl Job {
             let message = "prompt: contains a NUL byte".to_string();
             return refuse(&mut sink, Code::INVALID_INPUT, message).await;
         }
-        if self.provider == Provider::Codex && self.codex.usable(&program, &self.programs).await {
+        if self.provider == Provider::Codex
+            && appserver::usable(&self.codex, &program, &self.programs).await
+        {
             let servers = Arc::clone(&self.codex);
             match appserver::run_turn(&servers, &self, &program, &mut sink).await {
                 Ok(()) => return,
@@ -441,6 +468,18 @@ impl Job {
         }
         if self.provider == Provider::Codex {
             tracing::info!(session = %self.session_id, path = "exec", "codex turn");
+        }
+        if self.provider == Provider::Opencode {
+            if serve::usable(&self.opencode, &program, &self.programs).await {
+                let servers = Arc::clone(&self.opencode);
+                match serve::run_turn(&servers, &self, &program, &mut sink).await {
+                    Ok(()) => return,
+                    Err(serve::Fallback(why)) => {
+                        tracing::warn!(session = %self.session_id, "opencode serve unusable, running opencode run: {why}");
+                    }
+                }
+            }
+            tracing::info!(session = %self.session_id, path = "run", "opencode turn");
         }
         let line = self.provider.command(&self.turn);
         if let Some(long) = line.args.iter().find(|a| a.len() >= MAX_ARG_BYTES) {

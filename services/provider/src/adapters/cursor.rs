@@ -1,11 +1,15 @@
 //! Cursor Agent (`cursor-agent -p --output-format stream-json`).
 //!
 //! Output (documented format, no captured run; see `testdata/README.md`): every line carries
-//! `session_id`; `type: "assistant"` lines hold one complete message whose `text` blocks are chat
-//! (Pedelec does not pass `--stream-partial-output`, so no deltas arrive). `user` echoes,
-//! `thinking` and `tool_call` lines are not chat, and the terminal `result.result` repeats the
-//! whole text, so it is not chat either. `result` with `is_error: true` is the turn's error.
-//! Cursor reports no token usage.
+//! `session_id`; `type: "assistant"` lines hold one complete message whose `text` blocks are chat.
+//! With `--stream-partial-output` (which Pedelec passes) the text also arrives as it is
+//! generated: each chunk is an `assistant` line with `timestamp_ms`, which becomes a chat delta,
+//! and the complete message still follows as an `assistant` line without `timestamp_ms`, which
+//! is the chat. An `assistant` line that carries a `model_call_id` repeats text already sent as
+//! chunks (Cursor's staff on their forum, thread 156289: the form to skip), so it is ignored.
+//! `user` echoes, `thinking` and `tool_call` lines are not chat, and the terminal
+//! `result.result` repeats the whole text, so it is not chat either. `result` with
+//! `is_error: true` is the turn's error. Cursor reports no token usage.
 
 use serde_json::Value;
 
@@ -15,7 +19,8 @@ use super::{
 
 pub const PROGRAM: &str = "cursor-agent";
 
-/// `cursor-agent -p …`, prompt on stdin. Effort has no flag: it is part of the model choice.
+/// `cursor-agent -p …`, prompt on stdin, partial text streamed. Effort has no flag: it is part
+/// of the model choice.
 pub fn command(turn: &TurnSpec) -> CommandLine {
     let mut cmd = CommandLine::new(PROGRAM, turn);
     cmd.arg("-p")
@@ -23,6 +28,7 @@ pub fn command(turn: &TurnSpec) -> CommandLine {
         .arg(&turn.workspace)
         .arg("--output-format")
         .arg("stream-json")
+        .arg("--stream-partial-output")
         .arg("--force");
     if let Some(model) = &turn.model {
         cmd.arg("--model").arg(model);
@@ -48,9 +54,15 @@ impl LineParser for Parser {
         let v = Value::Object(obj);
         self.session.offer(str_at(&v, "session_id"), &mut out);
         match str_at(&v, "type").unwrap_or_default() {
+            "assistant" if v.get("model_call_id").is_some() => {}
             "assistant" => {
                 let content = v.get("message").and_then(|m| m.get("content"));
-                out.extend(text_blocks(content).into_iter().map(Event::Chat));
+                let texts = text_blocks(content).into_iter();
+                if v.get("timestamp_ms").is_some() {
+                    out.extend(texts.map(Event::ChatDelta));
+                } else {
+                    out.extend(texts.map(Event::Chat));
+                }
             }
             "result"
                 if !self.failed && v.get("is_error").and_then(Value::as_bool) == Some(true) =>
@@ -91,6 +103,25 @@ mod tests {
         );
     }
 
+    /// `--stream-partial-output`: chunks with `timestamp_ms` are deltas, the
+    /// `model_call_id` repeat is skipped, the complete message is the chat.
+    #[test]
+    fn partial_output_streams_deltas_then_the_complete_message() {
+        assert_stream(
+            Provider::Cursor,
+            &testdata("cursor_partial.jsonl"),
+            &[
+                session("5f3c2a1e-0b7d-4c8e-9a6f-1d2e3f4a5b6c"),
+                delta("I'll run "),
+                delta("it now."),
+                chat("I'll run it now."),
+                delta("MOCK_DONE: "),
+                delta("the command ran — ✓"),
+                chat("MOCK_DONE: the command ran — ✓"),
+            ],
+        );
+    }
+
     #[test]
     fn err_result() {
         assert_stream(
@@ -115,13 +146,14 @@ mod tests {
                 "/ws/a b",
                 "--output-format",
                 "stream-json",
+                "--stream-partial-output",
                 "--force"
             ]
         );
         assert_eq!(first.stdin.as_deref(), Some("hi"));
 
         let full = command(&turn("more", Some("sonnet-4"), None, Some("S1")));
-        assert_eq!(args(&full)[6..], ["--model", "sonnet-4", "--resume", "S1"]);
+        assert_eq!(args(&full)[7..], ["--model", "sonnet-4", "--resume", "S1"]);
         assert_eq!(full.stdin.as_deref(), Some("more"));
     }
 }

@@ -45,7 +45,8 @@ pub fn command(turn: &TurnSpec) -> CommandLine {
 }
 
 /// `{"mcp":{"pedelec":{…}}}` for `OPENCODE_CONFIG_CONTENT`: placeholders only.
-fn mcp_config(cli: &std::path::Path) -> String {
+/// `opencode serve` gets the same registration.
+pub fn mcp_config(cli: &std::path::Path) -> String {
     use super::{MCP_ARGS, MCP_ENV, MCP_SERVER};
     let mut command = vec![Value::from(cli.to_string_lossy())];
     command.extend(MCP_ARGS.iter().map(|a| Value::from(*a)));
@@ -60,6 +61,29 @@ fn mcp_config(cli: &std::path::Path) -> String {
         "environment": environment,
     }}})
     .to_string()
+}
+
+/// The usage of one model call from a step-finish part's `tokens` (the same
+/// shape in `run --format json` and in `opencode serve`'s events), with cache
+/// reads and writes counted as input; `None` when it is empty.
+pub fn step_usage(tokens: &Value) -> Option<Event> {
+    let cache = tokens.get("cache").unwrap_or(&Value::Null);
+    let input = u64_at(tokens, "input")
+        .saturating_add(u64_at(cache, "read"))
+        .saturating_add(u64_at(cache, "write"));
+    let output = u64_at(tokens, "output");
+    (input > 0 || output > 0).then(|| Event::usage(input, output, false))
+}
+
+/// opencode's own text of an error object (`{name, data: {message}}`).
+pub fn error_message(e: &Value) -> String {
+    e.get("data")
+        .and_then(|d| str_at(d, "message"))
+        .or_else(|| str_at(e, "message"))
+        .or_else(|| str_at(e, "name"))
+        .filter(|m| !m.is_empty())
+        .unwrap_or("opencode failed")
+        .to_owned()
 }
 
 #[derive(Debug, Default)]
@@ -84,29 +108,12 @@ impl LineParser for Parser {
                 }
             }
             "step_finish" => {
-                if let Some(tokens) = part.get("tokens") {
-                    let cache = tokens.get("cache").unwrap_or(&Value::Null);
-                    let input = u64_at(tokens, "input")
-                        .saturating_add(u64_at(cache, "read"))
-                        .saturating_add(u64_at(cache, "write"));
-                    let output = u64_at(tokens, "output");
-                    if input > 0 || output > 0 {
-                        out.push(Event::usage(input, output, false));
-                    }
-                }
+                out.extend(part.get("tokens").and_then(step_usage));
             }
             "error" if !self.failed => {
                 self.failed = true;
                 let error = v.get("error").cloned();
-                let e = error.as_ref().unwrap_or(&Value::Null);
-                let message = e
-                    .get("data")
-                    .and_then(|d| str_at(d, "message"))
-                    .or_else(|| str_at(e, "message"))
-                    .or_else(|| str_at(e, "name"))
-                    .filter(|m| !m.is_empty())
-                    .unwrap_or("opencode failed")
-                    .to_owned();
+                let message = error_message(error.as_ref().unwrap_or(&Value::Null));
                 out.push(Event::Error {
                     message,
                     details: error,

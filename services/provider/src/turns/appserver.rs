@@ -31,9 +31,10 @@ use tokio::process::Command;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
+use super::servers::{self, Server, Servers, parse_version};
 use super::{Job, Out, Sink, Stop, error_event, lock, read_tail, record_turn};
 use crate::adapters::{LineSplitter, MAX_LINE, codex};
-use crate::availability::{FileStamp, ProgramEnv, run_version};
+use crate::availability::{ProgramEnv, run_version};
 
 /// The oldest codex whose app-server speaks the protocol this module was
 /// verified against (the pinned 0.171.0); older ones run `codex exec --json`.
@@ -58,187 +59,62 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 /// the app-server back instead of growing memory.
 const NOTE_BUFFER: usize = 256;
 
-/// The running app-servers, by Pedelec thread, and which codex installs have one.
-pub struct AppServers {
-    procs: Mutex<HashMap<String, Arc<Proc>>>,
-    /// Per program file: whether its app-server is used.
-    support: Mutex<HashMap<PathBuf, (Option<FileStamp>, bool)>>,
-    pub idle: Duration,
-    pub max_running: usize,
-    /// `false`: codex turns always run `codex exec --json`.
-    pub enabled: bool,
+/// The running app-servers, by Pedelec thread, and which codex installs have
+/// one (the per-thread server machinery shared with `opencode serve`).
+pub type AppServers = Servers<Proc>;
+
+/// The registry with its settings from the environment.
+pub(super) fn servers() -> AppServers {
+    AppServers::new(
+        "codex app-server",
+        AppServers::idle_from_env(env::CODEX_IDLE_MS, IDLE),
+        MAX_RUNNING,
+    )
 }
 
-impl Default for AppServers {
-    fn default() -> Self {
-        let idle = std::env::var(env::CODEX_IDLE_MS)
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-            .map(Duration::from_millis)
-            .unwrap_or(IDLE);
-        AppServers {
-            procs: Mutex::default(),
-            support: Mutex::default(),
-            idle,
-            max_running: MAX_RUNNING,
-            enabled: true,
-        }
+/// Whether turns of `program` go through its app-server: not when
+/// `PEDELEC_CODEX_APP_SERVER=0`, nor when `--version` names a codex older
+/// than [`MIN_VERSION`] or none, nor after its app-server failed to start.
+pub(super) async fn usable(servers: &AppServers, program: &Path, programs: &ProgramEnv) -> bool {
+    if std::env::var(env::CODEX_APP_SERVER).is_ok_and(|v| v == "0") {
+        return false;
+    }
+    servers
+        .usable(program, async {
+            match run_version(program, codex::PROGRAM, programs).await {
+                Ok(out) => parse_version(&out).is_some_and(|v| v >= MIN_VERSION),
+                Err(_) => false,
+            }
+        })
+        .await
+}
+
+impl Server for Proc {
+    fn pid(&self) -> i32 {
+        self.pid
+    }
+    fn fingerprint(&self) -> &str {
+        &self.fingerprint
+    }
+    fn is_alive(&self) -> bool {
+        Proc::is_alive(self)
+    }
+    fn idle_since(&self) -> Option<Instant> {
+        *lock(&self.idle)
+    }
+    fn set_idle(&self, idle: bool) -> Option<Instant> {
+        let stamp = idle.then(Instant::now);
+        *lock(&self.idle) = stamp;
+        stamp
+    }
+    async fn stop(&self, grace: Duration) {
+        Proc::stop(self, grace).await;
     }
 }
 
 /// Why a turn could not use the app-server; the caller runs `codex exec`.
 #[derive(Debug)]
 pub struct Fallback(pub String);
-
-impl AppServers {
-    /// Whether turns of `program` go through its app-server: not when
-    /// `PEDELEC_CODEX_APP_SERVER=0`, nor when `--version` names a codex older
-    /// than [`MIN_VERSION`] or none, nor after its app-server failed to start.
-    pub async fn usable(&self, program: &Path, programs: &ProgramEnv) -> bool {
-        if !self.enabled || std::env::var(env::CODEX_APP_SERVER).is_ok_and(|v| v == "0") {
-            return false;
-        }
-        let stamp = FileStamp::of(program);
-        if let Some((seen, ok)) = lock(&self.support).get(program)
-            && *seen == stamp
-        {
-            return *ok;
-        }
-        let ok = match run_version(program, codex::PROGRAM, programs).await {
-            Ok(out) => parse_version(&out).is_some_and(|v| v >= MIN_VERSION),
-            Err(_) => false,
-        };
-        tracing::info!(program = %program.display(), app_server = ok, "codex transport chosen");
-        lock(&self.support).insert(program.to_path_buf(), (stamp, ok));
-        ok
-    }
-
-    fn mark_unusable(&self, program: &Path) {
-        lock(&self.support).insert(program.to_path_buf(), (FileStamp::of(program), false));
-    }
-
-    /// Number of app-servers running now.
-    pub fn running(&self) -> usize {
-        lock(&self.procs).len()
-    }
-
-    /// The pid (= process group) of the thread's app-server, if one runs.
-    pub fn pid_of(&self, session_id: &str) -> Option<i32> {
-        lock(&self.procs).get(session_id).map(|p| p.pid)
-    }
-
-    /// Stops the thread's app-server, if any. Returns whether one ran.
-    pub async fn release(&self, session_id: &str, grace: Duration) -> bool {
-        let proc = lock(&self.procs).remove(session_id);
-        match proc {
-            Some(p) => {
-                p.stop(grace).await;
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// Service shutdown: every app-server goes.
-    pub async fn stop_all(&self, grace: Duration) {
-        let all: Vec<_> = lock(&self.procs).drain().map(|(_, p)| p).collect();
-        for p in all {
-            p.stop(grace).await;
-        }
-    }
-
-    /// The thread's app-server with `fingerprint`, started if needed.
-    async fn acquire(
-        self: &Arc<Self>,
-        job: &Job,
-        program: &Path,
-        fingerprint: &str,
-    ) -> Result<Arc<Proc>, Fallback> {
-        let existing = lock(&self.procs).remove(&job.session_id);
-        if let Some(p) = existing {
-            if p.fingerprint == fingerprint && p.is_alive() {
-                lock(&self.procs).insert(job.session_id.clone(), Arc::clone(&p));
-                return Ok(p);
-            }
-            // The workspace, tool environment or program changed (or it died).
-            p.stop(job.grace).await;
-        }
-        self.make_room(job.grace).await;
-        let proc = match Proc::spawn(job, program, fingerprint).await {
-            Ok(p) => Arc::new(p),
-            Err(SpawnError::NoAppServer(why)) => {
-                self.mark_unusable(program);
-                return Err(Fallback(why));
-            }
-            Err(SpawnError::Other(why)) => return Err(Fallback(why)),
-        };
-        lock(&self.procs).insert(job.session_id.clone(), Arc::clone(&proc));
-        Ok(proc)
-    }
-
-    /// Stops the least recently used idle app-servers beyond the bound.
-    async fn make_room(&self, grace: Duration) {
-        loop {
-            let victim = {
-                let mut procs = lock(&self.procs);
-                if procs.len() < self.max_running {
-                    return;
-                }
-                let oldest = procs
-                    .iter()
-                    .filter(|(_, p)| p.idle_since().is_some())
-                    .min_by_key(|(_, p)| p.idle_since())
-                    .map(|(k, _)| k.clone());
-                match oldest {
-                    Some(k) => procs.remove(&k),
-                    None => return,
-                }
-            };
-            if let Some(p) = victim {
-                tracing::info!(
-                    pid = p.pid,
-                    "stopping an idle codex app-server to stay within the bound"
-                );
-                p.stop(grace).await;
-            }
-        }
-    }
-
-    /// After a turn: stop the thread's app-server if it stays idle.
-    fn arm_idle_stop(self: &Arc<Self>, session_id: String, proc: &Arc<Proc>, grace: Duration) {
-        let servers = Arc::clone(self);
-        let mine = Arc::downgrade(proc);
-        let idle = self.idle;
-        let stamp = proc.touch();
-        tokio::spawn(async move {
-            tokio::time::sleep(idle).await;
-            let Some(p) = mine.upgrade() else { return };
-            let still_idle = p.idle_since() == Some(stamp);
-            drop(p);
-            if !still_idle {
-                return;
-            }
-            let stale = {
-                let mut procs = lock(&servers.procs);
-                match procs.get(&session_id) {
-                    Some(p) if p.idle_since() == Some(stamp) => procs.remove(&session_id),
-                    _ => None,
-                }
-            };
-            if let Some(p) = stale {
-                tracing::info!(session = %session_id, pid = p.pid, "stopping an idle codex app-server");
-                p.stop(grace).await;
-            }
-        });
-    }
-}
-
-/// "codex-cli 0.171.0" → [0, 171, 0].
-pub fn parse_version(out: &str) -> Option<[u64; 3]> {
-    let word = out.split_whitespace().find(|w| w.contains('.'))?;
-    let mut parts = word.split(['.', '-', '+']).map(|p| p.parse::<u64>().ok());
-    Some([parts.next()??, parts.next()??, parts.next()??])
-}
 
 enum SpawnError {
     /// The program has no app-server we can speak to (it exited or refused).
@@ -257,7 +133,7 @@ struct Shared {
 }
 
 /// One running `codex app-server`.
-pub(super) struct Proc {
+pub struct Proc {
     pub pid: i32,
     fingerprint: String,
     writer: Mutex<Option<mpsc::UnboundedSender<String>>>,
@@ -376,17 +252,6 @@ impl Proc {
 
     fn is_alive(&self) -> bool {
         self.exit.borrow().is_none() && !self.stopped.load(Ordering::Acquire)
-    }
-
-    fn idle_since(&self) -> Option<Instant> {
-        *lock(&self.idle)
-    }
-
-    /// Marks the process idle from now; returns the stamp.
-    fn touch(&self) -> Instant {
-        let now = Instant::now();
-        *lock(&self.idle) = Some(now);
-        now
     }
 
     fn stderr_line(&self) -> String {
@@ -584,8 +449,18 @@ pub(super) async fn run_turn(
     sink: &mut Sink,
 ) -> Result<(), Fallback> {
     let fingerprint = job.fingerprint(program);
-    let proc = servers.acquire(job, program, &fingerprint).await?;
-    *lock(&proc.idle) = None;
+    let spawn = async {
+        Proc::spawn(job, program, &fingerprint)
+            .await
+            .map_err(|e| match e {
+                SpawnError::NoAppServer(why) => servers::SpawnError::Unsupported(why),
+                SpawnError::Other(why) => servers::SpawnError::Other(why),
+            })
+    };
+    let proc = servers
+        .acquire(job, program, &fingerprint, spawn)
+        .await
+        .map_err(Fallback)?;
     job.pgid.store(proc.pid, Ordering::Release);
     tracing::info!(session = %job.session_id, pid = proc.pid, path = "app-server", "codex turn");
     let (tx, mut notes) = mpsc::channel(NOTE_BUFFER);
@@ -599,7 +474,7 @@ pub(super) async fn run_turn(
             servers.arm_idle_stop(job.session_id.clone(), &proc, job.grace);
         }
         Ok(End::Died) => {
-            lock(&servers.procs).remove(&job.session_id);
+            servers.forget(&job.session_id);
             let status = proc.wait_exit().await;
             let message = format!(
                 "codex app-server {}{}",
@@ -619,7 +494,7 @@ pub(super) async fn run_turn(
             // Cancelled or the reader went away: interrupt, so codex records the
             // turn as aborted, then stop the process: an interrupt leaves the
             // turn's shell commands running, closing the app-server ends them.
-            lock(&servers.procs).remove(&job.session_id);
+            servers.forget(&job.session_id);
             if let Some(turn_id) = turn_id {
                 let thread_id = lock(&proc.threads).last().cloned().unwrap_or_default();
                 let interrupt = proc.request(

@@ -25,10 +25,12 @@ struct Fixture {
 
 fn fixture() -> Fixture {
     let bin = Bin::new();
-    // The stand-in codex scripts speak `codex exec --json`.
+    // The stand-in codex and opencode scripts speak `codex exec --json` and
+    // `opencode run --format json`.
     let turns = Turns::new(bin.env())
         .with_grace(Duration::from_millis(500))
-        .with_codex_app_server(false);
+        .with_codex_app_server(false)
+        .with_opencode_serve(false);
     Fixture {
         bin,
         work: tempfile::tempdir().unwrap(),
@@ -731,6 +733,66 @@ async fn an_older_codex_runs_exec() {
     let turns = Turns::new(bin.env()).with_grace(Duration::from_millis(500));
     let f = Fixture { bin, work, turns };
     let events = f.run(f.request("thr_1", "codex")).await;
+    assert!(events.contains(&Out::Chat("MOCK_DONE: the command ran.".into())));
+    assert!(!tried.exists());
+}
+
+/// Two lines of a real `opencode run --format json` (opencode_run2.jsonl).
+const OPENCODE_LINES: &str = r#"{"type":"text","timestamp":1796057125236,"sessionID":"ses_dd2a7897fffeDHAglomGSUFLvm","part":{"id":"prt_1","messageID":"msg_1","sessionID":"ses_dd2a7897fffeDHAglomGSUFLvm","type":"text","text":"MOCK_DONE: the command ran.","time":{"start":1,"end":2}}}
+{"type":"step_finish","timestamp":1796057125240,"sessionID":"ses_dd2a7897fffeDHAglomGSUFLvm","part":{"id":"prt_2","messageID":"msg_1","sessionID":"ses_dd2a7897fffeDHAglomGSUFLvm","type":"step-finish","tokens":{"input":100,"output":20,"cache":{"read":0,"write":0}}}}"#;
+
+/// An opencode new enough by its version whose server says where it
+/// listens but serves no event stream there: the turn runs `opencode run`
+/// at once, later turns skip the attempt, and the server is gone.
+#[tokio::test]
+async fn opencode_without_a_usable_server_falls_back_to_run() {
+    let bin = Bin::new();
+    let work = tempfile::tempdir().unwrap();
+    let tried = work.path().join("serve-tried");
+    bin.script(
+        "opencode",
+        &format!(
+            "case \"$1\" in\n--version) echo '1.18.33';;\nserve) echo $$ >> {tried}; echo 'opencode server listening on http://127.0.0.1:1'; exec /bin/sleep 60;;\n*) /bin/cat <<'EOF'\n{OPENCODE_LINES}\nEOF\nesac",
+            tried = tried.display()
+        ),
+    );
+    let turns = Turns::new(bin.env()).with_grace(Duration::from_millis(500));
+    let f = Fixture { bin, work, turns };
+    for _ in 0..2 {
+        let events = f.run(f.request("thr_1", "opencode")).await;
+        assert!(
+            events.contains(&Out::Chat("MOCK_DONE: the command ran.".into())),
+            "{events:?}"
+        );
+        assert!(!events.iter().any(|e| matches!(e, Out::ChatDelta(_))));
+        assert_eq!(events.last(), Some(&exited_code(0)));
+    }
+    let pids = std::fs::read_to_string(&tried).unwrap();
+    assert_eq!(pids.lines().count(), 1, "tried once: {pids:?}");
+    assert!(
+        wait_dead(pids.trim()).await,
+        "the failed server was left running"
+    );
+    assert_eq!(f.turns.opencode_servers().running(), 0);
+}
+
+/// An opencode older than the server interface Pedelec was verified
+/// against runs `opencode run` without trying its server.
+#[tokio::test]
+async fn an_older_opencode_runs_run() {
+    let bin = Bin::new();
+    let work = tempfile::tempdir().unwrap();
+    let tried = work.path().join("serve-tried");
+    bin.script(
+        "opencode",
+        &format!(
+            "case \"$1\" in\n--version) echo '1.14.48';;\nserve) touch {tried}; exit 2;;\n*) /bin/cat <<'EOF'\n{OPENCODE_LINES}\nEOF\nesac",
+            tried = tried.display()
+        ),
+    );
+    let turns = Turns::new(bin.env()).with_grace(Duration::from_millis(500));
+    let f = Fixture { bin, work, turns };
+    let events = f.run(f.request("thr_1", "opencode")).await;
     assert!(events.contains(&Out::Chat("MOCK_DONE: the command ran.".into())));
     assert!(!tried.exists());
 }
