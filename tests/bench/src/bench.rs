@@ -111,7 +111,7 @@ pub async fn run(cfg: &Config) -> i32 {
         cfg,
         &mut rows,
         "provider",
-        "the real pinned codex and opencode through their per-thread servers against the mock model",
+        "the real pinned codex and opencode (through their per-thread servers) and claude against the mock model",
         crate::provider::provider_phase(cfg),
     )
     .await;
