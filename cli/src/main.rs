@@ -224,8 +224,67 @@ fn plan(cli: Cli) -> Plan {
     }
 }
 
+/// The agent's command line, read without building clap's command tree: an
+/// agent pays pedelec-cli's start-up on every tool call (issue 19), and
+/// clap's tree of every subcommand and help text is most of the CLI's own
+/// work there. Only the plain forms are taken — `[--thread-id ID]
+/// [--timeout-ms N] tool-call TOOL JSON` and `tool-spec TOOL`, the flags
+/// before or after the command, `--flag=value` too; anything else (help, a
+/// typo, an unknown or repeated flag, a bad number) returns None and goes to
+/// clap, which owns every message. A test checks both read the same.
+fn agent_fast_path(args: &[String]) -> Option<(Option<String>, Option<u32>, ToolCommand)> {
+    let mut thread_id = None;
+    let mut timeout_ms = None;
+    let mut words = Vec::new();
+    let mut it = args.iter().skip(1);
+    while let Some(arg) = it.next() {
+        let (flag, inline) = match arg.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
+            _ => (arg.as_str(), None),
+        };
+        let slot = match flag {
+            "--thread-id" if thread_id.is_none() => &mut thread_id,
+            "--timeout-ms" if timeout_ms.is_none() => &mut timeout_ms,
+            "-" => {
+                words.push(arg.as_str());
+                continue;
+            }
+            f if f.starts_with('-') => return None,
+            _ => {
+                words.push(arg.as_str());
+                continue;
+            }
+        };
+        let value = match inline {
+            Some(v) => v,
+            None => it.next().filter(|v| !v.starts_with('-'))?.clone(),
+        };
+        *slot = Some(value);
+    }
+    let timeout_ms = match timeout_ms {
+        Some(n) => Some(n.parse::<u32>().ok()?),
+        None => None,
+    };
+    let command = match words.as_slice() {
+        ["tool-call", tool, json] => ToolCommand::Call {
+            tool: tool.to_string(),
+            args: json.to_string(),
+        },
+        ["tool-spec", tool] => ToolCommand::Spec {
+            tool: tool.to_string(),
+        },
+        _ => return None,
+    };
+    let thread_id = thread_id.or_else(|| std::env::var(pedelec_common::env::THREAD_ID).ok());
+    Some((thread_id, timeout_ms, command))
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    if let Some((thread_id, timeout_ms, command)) = agent_fast_path(&args) {
+        let ctx = ToolContext::from_env(thread_id, timeout_ms);
+        std::process::exit(pedelec_cli::tools::run(&ctx, command));
+    }
     let code = match Cli::try_parse_from(&args) {
         Ok(cli) => match plan(cli) {
             Plan::Tool(ctx, command) => pedelec_cli::tools::run(&ctx, command),
@@ -267,6 +326,60 @@ mod tests {
         let cli = parse("tool-spec echo --thread-id thr_2").unwrap();
         assert_eq!(cli.thread_id.as_deref(), Some("thr_2"));
         assert!(matches!(cli.command, Command::ToolSpec { ref tool } if tool == "echo"));
+    }
+
+    /// The fast path reads what clap reads, and leaves to clap what it does
+    /// not take.
+    #[test]
+    fn agent_fast_path_agrees_with_clap() {
+        let argv = |s: &str| -> Vec<String> {
+            std::iter::once("pedelec-cli")
+                .chain(s.split_whitespace())
+                .map(String::from)
+                .collect()
+        };
+        let taken = [
+            "--thread-id thr_1 tool-call echo {}",
+            "tool-call echo {} --thread-id thr_1",
+            "--thread-id=thr_1 --timeout-ms=500 tool-call echo -",
+            "--timeout-ms 500 tool-spec echo --thread-id thr_2",
+            "tool-spec echo --thread-id thr_2 --timeout-ms 7",
+        ];
+        for s in taken {
+            let args = argv(s);
+            let (thread_id, timeout_ms, command) =
+                agent_fast_path(&args).unwrap_or_else(|| panic!("{s} is a plain agent command"));
+            let cli = Cli::try_parse_from(&args).unwrap();
+            assert_eq!(
+                (&thread_id, timeout_ms),
+                (&cli.thread_id, cli.timeout_ms),
+                "{s}"
+            );
+            let Plan::Tool(_, clap_command) = plan(cli) else {
+                panic!("{s} is a tool command")
+            };
+            assert_eq!(command, clap_command, "{s}");
+        }
+        let left_to_clap = [
+            "--help",
+            "tool-call --help",
+            "tool-call echo",
+            "tool-call echo {} extra",
+            "tool-spec",
+            "--timeout-ms soon tool-spec x",
+            "--timeout-ms -1 tool-spec x",
+            "--thread-id a --thread-id b tool-spec x",
+            "--thread-id tool-spec x",
+            "--bogus tool-spec x",
+            "tool-call echo -1",
+            "mcp",
+            "sessions list",
+            "frobnicate",
+            "",
+        ];
+        for s in left_to_clap {
+            assert!(agent_fast_path(&argv(s)).is_none(), "{s} goes to clap");
+        }
     }
 
     #[test]

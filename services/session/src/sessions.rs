@@ -283,19 +283,42 @@ impl Sessions {
             Some(path) if !path.is_empty() => Some(self.check_explicit_workspace(path)?),
             _ => None,
         };
-        let profile = self
-            .inner
-            .provider
-            .clone()
-            .resolve_profile(pb::ResolveProfileRequest {
-                provider: req.provider.clone().filter(|p| !p.is_empty()),
-                effort_level: req.effort_level.clone().filter(|e| !e.is_empty()),
-            })
-            .await
-            .map_err(upstream)?
-            .into_inner();
-
+        // The profile (ProviderService) and the manifest (ToolBridgeService)
+        // are asked for at once: two round trips in sequence were most of a
+        // create's time (issue 19). A registration whose create fails after
+        // all is dropped again, so a refused create leaves nothing in the bridge.
         let session_id = ids::new_id("thr");
+        let mut provider = self.inner.provider.clone();
+        let resolve = provider.resolve_profile(pb::ResolveProfileRequest {
+            provider: req.provider.clone().filter(|p| !p.is_empty()),
+            effort_level: req.effort_level.clone().filter(|e| !e.is_empty()),
+        });
+        let register = async {
+            match &req.skills {
+                Some(skills) => {
+                    self.register_tools(&session_id, skills.clone(), String::new())
+                        .await
+                }
+                None => Ok(None),
+            }
+        };
+        let (profile, tool_token) = tokio::join!(resolve, register);
+        let registered = matches!(tool_token, Ok(Some(_)));
+        let undo_registration = || async {
+            if registered {
+                self.drop_tool_calls(session_id.clone(), DropTools::Ended)
+                    .await;
+            }
+        };
+        let profile = match profile {
+            Ok(resp) => resp.into_inner(),
+            Err(status) => {
+                undo_registration().await;
+                return Err(upstream(status));
+            }
+        };
+        let tool_token = tool_token?;
+
         let manifest = req
             .skills
             .as_ref()
@@ -304,33 +327,15 @@ impl Sessions {
             Some(path) => (path, false),
             None => {
                 let path = self.inner.config.data_dir.workspaces().join(&session_id);
-                pedelec_common::paths::ensure_private_dir(&path).map_err(|e| {
-                    SessionError::Workspace {
+                if let Err(e) = pedelec_common::paths::ensure_private_dir(&path) {
+                    undo_registration().await;
+                    return Err(SessionError::Workspace {
                         path: path.display().to_string(),
                         reason: e.to_string(),
-                    }
-                })?;
+                    });
+                }
                 (path, true)
             }
-        };
-        // Registered last, so a refused create leaves nothing in the bridge.
-        let req_had_tools = req.skills.is_some();
-        let tool_token = match &req.skills {
-            Some(skills) => {
-                match self
-                    .register_tools(&session_id, skills.clone(), String::new())
-                    .await
-                {
-                    Ok(token) => token,
-                    Err(e) => {
-                        if managed_workspace {
-                            let _ = std::fs::remove_dir_all(&workspace_path);
-                        }
-                        return Err(e);
-                    }
-                }
-            }
-            None => None,
         };
 
         let record = ThreadRecord {
@@ -369,9 +374,7 @@ impl Sessions {
             if managed_workspace {
                 let _ = std::fs::remove_dir_all(&thread.record.workspace_path);
             }
-            if req_had_tools {
-                self.drop_tool_calls(session_id, DropTools::Ended).await;
-            }
+            undo_registration().await;
             return Err(e);
         }
         let snapshot = thread.snapshot();
@@ -528,8 +531,13 @@ impl Sessions {
             let key = t.add_route();
             if !t.record.ever_attached {
                 t.record.ever_attached = true;
-                // Only decides auto-end after a restart; logged when it fails.
-                let _ = t.save(&self.inner.journal);
+                // Only auto-end reads it after a restart (`recover`): for other
+                // threads the flag rides along with the next write, and the
+                // first attach costs no journal write (issue 19).
+                if t.record.auto_end_on_disconnect {
+                    // Logged when it fails.
+                    let _ = t.save(&self.inner.journal);
+                }
             }
             let last = t.record.last_seq;
             let initial = match req.after_seq {

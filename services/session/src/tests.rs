@@ -24,6 +24,8 @@ type Reply<T> = Result<Response<T>, Status>;
 type Events<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 
 const ORIGIN: &str = "https://app.example";
+/// A provider the fake ProviderService refuses to resolve.
+const UNAVAILABLE: &str = "unavailable";
 
 /// What the fakes saw, and the turns they are running.
 #[derive(Default)]
@@ -66,6 +68,12 @@ impl ProviderService for Fakes {
         req: Request<pb::ResolveProfileRequest>,
     ) -> Reply<pb::ResolvedProfile> {
         let req = req.into_inner();
+        if req.provider.as_deref() == Some(UNAVAILABLE) {
+            return Err(pedelec_common::status_with_code(
+                pedelec_common::Code::DEFAULT_PROVIDER_UNAVAILABLE,
+                "not installed",
+            ));
+        }
         Ok(Response::new(pb::ResolvedProfile {
             provider: req.provider.unwrap_or_else(|| "codex".into()),
             effort_level: "default".into(),
@@ -246,6 +254,35 @@ fn attach(h: &Harness, id: &str) -> crate::sessions::EventStream {
             after_seq: None,
         })
         .unwrap()
+}
+
+/// The profile and the manifest are asked for at once; when the profile is
+/// refused, the registration is dropped again and no workspace is left.
+#[tokio::test]
+async fn a_refused_create_leaves_nothing_in_the_bridge() {
+    let h = harness(|_| {}).await;
+    let manifest = serde_json::json!({"tools": []});
+    let err = h
+        .sessions
+        .create(pb::CreateSessionRequest {
+            origin: ORIGIN.into(),
+            provider: Some(UNAVAILABLE.into()),
+            skills: Some(pedelec_common::json::to_struct(
+                manifest.as_object().unwrap(),
+            )),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("not installed"), "{err}");
+    let seen = h.fakes.seen();
+    assert_eq!(seen.registered.len(), 1);
+    assert_eq!(seen.drops, vec![(seen.registered[0].clone(), false)]);
+    drop(seen);
+    let workspaces = h.config.data_dir.workspaces();
+    let left = std::fs::read_dir(&workspaces).map_or(0, |d| d.count());
+    assert_eq!(left, 0, "no workspace under {}", workspaces.display());
+    assert!(h.sessions.list(None).is_empty());
 }
 
 #[tokio::test]
