@@ -813,7 +813,7 @@ impl Sessions {
     ) -> Result<String, SessionError> {
         let thread = self.thread(id, origin)?;
         let operation_id = ids::new_id("op");
-        {
+        let stop = {
             let mut t = lock(&thread);
             if t.record.status == Status::Ended {
                 return Err(SessionError::Ended(id.to_string()));
@@ -832,11 +832,15 @@ impl Sessions {
                 );
                 return Err(e);
             }
-        }
+            // This operation's stop signal, taken now: by the time the task
+            // runs, a Cancel and the next operation may have replaced it.
+            t.stop_operation.clone()
+        };
         tokio::spawn(turn::run(
             self.clone(),
             thread,
             operation_id.clone(),
+            stop,
             kind,
             text,
         ));

@@ -521,3 +521,31 @@ async fn open_threads_per_origin_are_bounded() {
         .unwrap();
     h.create(false).await;
 }
+
+/// An operation cancelled before its task ran, followed at once by the next
+/// operation, never starts an agent of its own: the task takes its stop
+/// signal when the operation starts, not when it first runs (by then the next
+/// operation had replaced it), and checks its operation is still the active
+/// one (issue 16's race).
+#[tokio::test]
+async fn a_cancelled_operation_never_reaches_the_provider() {
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+
+    let h = harness(|_| {}).await;
+    let id = h.create(false).await;
+    h.sessions.send_text(&id, ORIGIN, "first".into()).unwrap();
+    // Cancel's first poll finishes the operation; its remaining work (the
+    // tool drop) is not needed here, and no other task runs in between.
+    let cancel = std::pin::pin!(h.sessions.cancel(&id, ORIGIN));
+    let first_poll = cancel.poll(&mut Context::from_waker(Waker::noop()));
+    assert!(matches!(first_poll, Poll::Pending | Poll::Ready(Ok(_))));
+    h.sessions.send_text(&id, ORIGIN, "second".into()).unwrap();
+    // Now both operations' tasks run.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        h.fakes.seen().turns.len(),
+        1,
+        "RunTurn sent for the cancelled operation too"
+    );
+}

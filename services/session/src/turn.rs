@@ -4,7 +4,10 @@
 use pb::provider_event::Event as ProviderEvent;
 use pb::session_event::Event;
 use pedelec_common::{Code, CodedError, json};
+use std::sync::Arc;
+
 use pedelec_proto::v1 as pb;
+use tokio::sync::Notify;
 
 use crate::record::{OpKind, Outcome, Status, UsageRecord};
 use crate::sessions::{Sessions, SharedThread, lock};
@@ -69,6 +72,7 @@ pub async fn run(
     sessions: Sessions,
     thread: SharedThread,
     operation_id: String,
+    stop: Arc<Notify>,
     kind: OpKind,
     text: Option<String>,
 ) {
@@ -77,9 +81,17 @@ pub async fn run(
         thread: thread.clone(),
         operation_id: operation_id.clone(),
     };
-    let (mut request, wants_tool_block, stop) = {
+    let (mut request, wants_tool_block) = {
         let t = lock(&thread);
         let r = &t.record;
+        let ours = r
+            .active_operation
+            .as_ref()
+            .is_some_and(|op| op.operation_id == operation_id);
+        if !ours {
+            // Cancelled (or ended) before this task ran: nothing to start.
+            return;
+        }
         let request = pb::RunTurnRequest {
             session_id: r.session_id.clone(),
             provider: r.provider.clone(),
@@ -96,7 +108,7 @@ pub async fn run(
             tool_env: tool_env(&sessions, &r.session_id, r.tool_token.as_deref()),
         };
         let wants_tool_block = !r.first_turn_done && r.manifest.is_some();
-        (request, wants_tool_block, t.stop_operation.clone())
+        (request, wants_tool_block)
     };
 
     // A Prepare on a thread that already has a provider session has nothing to do.
@@ -125,9 +137,13 @@ pub async fn run(
     };
 
     let outcome = tokio::select! {
-        outcome = stream_turn(&sessions, &thread, &operation_id, kind, request) => outcome,
+        // Biased, stop first: a Cancel or End that came while the prompt was
+        // prepared has left its permit, and then RunTurn is never sent, so no
+        // agent starts for an operation that is already over (issue 16).
+        biased;
         // Cancel or End already finished the operation; dropping the stream stops the process.
         _ = stop.notified() => return,
+        outcome = stream_turn(&sessions, &thread, &operation_id, kind, request) => outcome,
     };
     finish(&sessions, &thread, &operation_id, outcome);
 }
