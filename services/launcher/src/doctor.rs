@@ -550,7 +550,7 @@ async fn providers(dirs: &Dirs) -> Check {
         .filter(|p| !p.available)
         .map(|p| format!("{} ({})", p.code, p.error.clone().unwrap_or_default()))
         .collect();
-    let message = format!(
+    let mut message = format!(
         "available: {}; not: {}",
         if available.is_empty() {
             "none".into()
@@ -563,6 +563,10 @@ async fn providers(dirs: &Dirs) -> Check {
             missing.join("; ")
         }
     );
+    if let Some(note) = argv_note(&available) {
+        message.push_str("; ");
+        message.push_str(note);
+    }
     let check = if available.is_empty() {
         Check::warn(
             "providers",
@@ -573,6 +577,14 @@ async fn providers(dirs: &Dirs) -> Check {
         Check::ok("providers", message)
     };
     check.with_details(serde_json::Value::Array(details))
+}
+
+/// What a user should know before using an available provider whose CLI
+/// takes the prompt on its command line (docs/security.md, "argv").
+fn argv_note(available: &[&str]) -> Option<&'static str> {
+    available.contains(&"antigravity").then_some(
+        "note: antigravity takes each prompt on its command line, which other local users can read in `ps` while the turn runs",
+    )
 }
 
 fn settings(dirs: &Dirs) -> Check {
@@ -680,6 +692,12 @@ mod tests {
             v,
             serde_json::json!({"ollamaApiKey": "<redacted>", "profiles": [{"tavilyKey": "<redacted>"}], "token": "", "model": "m"})
         );
+    }
+
+    #[test]
+    fn an_available_antigravity_is_flagged_for_its_argv_prompts() {
+        assert!(argv_note(&["codex", "antigravity"]).is_some_and(|n| n.contains("`ps`")));
+        assert_eq!(argv_note(&["codex", "claude"]), None);
     }
 
     #[test]
