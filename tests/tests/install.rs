@@ -12,19 +12,11 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
+use pedelec_launcher::install::BINARIES;
 use pedelec_tests::{Host, TestEnv, bin, bin_dir, read_frames};
 
 const EXTENSION_ID: &str = "ekeclpceddngodnkncegoclkkeknaacb";
 const OTHER_ID: &str = "abcdefghijklmnopabcdefghijklmnop";
-const BINARIES: [&str; 7] = [
-    "pedelecd",
-    "pedelec-session",
-    "pedelec-toolbridge",
-    "pedelec-provider",
-    "pedelec-asset",
-    "pedelec-native-host",
-    "pedelec-cli",
-];
 
 /// A temp HOME with a stub `systemctl`: `manager` says whether a user service
 /// manager "runs"; `is-active` answers what the `unit-state` file holds.

@@ -4,6 +4,7 @@
 //! (the rest is `memory`), so every other module and crate can forbid it.
 
 use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::Path;
 use std::process::ExitStatus;
 use std::time::Duration;
 
@@ -64,14 +65,11 @@ pub fn group_alive(pgid: impl TryInto<libc::pid_t>) -> bool {
         return true;
     };
     dir.flatten().any(|entry| {
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+        let Some(stat) = stat_after_name(&entry.path().join("stat")) else {
             return false;
         };
-        // Fields after the parenthesised command name: state, ppid, pgrp.
-        let Some((_, rest)) = stat.rsplit_once(')') else {
-            return false;
-        };
-        let mut fields = rest.split_whitespace();
+        // state, ppid, pgrp, …
+        let mut fields = stat.split_whitespace();
         let state = fields.next();
         let pgrp = fields.nth(1).and_then(|f| f.parse::<libc::pid_t>().ok());
         pgrp == Some(pgid) && state != Some("Z") && state != Some("X")
@@ -102,13 +100,17 @@ pub fn is_alive(pid: u32) -> bool {
         // EPERM: it exists but belongs to someone else.
         return std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
     }
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state follows the parenthesised command name, which may hold spaces.
-        Ok(stat) => !stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
-        Err(_) => true,
+    match stat_after_name(Path::new(&format!("/proc/{pid}/stat"))) {
+        Some(stat) => !stat.trim_start().starts_with('Z'),
+        None => true,
     }
+}
+
+/// A `/proc/<pid>/stat` file's fields after the parenthesised command name
+/// (which may hold spaces and parentheses), starting with the state.
+fn stat_after_name(path: &Path) -> Option<String> {
+    let stat = std::fs::read_to_string(path).ok()?;
+    stat.rsplit_once(')').map(|(_, rest)| rest.to_string())
 }
 
 /// The child gets `sig` when the thread that spawned it exits (Linux's

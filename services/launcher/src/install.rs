@@ -488,16 +488,7 @@ fn same_bytes(a: &Path, b: &Path) -> std::io::Result<bool> {
 
 /// Creates `dir`'s missing ancestors and itself, recording each one created.
 fn create_dirs(dir: &Path, created: &mut Vec<PathBuf>) -> Result<(), LauncherError> {
-    let mut missing = Vec::new();
-    let mut cur = Some(dir);
-    while let Some(d) = cur {
-        if d.exists() {
-            break;
-        }
-        missing.push(d.to_path_buf());
-        cur = d.parent();
-    }
-    for d in missing.into_iter().rev() {
+    for d in missing_dirs(dir) {
         std::fs::create_dir(&d).map_err(|e| LauncherError::io(&d, e))?;
         if !created.contains(&d) {
             created.push(d);

@@ -851,6 +851,13 @@ fn error_event(code: Code, message: String, details: Option<Json>) -> Out {
     })
 }
 
+/// `exited` for a turn a long-lived server ran: its process lives on, so
+/// there is no exit status; `code` is Some(0) for a finished turn, None for a
+/// stopped one.
+fn turn_ended(code: Option<i32>) -> Out {
+    Out::Exited(pb::TurnExited { code, signal: None })
+}
+
 fn exited(status: ExitStatus) -> Out {
     Out::Exited(pb::TurnExited {
         code: status.code(),

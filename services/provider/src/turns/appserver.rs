@@ -470,7 +470,7 @@ pub(super) async fn run_turn(
     lock(&proc.shared.listener).take();
     match outcome {
         Ok(End::Completed) => {
-            let _ = sink.send(Out::Exited(pb_exited(Some(0)))).await;
+            let _ = sink.send(super::turn_ended(Some(0))).await;
             servers.arm_idle_stop(job.session_id.clone(), &proc, job.grace);
         }
         Ok(End::Died) => {
@@ -506,15 +506,11 @@ pub(super) async fn run_turn(
             proc.stop(job.grace).await;
             tracing::debug!(session = %job.session_id, ?stop, "codex app-server turn stopped");
             if stop == Stop::Cancelled {
-                sink.send_final(Out::Exited(pb_exited(None))).await;
+                sink.send_final(super::turn_ended(None)).await;
             }
         }
     }
     Ok(())
-}
-
-fn pb_exited(code: Option<i32>) -> pedelec_proto::v1::TurnExited {
-    pedelec_proto::v1::TurnExited { code, signal: None }
 }
 
 /// Loads the thread, starts the turn and forwards its notifications until it

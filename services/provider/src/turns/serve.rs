@@ -470,7 +470,7 @@ pub(super) async fn run_turn(
     lock(&proc.listener).take();
     match outcome {
         Ok(End::Completed) => {
-            let _ = sink.send(Out::Exited(exited(Some(0)))).await;
+            let _ = sink.send(super::turn_ended(Some(0))).await;
             servers.arm_idle_stop(job.session_id.clone(), &proc, job.grace);
         }
         Ok(End::Died) => {
@@ -487,7 +487,7 @@ pub(super) async fn run_turn(
                 .await
                 .is_ok()
             {
-                let _ = sink.send(Out::Exited(exited(None))).await;
+                let _ = sink.send(super::turn_ended(None)).await;
             }
         }
         Err(stop) => {
@@ -501,15 +501,11 @@ pub(super) async fn run_turn(
             proc.stop(job.grace).await;
             tracing::debug!(session = %job.session_id, ?stop, "opencode serve turn stopped");
             if stop == Stop::Cancelled {
-                sink.send_final(Out::Exited(exited(None))).await;
+                sink.send_final(super::turn_ended(None)).await;
             }
         }
     }
     Ok(())
-}
-
-fn exited(code: Option<i32>) -> pedelec_proto::v1::TurnExited {
-    pedelec_proto::v1::TurnExited { code, signal: None }
 }
 
 /// Opens or continues the opencode session, sends the prompt and forwards
