@@ -14,6 +14,10 @@ pub enum CommonError {
     },
     #[error("{path} is owned by uid {owner}, not by this user (uid {me}); refusing to use it")]
     NotOwned { path: PathBuf, owner: u32, me: u32 },
+    #[error(
+        "{path} is writable by every user (mode {mode:04o}), so someone else may have left files in it; refusing to use it: check what is in it, then remove it or `chmod 700` it"
+    )]
+    WritableByOthers { path: PathBuf, mode: u32 },
     #[error("{path} is not a directory")]
     NotADirectory { path: PathBuf },
     #[error("socket path {path} is {len} bytes; keep the runtime dir short (limit {limit})")]

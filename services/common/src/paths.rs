@@ -1,7 +1,7 @@
 //! The runtime directory (sockets, tokens, logs) and the data directory
 //! (settings, journal, managed workspaces), DESIGN.md section 1.
 
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::ServiceName;
@@ -11,10 +11,25 @@ use crate::error::CommonError;
 pub const MAX_SOCKET_PATH: usize = 100;
 
 /// Creates `path` (and parents) if needed, then insists that it is a directory
-/// owned by this user, and tightens it to 0700.
+/// owned by this user that not every user could write to, and tightens it to 0700.
+///
+/// A world-writable folder is refused, not tightened: whoever could write may
+/// already have left a socket that answers in a service's place, or a symlink
+/// where a log or record will be written, and tightening the mode would not
+/// remove it. Group bits are only tightened: a umask of 002 (user private
+/// groups) makes the user's own folders group-writable.
 pub fn ensure_private_dir(path: &Path) -> Result<(), CommonError> {
     if !path.exists() {
-        std::fs::create_dir_all(path).map_err(|e| CommonError::io(path, e))?;
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| CommonError::io(parent, e))?;
+        }
+        // 0700 from the start whatever the umask, so a fresh folder is never
+        // open to others and never trips the check below.
+        match std::fs::DirBuilder::new().mode(0o700).create(path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(CommonError::io(path, e)),
+        }
     }
     let meta = std::fs::symlink_metadata(path).map_err(|e| CommonError::io(path, e))?;
     if !meta.is_dir() {
@@ -26,6 +41,12 @@ pub fn ensure_private_dir(path: &Path) -> Result<(), CommonError> {
             path: path.into(),
             owner: meta.uid(),
             me,
+        });
+    }
+    if meta.mode() & 0o002 != 0 {
+        return Err(CommonError::WritableByOthers {
+            path: path.into(),
+            mode: meta.mode() & 0o7777,
         });
     }
     if meta.mode() & 0o777 != 0o700 {
@@ -246,6 +267,30 @@ mod tests {
         let mode = std::fs::metadata(&dir).unwrap().mode() & 0o777;
         assert_eq!(mode, 0o700);
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        ensure_private_dir(&dir).unwrap();
+        assert_eq!(std::fs::metadata(&dir).unwrap().mode() & 0o777, 0o700);
+    }
+
+    #[test]
+    fn a_world_writable_dir_is_refused_and_left_as_it_is() {
+        let tmp = tempfile::tempdir().unwrap();
+        for mode in [0o777, 0o1777, 0o703] {
+            let dir = tmp.path().join(format!("rt{mode:o}"));
+            std::fs::create_dir(&dir).unwrap();
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).unwrap();
+            let err = ensure_private_dir(&dir).unwrap_err();
+            assert!(
+                matches!(err, CommonError::WritableByOthers { mode: m, .. } if m == mode),
+                "{mode:o}: {err}"
+            );
+            assert!(err.to_string().contains("chmod 700"), "{err}");
+            let now = std::fs::metadata(&dir).unwrap().mode() & 0o7777;
+            assert_eq!(now, mode, "a refused folder is not changed");
+        }
+        // Group-writable (umask 002) is the user's own: tightened.
+        let dir = tmp.path().join("group");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o775)).unwrap();
         ensure_private_dir(&dir).unwrap();
         assert_eq!(std::fs::metadata(&dir).unwrap().mode() & 0o777, 0o700);
     }
