@@ -394,12 +394,9 @@ pub fn parse(body: &[u8]) -> Result<Envelope, Rejected> {
     };
     let id = obj.remove("id").unwrap_or(Value::Null);
     if !valid_id(&id) {
-        let shown = if id.is_object() || id.is_array() {
-            Value::Null
-        } else {
-            id
-        };
-        return Err(invalid(&shown, "`id` must be a string or a number"));
+        // The reply's id is a request id or null (the schema's ErrorReply):
+        // an id of another kind is one that could not be read.
+        return Err(invalid(&Value::Null, "`id` must be a string or a number"));
     }
     if deep {
         return Err(too_deep(&id));
@@ -635,6 +632,8 @@ mod tests {
             (b"[1,2]", Value::Null, "JSON object"),
             (br#"{"type":"ping"}"#, Value::Null, "`id`"),
             (br#"{"id":{"x":1},"type":"ping"}"#, Value::Null, "`id`"),
+            (br#"{"id":true,"type":"ping"}"#, Value::Null, "`id`"),
+            (br#"{"id":null,"type":"ping"}"#, Value::Null, "`id`"),
             (br#"{"id":"a","type":"fly"}"#, json!("a"), "unknown request type"),
             (br#"{"id":"b"}"#, json!("b"), "`type`"),
             (br#"{"id":"c","type":"send_text","origin":"o","payload":{"sessionId":"s"}}"#, json!("c"), "missing field `text`"),
