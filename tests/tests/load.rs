@@ -54,6 +54,29 @@ async fn pids(env: &TestEnv, launcher: &Launcher, host: &Host) -> Vec<(String, u
     out
 }
 
+/// The last lines of every log of the run (services, launcher, host), for a failure.
+fn log_tails(env: &TestEnv) -> String {
+    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(env.runtime_dir().join("logs"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    files.push(env.root.path().join("pedelecd.stderr"));
+    files.push(env.root.path().join("host.stderr"));
+    let mut out = String::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        out.push_str(&format!("--- {} (last 30 lines)\n", file.display()));
+        for line in &lines[lines.len().saturating_sub(30)..] {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
 /// What one session's route saw.
 #[derive(Default)]
 struct Seen {
@@ -95,7 +118,13 @@ async fn fifty_sessions_stream_and_call_tools_without_loss() {
         let r = host.recv().await;
         let v = r.value;
         if v.get("ok").is_some() {
-            assert_eq!(v["ok"], true, "a request failed under load: {v}");
+            if v["ok"] != true {
+                panic!(
+                    "a request failed under load: {v}\nservices: {:?}\n{}",
+                    env.supervisor_status().await,
+                    log_tails(&env)
+                );
+            }
             continue;
         }
         assert_eq!(v["type"], "event", "unexpected message {v}");
