@@ -77,6 +77,11 @@ impl AssetError {
             AssetError::NotFound(_) => Code::ASSET_NOT_FOUND,
             AssetError::TooLarge { .. } => Code::ASSET_TOO_LARGE,
             AssetError::TicketInvalid { .. } => Code::ASSET_TICKET_INVALID,
+            AssetError::Io { source, .. }
+                if matches!(source.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT)) =>
+            {
+                Code::STORAGE_FULL
+            }
             AssetError::Io { .. } => Code::INTERNAL,
         };
         CodedError::new(code, self.to_string())
@@ -102,6 +107,7 @@ impl AssetError {
             Some(Code::ASSET_TOO_LARGE) => StatusCode::PAYLOAD_TOO_LARGE,
             Some(Code::SESSION_ENDED | Code::WORKSPACE_OPEN_FAILED) => StatusCode::CONFLICT,
             Some(Code::CORE_UNAVAILABLE) => StatusCode::SERVICE_UNAVAILABLE,
+            Some(Code::STORAGE_FULL) => StatusCode::INSUFFICIENT_STORAGE,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }

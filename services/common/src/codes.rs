@@ -79,6 +79,9 @@ codes! {
     ASSET_TOO_LARGE => ResourceExhausted,
     ASSET_PATH_INVALID => InvalidArgument,
     ASSET_TICKET_INVALID => Unauthenticated,
+    // The disk under the workspace is full (or the user's quota spent): the
+    // asset was not written and the one stored before is kept (issue 16).
+    STORAGE_FULL => ResourceExhausted,
     // SessionService could not write a thread's journal record; the request's
     // change was not kept (issue 16).
     JOURNAL_WRITE_FAILED => Unavailable,
