@@ -215,10 +215,25 @@ async fn stream_turn(
         .await
         .map_err(core)?
         .into_inner();
+    // The stream breaking without a Pedelec code means ProviderService went
+    // away mid-turn (killed, crashed) and took the agent with it: the page
+    // hears CORE_RESTARTED, as for SessionService's own restart, not the
+    // transport's words.
+    let lost = |status: tonic::Status| {
+        let (e, source) = core(status);
+        if e.code != Code::CORE_UNAVAILABLE.as_str() {
+            return (e, source);
+        }
+        let message = format!(
+            "ProviderService stopped during the turn and the agent with it; pedelecd restarts it ({})",
+            e.message
+        );
+        (CodedError::new(Code::CORE_RESTARTED, message), source)
+    };
     let mut provider_error: Option<CodedError> = None;
     let mut exit: Option<pb::TurnExited> = None;
     let mut flow_control = true;
-    while let Some(event) = stream.message().await.map_err(core)? {
+    while let Some(event) = stream.message().await.map_err(lost)? {
         let Some(event) = event.event else { continue };
         if flow_control && matches!(event, ProviderEvent::ChatDelta(_) | ProviderEvent::Chat(_)) {
             flow_control = wait_for_slow_routes(thread).await;
