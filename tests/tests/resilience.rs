@@ -671,3 +671,69 @@ async fn a_full_data_disk_is_reported_and_the_last_good_state_kept() {
         .collect();
     assert_eq!(names, ["kept.bin"], "{}", assets_dir.display());
 }
+
+/// kill -9 of the native host while a turn waits for the page's answer to a
+/// tool call. The host is no part of the turn: the turn keeps waiting, and
+/// the next host (as
+/// the extension starts it) re-attaches with the last seq it had seen, gets
+/// every later event exactly once, answers the tool call, and the turn
+/// completes; the next turn works.
+#[tokio::test]
+async fn kill_9_of_the_native_host_mid_turn_with_a_pending_tool_call() {
+    let mut env = TestEnv::new();
+    let _launcher = services(&mut env).await;
+    let mut first = Host::spawn(&env, EXTENSION);
+    let id = open_session(&mut first).await;
+    first
+        .ok("send_text", json!({"sessionId": id, "text": "@@tool"}))
+        .await;
+    let seen = first
+        .events_until(&id, |e| e["type"] == "tool_request")
+        .await;
+    let last_seq = seen.last().unwrap()["seq"].as_u64().unwrap();
+    let request_id = seen.last().unwrap()["event"]["toolRequestId"].clone();
+
+    let pid = first.child.id().unwrap();
+    signal(pid as i32, libc::SIGKILL);
+    let _ = first.child.wait().await;
+
+    let mut second = Host::spawn(&env, EXTENSION);
+    let attached = second
+        .ok("attach", json!({"sessionId": id, "afterSeq": last_seq}))
+        .await;
+    let snapshot = &attached["snapshot"];
+    assert_eq!(snapshot["status"], "waiting_tool_result", "{snapshot}");
+    assert_eq!(snapshot["replayGap"], false, "{snapshot}");
+    assert_eq!(snapshot["pendingToolRequest"]["toolRequestId"], request_id);
+    second
+        .ok(
+            "submit_tool_result",
+            json!({"sessionId": id, "toolRequestId": request_id, "result": {"title": "after the kill"}}),
+        )
+        .await;
+    let rest = second.events_until(&id, finished).await;
+    let seqs: Vec<u64> = rest.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs[0], last_seq + 1, "{seqs:?}");
+    assert_consecutive(&rest);
+    let last = &rest.last().unwrap()["event"];
+    assert_eq!(last["outcome"], "completed", "{last}");
+    let chat: String = rest
+        .iter()
+        .filter(|e| e["event"]["type"] == "chat")
+        .map(|e| e["event"]["text"].as_str().unwrap().to_string())
+        .collect();
+    assert!(chat.contains("after the kill"), "{chat}");
+    let cleared: Vec<_> = rest
+        .iter()
+        .filter(|e| e["event"]["type"] == "tool_request_cleared")
+        .collect();
+    assert_eq!(cleared.len(), 1, "{rest:?}");
+    assert_eq!(cleared[0]["event"]["reason"], "resolved");
+
+    // The next turn works.
+    second
+        .ok("send_text", json!({"sessionId": id, "text": "hi"}))
+        .await;
+    let next = second.events_until(&id, finished).await;
+    assert_eq!(next.last().unwrap()["event"]["outcome"], "completed");
+}

@@ -585,6 +585,78 @@ mod tests {
         assert_eq!(err.pointer, "/tools/0/argsSchema/additionalProperties");
     }
 
+    /// Every keyword of JSON Schema 2020-12 and draft-07 (plus OpenAPI's
+    /// `nullable`) outside the seeds' subset, at the root and on a nested
+    /// node: refused, naming the keyword and its pointer.
+    #[test]
+    fn rejects_every_json_schema_keyword_outside_the_subset() {
+        const ALL_OTHERS: &[&str] = &[
+            "$schema",
+            "$id",
+            "$anchor",
+            "$dynamicRef",
+            "$dynamicAnchor",
+            "$recursiveRef",
+            "$recursiveAnchor",
+            "$vocabulary",
+            "$comment",
+            "$defs",
+            "$ref",
+            "definitions",
+            "allOf",
+            "anyOf",
+            "not",
+            "if",
+            "then",
+            "else",
+            "dependentSchemas",
+            "dependencies",
+            "prefixItems",
+            "additionalItems",
+            "contains",
+            "minContains",
+            "maxContains",
+            "uniqueItems",
+            "unevaluatedItems",
+            "patternProperties",
+            "additionalProperties",
+            "propertyNames",
+            "unevaluatedProperties",
+            "minProperties",
+            "maxProperties",
+            "dependentRequired",
+            "const",
+            "multipleOf",
+            "exclusiveMinimum",
+            "exclusiveMaximum",
+            "format",
+            "contentEncoding",
+            "contentMediaType",
+            "contentSchema",
+            "deprecated",
+            "readOnly",
+            "writeOnly",
+            "nullable",
+        ];
+        for kw in ALL_OTHERS {
+            assert!(!KNOWN.contains(kw), "{kw} is supported");
+            let nested = schema_err(object_with(
+                json!({"type": "array", "items": {"type": "string", *kw: true}}),
+            ));
+            assert_eq!(
+                nested.pointer,
+                format!(
+                    "/tools/0/argsSchema/properties/x/items/{}",
+                    kw.replace('~', "~0").replace('/', "~1")
+                ),
+                "{kw}"
+            );
+            assert!(nested.message.contains(kw), "{kw}: {}", nested.message);
+            let root = schema_err(json!({"type": "object", *kw: {}}));
+            assert_eq!(root.pointer, format!("/tools/0/argsSchema/{kw}"), "{kw}");
+        }
+    }
+
     #[test]
     fn rejects_unknown_keyword_deep_inside() {
         let err = schema_err(object_with(json!({
