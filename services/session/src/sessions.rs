@@ -11,6 +11,7 @@ use pedelec_common::clients::{ProviderClient, ToolBridgeClient};
 use pedelec_common::{Clients, Code, CodedError, DataDir, RuntimeDir, ids, json};
 use pedelec_proto::v1 as pb;
 use tokio::sync::mpsc;
+use tonic::metadata::MetadataValue;
 
 use crate::error::{SessionError, upstream};
 use crate::record::{Journal, OpKind, Outcome, Status, ThreadRecord, UsageRecord};
@@ -240,6 +241,49 @@ impl Sessions {
                 t.set_status(Status::Running);
             }
             t.cover_seqs(&self.inner.journal);
+        }
+    }
+
+    /// Before a turn starts: ToolBridge knows the thread's manifest and
+    /// token. After a restart of ToolBridge the manifests are registered again
+    /// in the background once this service's Watch reconnects, and the Watch
+    /// can learn of the old bridge's end only after the new one serves: a turn
+    /// starting first would have every tool call of its agent refused
+    /// (TOOL_ACCESS_DENIED). One GetToolSpec with the thread's token for a tool
+    /// no manifest can name tells, at the cost of a round trip: the bridge
+    /// checks the token first, so TOOL_ACCESS_DENIED means it does not know
+    /// the thread, which is then registered now. Any other answer (the tool is
+    /// not found, the bridge is down) leaves things as they are.
+    pub(crate) async fn tools_ready(&self, thread: &SharedThread) {
+        let (session_id, token) = {
+            let t = lock(thread);
+            if t.record.manifest.is_none() {
+                return;
+            }
+            (t.id().to_string(), t.record.tool_token.clone())
+        };
+        let known = match token.as_deref().map(MetadataValue::try_from) {
+            Some(Ok(token)) => {
+                let mut probe = tonic::Request::new(pb::GetToolSpecRequest {
+                    session_id,
+                    tool: String::new(),
+                });
+                probe
+                    .metadata_mut()
+                    .insert(pedelec_common::TOOL_TOKEN_HEADER, token);
+                match self.inner.tools.clone().get_tool_spec(probe).await {
+                    Ok(_) => true,
+                    Err(status) => {
+                        pedelec_common::code_of_status(&status).as_deref()
+                            != Some(Code::TOOL_ACCESS_DENIED.as_str())
+                    }
+                }
+            }
+            _ => false,
+        };
+        if !known {
+            tracing::info!(session = %lock(thread).id(), "the bridge lost the thread's tools; registering them before the turn");
+            self.reregister_tools(thread).await;
         }
     }
 

@@ -81,6 +81,8 @@ pub async fn run(
         thread: thread.clone(),
         operation_id: operation_id.clone(),
     };
+    // Before the request is built: a registration may renew the token.
+    sessions.tools_ready(&thread).await;
     let (mut request, wants_tool_block) = {
         let t = lock(&thread);
         let r = &t.record;
