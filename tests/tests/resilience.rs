@@ -495,6 +495,39 @@ async fn a_misbehaving_agent_crashes_nothing_and_hangs_no_session() {
     }
 }
 
+/// PUT of `data` to an upload ticket's URL, as the page does; the HTTP status
+/// and the body.
+async fn http_put(ticket: &pb::Ticket, data: &[u8]) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rest = ticket.url.strip_prefix("http://").unwrap();
+    let (host, path) = rest.split_once('/').unwrap();
+    let mut stream = tokio::net::TcpStream::connect(host).await.unwrap();
+    let head = format!(
+        "PUT /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nOrigin: {ORIGIN}\r\n\
+         Authorization: Bearer {}\r\nContent-Type: application/octet-stream\r\n\
+         Content-Length: {}\r\n\r\n",
+        ticket.token,
+        data.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    // The server may answer and close before taking the whole body.
+    let _ = stream.write_all(data).await;
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer).await;
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b)
+        .unwrap_or("")
+        .to_string();
+    (status, body)
+}
+
 /// A small tmpfs mounted over the data dir for one test; unmounted on drop.
 struct Tmpfs(PathBuf);
 
@@ -644,9 +677,77 @@ async fn a_full_data_disk_is_reported_and_the_last_good_state_kept() {
         kept.extend(chunk.data);
     }
     assert_eq!(kept, vec![1; 1000], "the stored asset changed");
+    // The same through the transfer server, as a page uploads.
+    let ticket = assets
+        .create_upload_ticket(pb::CreateUploadTicketRequest {
+            session_id: id.clone(),
+            origin: ORIGIN.into(),
+            target_path: Some("/kept.bin".into()),
+            name: "kept.bin".into(),
+            size_bytes: 2 * 1024 * 1024,
+            content_type: "application/octet-stream".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let (status, body) = http_put(&ticket, &vec![4; 2 * 1024 * 1024]).await;
+    eprintln!("transfer-server upload on a full disk: {status} {body}");
+    assert_eq!(status, 507, "{body}");
+    assert!(body.contains("STORAGE_FULL"), "{body}");
+
+    // Settings: refused, and the stored ones kept.
+    let mut provider = env.provider().await;
+    let stored = provider
+        .get_full_settings(pb::GetSettingsRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let mut changed = stored.clone();
+    changed.tavily_api_key = "x".repeat(4096);
+    let refused = code(
+        provider
+            .update_settings(pb::UpdateSettingsRequest {
+                settings: Some(changed),
+                update_mask: None,
+            })
+            .await,
+    );
+    assert_eq!(refused, "STORAGE_FULL");
+    assert_eq!(
+        provider
+            .get_full_settings(pb::GetSettingsRequest {})
+            .await
+            .unwrap()
+            .into_inner(),
+        stored
+    );
+
+    // End still ends (in memory) and says the journal missed it; Reactivate
+    // is refused and the thread stays ended.
+    assert_eq!(
+        code(
+            sessions
+                .end(pb::EndRequest::from(thread_request(&id)))
+                .await
+        ),
+        "JOURNAL_WRITE_FAILED"
+    );
+    assert_eq!(
+        snapshot(&mut sessions, &id).await.status,
+        pb::SessionStatus::Ended as i32
+    );
+    assert_eq!(
+        code(sessions.reactivate(thread_request(&id)).await),
+        "JOURNAL_WRITE_FAILED"
+    );
+    assert_eq!(
+        snapshot(&mut sessions, &id).await.status,
+        pb::SessionStatus::Ended as i32
+    );
 
     // Space again: everything works.
     std::fs::remove_file(&filler).unwrap();
+    sessions.reactivate(thread_request(&id)).await.unwrap();
     let again = new_thread(&mut sessions).await;
     assert!(
         env.data_dir()

@@ -77,9 +77,7 @@ impl AssetError {
             AssetError::NotFound(_) => Code::ASSET_NOT_FOUND,
             AssetError::TooLarge { .. } => Code::ASSET_TOO_LARGE,
             AssetError::TicketInvalid { .. } => Code::ASSET_TICKET_INVALID,
-            AssetError::Io { source, .. }
-                if matches!(source.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT)) =>
-            {
+            AssetError::Io { source, .. } if pedelec_common::is_storage_full(source) => {
                 Code::STORAGE_FULL
             }
             AssetError::Io { .. } => Code::INTERNAL,

@@ -79,8 +79,8 @@ codes! {
     ASSET_TOO_LARGE => ResourceExhausted,
     ASSET_PATH_INVALID => InvalidArgument,
     ASSET_TICKET_INVALID => Unauthenticated,
-    // The disk under the workspace is full (or the user's quota spent): the
-    // asset was not written and the one stored before is kept (issue 16).
+    // The disk is full (or the user's quota spent): an asset or the settings
+    // were not written, and what was stored before is kept (issue 16).
     STORAGE_FULL => ResourceExhausted,
     // SessionService could not write a thread's journal record; the request's
     // change was not kept (issue 16).
@@ -201,6 +201,12 @@ fn status_from_parts(
     }
     let info = ErrorDetails::with_error_info(code, ERROR_DOMAIN, metadata);
     Status::with_error_details(grpc, format!("{code}: {message}"), info)
+}
+
+/// Whether a failed write means the disk is full or the user's quota spent:
+/// the failure the user can fix, reported as [`Code::STORAGE_FULL`].
+pub fn is_storage_full(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
 }
 
 /// The Pedelec code of a status, if it carries one.

@@ -24,7 +24,7 @@ pub mod uds;
 pub mod wire;
 
 pub use clients::Clients;
-pub use codes::{Code, CodedError, code_of_status, status_with_code};
+pub use codes::{Code, CodedError, code_of_status, is_storage_full, status_with_code};
 pub use error::CommonError;
 pub use paths::{DataDir, RuntimeDir};
 

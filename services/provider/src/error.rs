@@ -45,6 +45,11 @@ impl ProviderError {
             ProviderError::DefaultProviderUnavailable { .. } => Code::DEFAULT_PROVIDER_UNAVAILABLE,
             ProviderError::ModelRequired { .. } => Code::MODEL_REQUIRED,
             ProviderError::Common(e) => e.code(),
+            ProviderError::SettingsWrite { source, .. }
+                if pedelec_common::is_storage_full(source) =>
+            {
+                Code::STORAGE_FULL
+            }
             ProviderError::SettingsWrite { .. } | ProviderError::Internal(_) => Code::INTERNAL,
         }
     }
