@@ -96,6 +96,12 @@ pub mod env {
     pub const OPENCODE_SERVE: &str = "PEDELEC_OPENCODE_SERVE";
     /// ProviderService: how long an idle thread's `opencode serve` lives.
     pub const OPENCODE_IDLE_MS: &str = "PEDELEC_OPENCODE_IDLE_MS";
+    /// ProviderService: `0` starts agents unconfined even where bubblewrap
+    /// works (docs/security.md, "Narrowing what an agent can reach").
+    pub const CONFINE: &str = "PEDELEC_CONFINE";
+    /// ProviderService: more variable names (comma-separated) passed from its
+    /// environment to the agents, beyond the built-in allow-list.
+    pub const AGENT_ENV: &str = "PEDELEC_AGENT_ENV";
 }
 
 /// The four supervised services and the launcher, with their socket names.

@@ -10,6 +10,9 @@ use std::time::Duration;
 
 pub use libc::{SIGKILL, SIGTERM};
 
+pub mod cgroup;
+pub mod confine;
+
 /// This process's real user id.
 pub fn uid() -> u32 {
     // SAFETY: getuid cannot fail and has no preconditions.
@@ -51,6 +54,38 @@ pub fn signal(pid: impl TryInto<libc::pid_t>, sig: libc::c_int) -> bool {
     unsafe { libc::kill(pid, sig) == 0 }
 }
 
+/// Sends `sig` to every member of group `pgid` except its leader (the
+/// process whose pid is `pgid`): a confined agent's group is led by bwrap,
+/// which would die of the SIGTERM meant for the agent instead of passing it
+/// on. Reads `/proc`; a member forked meanwhile is missed (SIGKILL of the
+/// whole group follows the grace period). Returns how many were signalled.
+pub fn signal_group_but_leader(pgid: impl TryInto<libc::pid_t>, sig: libc::c_int) -> usize {
+    let Ok(pgid) = pgid.try_into() else {
+        return 0;
+    };
+    if pgid <= 1 {
+        return 0;
+    }
+    group_members(pgid)
+        .filter(|pid| *pid != pgid)
+        .filter(|pid| signal(*pid, sig))
+        .count()
+}
+
+/// The pids of the live (not zombie) processes of group `pgid`.
+fn group_members(pgid: libc::pid_t) -> impl Iterator<Item = libc::pid_t> {
+    let dir = std::fs::read_dir("/proc").into_iter().flatten().flatten();
+    dir.filter_map(move |entry| {
+        let pid = entry.file_name().to_str()?.parse::<libc::pid_t>().ok()?;
+        let stat = stat_after_name(&entry.path().join("stat"))?;
+        // state, ppid, pgrp, …
+        let mut fields = stat.split_whitespace();
+        let state = fields.next();
+        let pgrp = fields.nth(1).and_then(|f| f.parse::<libc::pid_t>().ok());
+        (pgrp == Some(pgid) && state != Some("Z") && state != Some("X")).then_some(pid)
+    })
+}
+
 /// Whether any process of group `pgid` is still running (zombies, which hold
 /// nothing but their pid, do not count). Reads `/proc`: for the rare moments
 /// a caller must know a group has really ended, not for hot paths.
@@ -61,19 +96,11 @@ pub fn group_alive(pgid: impl TryInto<libc::pid_t>) -> bool {
     if pgid <= 1 || !signal_group(pgid, 0) {
         return false;
     }
-    let Ok(dir) = std::fs::read_dir("/proc") else {
+    if std::fs::metadata("/proc/self").is_err() {
+        // No /proc to look in: the group counts as running.
         return true;
-    };
-    dir.flatten().any(|entry| {
-        let Some(stat) = stat_after_name(&entry.path().join("stat")) else {
-            return false;
-        };
-        // state, ppid, pgrp, …
-        let mut fields = stat.split_whitespace();
-        let state = fields.next();
-        let pgrp = fields.nth(1).and_then(|f| f.parse::<libc::pid_t>().ok());
-        pgrp == Some(pgid) && state != Some("Z") && state != Some("X")
-    })
+    }
+    group_members(pgid).next().is_some()
 }
 
 /// Waits until no process of group `pgid` runs (see [`group_alive`]),
@@ -228,6 +255,31 @@ mod tests {
         assert!(signal_group(pgid, libc::SIGKILL));
         assert!(wait_group_gone(pgid, Duration::from_secs(10)).await);
         assert!(!group_alive(pgid));
+    }
+
+    /// The leader (bwrap, for a confined agent) is spared; the member gets it.
+    #[tokio::test]
+    async fn a_signal_can_spare_the_group_leader() {
+        let mut leader = tokio::process::Command::new("sh")
+            .args(["-c", "sleep 30 & echo started; wait $!; exit 7"])
+            .stdout(std::process::Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let pgid = leader.id().unwrap() as libc::pid_t;
+        let mut line = [0u8; 8];
+        let n = tokio::io::AsyncReadExt::read(leader.stdout.as_mut().unwrap(), &mut line)
+            .await
+            .unwrap();
+        assert_eq!(&line[..n], b"started\n");
+        assert_eq!(signal_group_but_leader(pgid, SIGTERM), 1);
+        let status = leader.wait().await.unwrap();
+        assert_eq!(
+            status.code(),
+            Some(7),
+            "the leader was signalled: {status:?}"
+        );
+        assert!(wait_group_gone(pgid, Duration::from_secs(10)).await);
     }
 
     #[test]

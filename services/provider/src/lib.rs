@@ -9,6 +9,7 @@ pub mod availability;
 pub mod catalog;
 pub mod error;
 pub mod grpc;
+pub mod launch;
 pub mod service;
 pub mod settings;
 pub mod turns;
@@ -66,7 +67,11 @@ pub async fn run_until(
     turns::reap_orphans(config.runtime_dir.path());
     let providers = Arc::new(
         Providers::new(config.data_dir.settings_file(), config.programs)
-            .with_turn_records(config.runtime_dir.path()),
+            .with_turn_records(config.runtime_dir.path())
+            .with_agent_confinement(launch::Hidden {
+                runtime_dir: config.runtime_dir.path().to_path_buf(),
+                data_dir: config.data_dir.path().to_path_buf(),
+            }),
     );
     let server = ProviderServiceServer::new(ProviderGrpc::new(Arc::clone(&providers)))
         .max_decoding_message_size(MAX_GRPC_MESSAGE)

@@ -34,6 +34,13 @@ impl Providers {
         self
     }
 
+    /// Confines agents where bubblewrap works, hiding Pedelec's folders from
+    /// them, each in its own cgroup where one can be made (`crate::launch`).
+    pub fn with_agent_confinement(mut self, hidden: crate::launch::Hidden) -> Self {
+        self.turns = self.turns.with_confinement(hidden);
+        self
+    }
+
     pub fn settings_store(&self) -> &SettingsStore {
         &self.settings
     }

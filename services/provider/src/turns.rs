@@ -16,8 +16,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use pb::provider_event::Event as Out;
-use pedelec_common::process::{self, SIGKILL, SIGTERM, failed_status, signal_group};
-use pedelec_common::{Code, env, json};
+use pedelec_common::process::{self, SIGKILL, failed_status, signal_group};
+use pedelec_common::{Code, json};
 use pedelec_proto::v1 as pb;
 use serde_json::{Value as Json, json};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
@@ -29,6 +29,7 @@ use crate::adapters::{Decoder, Event, MAX_LINE, Provider, TurnSpec};
 use crate::availability::ProgramEnv;
 use crate::catalog;
 use crate::error::ProviderError;
+use crate::launch::{self, AgentProcs, Hidden, Launch};
 
 mod appserver;
 mod serve;
@@ -70,6 +71,8 @@ pub struct Turns {
     codex: Arc<AppServers>,
     /// opencode threads' `opencode serve` processes (the same).
     opencode: Arc<OpencodeServers>,
+    /// How agent processes start: their environment, confinement, cgroup.
+    launch: Arc<Launch>,
 }
 
 /// Where turn records live: `<runtime dir>/turns/<pgid>`.
@@ -101,7 +104,21 @@ impl Turns {
             records: None,
             codex: Arc::new(appserver::servers()),
             opencode: Arc::new(serve::servers()),
+            launch: Arc::new(Launch::from_process()),
         }
+    }
+
+    /// Starts agents confined where bubblewrap works, hiding `hidden`, each
+    /// in its own cgroup where one can be made (the service does; the
+    /// in-process tests of this crate run agents plain).
+    pub fn with_confinement(mut self, hidden: Hidden) -> Self {
+        self.launch = Arc::new(Launch::from_process().confined(hidden));
+        self
+    }
+
+    /// How agents start (the confinement verdict, for tests and benchmarks).
+    pub fn launch(&self) -> &Launch {
+        &self.launch
     }
 
     /// Whether codex turns may use `codex app-server` (when the installed
@@ -174,6 +191,7 @@ impl Turns {
         job.records = self.records.clone();
         job.codex = Arc::clone(&self.codex);
         job.opencode = Arc::clone(&self.opencode);
+        job.launch = Arc::clone(&self.launch);
         let pgid = Arc::new(AtomicI32::new(0));
         job.pgid = Arc::clone(&pgid);
         let (tx, rx) = mpsc::channel(EVENT_BUFFER);
@@ -301,6 +319,13 @@ pub fn reap_orphans(runtime_dir: &Path) -> Vec<i32> {
                 tracing::warn!(pgid, "killed an agent process group left by a previous run");
                 killed.push(pgid);
             }
+            // The record names the agent's cgroup, if it had one: what left
+            // the group is there.
+            let cgroup = std::fs::read_to_string(&path).unwrap_or_default();
+            let cgroup = Path::new(cgroup.trim());
+            if cgroup.is_absolute() && cgroup.starts_with("/sys/fs/cgroup") {
+                process::cgroup::kill_and_remove_dir(cgroup);
+            }
         }
         let _ = std::fs::remove_file(&path);
     }
@@ -378,6 +403,7 @@ struct Job {
     pgid: Arc<AtomicI32>,
     codex: Arc<AppServers>,
     opencode: Arc<OpencodeServers>,
+    launch: Arc<Launch>,
 }
 
 impl Job {
@@ -436,10 +462,14 @@ impl Job {
             pgid: Arc::default(),
             codex: Arc::new(appserver::servers()),
             opencode: Arc::new(serve::servers()),
+            launch: Arc::new(Launch::from_process()),
         })
     }
 
     async fn run(self, mut sink: Sink) {
+        // Once per service: whether agents are confined (servers' fingerprints
+        // depend on it).
+        self.launch.verdict(self.programs.path.as_deref()).await;
         if self.spec.needs_model && self.turn.model.is_none() {
             let message = format!(
                 "{} needs a model; set one in the provider's effort profile",
@@ -491,27 +521,17 @@ impl Job {
             );
             return refuse(&mut sink, Code::MESSAGE_TOO_LARGE, message).await;
         }
-        let mut cmd = Command::new(&program);
+        let (mut cmd, mut procs) = self.agent_command(&program, &line.cwd).await;
         cmd.args(&line.args)
-            .current_dir(&line.cwd)
             .stdin(if line.stdin.is_some() {
                 Stdio::piped()
             } else {
                 Stdio::null()
             })
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0);
-        self.agent_env_into(&mut cmd);
+            .stderr(Stdio::piped());
         // The CLI's own variables (e.g. opencode's config); never PATH.
         cmd.envs(line.env.iter().map(|(k, v)| (k, v)));
-        // The agent gets SIGKILL when this service dies (kill -9 included).
-        // Turns are spawned from tasks on the multi-thread runtime's worker
-        // threads, which live as long as the runtime (the service uses no
-        // `block_in_place`, which could retire a worker). Only the leader gets
-        // it; the records in `<runtime dir>/turns/` cover the rest of its
-        // group (see `reap_orphans`).
-        process::die_with_parent(cmd.as_std_mut(), SIGKILL);
         let mut child = match process::spawn(&mut cmd).await {
             Ok(c) => c,
             Err(e) if e.raw_os_error() == Some(libc::E2BIG) => {
@@ -530,13 +550,15 @@ impl Job {
                 return refuse(&mut sink, Code::PROVIDER_FAILED, message).await;
             }
         };
+        drop(cmd);
         let pid = child.id().expect("a just-spawned child has a pid");
+        procs.started(pid as i32);
         let record = self
             .records
             .as_ref()
-            .and_then(|r| record_turn(&r.dir, pid as i32));
+            .and_then(|r| record_turn(&r.dir, &procs));
         let mut group = Group {
-            pgid: pid as i32,
+            procs,
             armed: true,
             record,
         };
@@ -559,7 +581,7 @@ impl Job {
             had_chat: false,
             error: None,
         };
-        let outcome = run.supervise(&mut child, stdout, pid).await;
+        let outcome = run.supervise(&mut child, stdout, &group.procs).await;
         let status = match outcome {
             Ok(status) => status,
             Err(stop) => {
@@ -589,19 +611,21 @@ impl Job {
         let _ = run.sink.send(exited(status)).await;
     }
 
-    /// The agent process's environment on top of the service's: the runtime
-    /// dir, the thread's tool variables, the provider's settings, PATH.
-    fn agent_env_into(&self, cmd: &mut Command) {
-        if let Some(records) = &self.records {
-            cmd.env(env::RUNTIME_DIR, &records.runtime_dir);
-        }
-        cmd.envs(&self.tool_env)
-            .envs(&self.agent_env)
-            .env("PATH", self.agent_path());
-        if self.provider == Provider::Claude && process::is_root() {
-            // Claude refuses --dangerously-skip-permissions as root otherwise.
-            cmd.env("IS_SANDBOX", "1");
-        }
+    /// A command that starts `program` as this turn's agent in `cwd` (see
+    /// [`Launch::command`]) with the deliberate environment: the service's
+    /// variables the allow-list passes, then the runtime dir, the thread's
+    /// tool variables, the provider's settings and PATH.
+    async fn agent_command(&self, program: &Path, cwd: &Path) -> (Command, AgentProcs) {
+        let env = launch::turn_env(
+            self.records.as_ref().map(|r| r.runtime_dir.as_path()),
+            &self.tool_env,
+            &self.agent_env,
+            self.agent_path(),
+            self.provider == Provider::Claude && process::is_root(),
+        );
+        self.launch
+            .command(program, cwd, self.programs.path.as_deref(), &env)
+            .await
     }
 
     /// What a long-lived agent process was started with: a turn with other
@@ -613,12 +637,13 @@ impl Job {
             format!("{v:?}")
         };
         format!(
-            "{}\0{:?}\0{}\0{}\0{}",
+            "{}\0{:?}\0{}\0{}\0{}\0{}",
             program.display(),
             self.turn.mcp,
             self.turn.workspace.display(),
             sorted(&self.tool_env),
-            sorted(&self.agent_env)
+            sorted(&self.agent_env),
+            self.launch.fingerprint()
         )
     }
 
@@ -656,8 +681,9 @@ impl TurnState {
         &mut self,
         child: &mut Child,
         stdout: Option<tokio::process::ChildStdout>,
-        pid: u32,
+        procs: &AgentProcs,
     ) -> Result<ExitStatus, Stop> {
+        let pid = procs.pgid() as u32;
         self.sink
             .send(Out::Started(pb::TurnStarted { pid }))
             .await?;
@@ -692,8 +718,8 @@ impl TurnState {
                     drain_deadline.as_mut().reset(Instant::now() + DRAIN_AFTER_EXIT);
                 }
                 () = &mut drain_deadline, if status.is_some() => {
-                    // Something in the group still holds stdout; end it.
-                    signal_group(pid as i32, SIGKILL);
+                    // Something it started still holds stdout; end it.
+                    procs.kill();
                     stdout = None;
                     let events = self.decoder.finish();
                     self.forward(events).await?;
@@ -865,10 +891,10 @@ fn exited(status: ExitStatus) -> Out {
     })
 }
 
-/// A turn's process group; SIGKILLed on drop unless it was seen empty, so a
+/// A turn's processes; SIGKILLed on drop unless they were seen gone, so a
 /// dropped task (service shutdown, panic) leaves nothing running.
 struct Group {
-    pgid: i32,
+    procs: AgentProcs,
     armed: bool,
     /// The turn's record under `<runtime dir>/turns/`, removed on drop.
     record: Option<PathBuf>,
@@ -878,40 +904,42 @@ impl Group {
     /// SIGTERM to the group; SIGKILL to what is left after the grace period.
     async fn terminate(&mut self, child: &mut Child, grace: Duration) -> ExitStatus {
         let deadline = Instant::now() + grace;
-        signal_group(self.pgid, SIGTERM);
+        self.procs.terminate();
         let status = match tokio::time::timeout_at(deadline, child.wait()).await {
             Ok(Ok(status)) => status,
             _ => {
-                signal_group(self.pgid, SIGKILL);
+                self.procs.kill();
                 child.wait().await.unwrap_or_else(|_| failed_status())
             }
         };
-        self.wait_empty(deadline).await;
+        self.wait_empty(deadline, grace).await;
         status
     }
 
-    /// After the leader exited: ends members still in the group.
+    /// After the leader exited: ends members still in the group (SIGTERM,
+    /// then SIGKILL after the grace period) and whatever left it.
     async fn reap_leftovers(&mut self, grace: Duration) {
-        if !signal_group(self.pgid, 0) {
-            self.armed = false;
-            return;
+        if self.procs.group_alive() {
+            tracing::debug!(
+                pgid = self.procs.pgid(),
+                "provider left processes behind; terminating them"
+            );
+            self.procs.terminate();
         }
-        tracing::debug!(
-            pgid = self.pgid,
-            "provider left processes behind; terminating them"
-        );
-        signal_group(self.pgid, SIGTERM);
-        self.wait_empty(Instant::now() + grace).await;
+        self.wait_empty(Instant::now() + grace, grace).await;
     }
 
-    /// Polls until the group is empty or the deadline passes, then SIGKILLs it.
-    async fn wait_empty(&mut self, deadline: Instant) {
-        while signal_group(self.pgid, 0) && has_live_member(self.pgid) {
-            if Instant::now() >= deadline {
-                signal_group(self.pgid, SIGKILL);
-                break;
-            }
+    /// Polls until the group is empty or the deadline passes, then SIGKILLs
+    /// what is left of it and of the cgroup, and waits for that.
+    async fn wait_empty(&mut self, deadline: Instant, grace: Duration) {
+        while self.procs.group_alive() && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        if !self.procs.end(grace).await {
+            tracing::warn!(
+                pgid = self.procs.pgid(),
+                "an agent's processes outlived SIGKILL"
+            );
         }
         self.armed = false;
     }
@@ -920,7 +948,7 @@ impl Group {
 impl Drop for Group {
     fn drop(&mut self) {
         if self.armed {
-            signal_group(self.pgid, SIGKILL);
+            self.procs.kill();
         }
         if let Some(record) = self.record.take() {
             let _ = std::fs::remove_file(record);
@@ -928,43 +956,14 @@ impl Drop for Group {
     }
 }
 
-/// Whether a process of the group is still running. Members that are only
-/// zombies count as gone: orphans are reparented to init, which may reap
-/// them late (some container inits poll once a second). When /proc cannot be
-/// read, the group counts as running.
-fn has_live_member(pgid: i32) -> bool {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return true;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(name) = name
-            .to_str()
-            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
-        else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{name}/stat")) else {
-            continue;
-        };
-        // After "comm) ": state ppid pgrp ...
-        let Some((_, rest)) = stat.rsplit_once(") ") else {
-            continue;
-        };
-        let mut fields = rest.split(' ');
-        let state = fields.next();
-        let pgrp = fields.nth(1).and_then(|p| p.parse::<i32>().ok());
-        if pgrp == Some(pgid) && state != Some("Z") {
-            return true;
-        }
-    }
-    false
-}
-
-/// Writes `<dir>/<pgid>`; a failure only costs the crash clean-up, so it is logged.
-fn record_turn(dir: &Path, pgid: i32) -> Option<PathBuf> {
-    let path = dir.join(pgid.to_string());
-    let written = std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&path, b""));
+/// Writes `<dir>/<pgid>` holding the agent's cgroup folder, if it has one; a
+/// failure only costs the crash clean-up, so it is logged.
+fn record_turn(dir: &Path, procs: &AgentProcs) -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = dir.join(procs.pgid().to_string());
+    let cgroup = procs.cgroup_dir().unwrap_or_default();
+    let written = std::fs::create_dir_all(dir)
+        .and_then(|()| std::fs::write(&path, cgroup.as_os_str().as_bytes()));
     match written {
         Ok(()) => Some(path),
         Err(e) => {

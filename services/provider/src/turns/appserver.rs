@@ -23,11 +23,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use pedelec_common::process::{self, SIGKILL, SIGTERM, signal_group};
+use pedelec_common::process;
 use pedelec_common::{Code, env};
 use serde_json::{Value as Json, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::process::Command;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
@@ -35,6 +34,7 @@ use super::servers::{self, Server, Servers, parse_version};
 use super::{Job, Out, Sink, Stop, error_event, lock, read_tail, record_turn};
 use crate::adapters::{LineSplitter, MAX_LINE, codex};
 use crate::availability::{ProgramEnv, run_version};
+use crate::launch::AgentProcs;
 
 /// The oldest codex whose app-server speaks the protocol this module was
 /// verified against (the pinned 0.171.0); older ones run `codex exec --json`.
@@ -146,12 +146,14 @@ pub struct Proc {
     exit: watch::Receiver<Option<ExitStatus>>,
     stderr: Arc<Mutex<String>>,
     record: Option<PathBuf>,
+    /// Its process group and cgroup.
+    procs: AgentProcs,
     stopped: std::sync::atomic::AtomicBool,
 }
 
 impl Proc {
     async fn spawn(job: &Job, program: &Path, fingerprint: &str) -> Result<Proc, SpawnError> {
-        let mut cmd = Command::new(program);
+        let (mut cmd, mut procs) = job.agent_command(program, &job.turn.workspace).await;
         cmd.arg("app-server");
         if let Some(cli) = &job.turn.mcp {
             // The same MCP registration an exec turn gets, for the process.
@@ -159,21 +161,22 @@ impl Proc {
                 cmd.arg("-c").arg(setting);
             }
         }
-        cmd.current_dir(&job.turn.workspace)
-            .stdin(Stdio::piped())
+        cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0);
-        job.agent_env_into(&mut cmd);
-        process::die_with_parent(cmd.as_std_mut(), SIGKILL);
+            .stderr(Stdio::piped());
         let mut child = process::spawn(&mut cmd).await.map_err(|e| {
             SpawnError::Other(format!(
                 "could not start codex app-server in {}: {e}",
                 job.turn.workspace.display()
             ))
         })?;
+        drop(cmd);
         let pid = child.id().expect("a just-spawned child has a pid") as i32;
-        let record = job.records.as_ref().and_then(|r| record_turn(&r.dir, pid));
+        procs.started(pid);
+        let record = job
+            .records
+            .as_ref()
+            .and_then(|r| record_turn(&r.dir, &procs));
         let mut stdin = child.stdin.take().expect("piped stdin");
         let stdout = child.stdout.take().expect("piped stdout");
         let stderr_pipe = child.stderr.take();
@@ -214,6 +217,7 @@ impl Proc {
             exit,
             stderr,
             record,
+            procs,
             stopped: Default::default(),
         };
         // Weak: stopping drops the one strong sender, which must close stdin.
@@ -304,20 +308,19 @@ impl Proc {
         }
         lock(&self.writer).take();
         if tokio::time::timeout(grace, self.wait_exit()).await.is_err() {
-            signal_group(self.pid, SIGTERM);
+            self.procs.terminate();
             if tokio::time::timeout(grace, self.wait_exit()).await.is_err() {
-                signal_group(self.pid, SIGKILL);
+                self.procs.kill();
                 self.wait_exit().await;
             }
         }
-        // Commands it started in its group and left behind. codex holds a
-        // thread's writer lock until its process is gone, so the next
-        // app-server of this thread may start only after the whole group has.
-        signal_group(self.pid, SIGKILL);
-        if !process::wait_group_gone(self.pid, grace).await {
+        // Commands it started and left behind (in its group or its cgroup).
+        // codex holds a thread's writer lock until its process is gone, so
+        // the next app-server of this thread may start only after all has.
+        if !self.procs.end(grace).await {
             tracing::warn!(
                 pid = self.pid,
-                "codex app-server's process group outlived SIGKILL"
+                "codex app-server's processes outlived SIGKILL"
             );
         }
         tracing::info!(pid = self.pid, "codex app-server stopped");
@@ -330,7 +333,7 @@ impl Proc {
 impl Drop for Proc {
     fn drop(&mut self) {
         if !self.stopped.load(Ordering::Acquire) {
-            signal_group(self.pid, SIGKILL);
+            self.procs.kill();
             if let Some(r) = &self.record {
                 let _ = std::fs::remove_file(r);
             }

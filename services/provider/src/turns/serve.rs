@@ -33,7 +33,6 @@ use hyper_util::rt::TokioIo;
 use pedelec_common::{Code, env};
 use serde_json::{Value as Json, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::Command;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -129,15 +128,18 @@ impl Server for Proc {
 impl Proc {
     async fn spawn(job: &Job, program: &Path, fingerprint: &str) -> Result<Proc, SpawnError> {
         let password = pedelec_common::ids::new_secret();
-        let mut cmd = Command::new(program);
-        cmd.args(["serve", "--hostname", "127.0.0.1", "--port", "0"])
-            .env("OPENCODE_SERVER_PASSWORD", &password)
-            .env_remove("OPENCODE_SERVER_USERNAME");
+        let args = ["serve", "--hostname", "127.0.0.1", "--port", "0"];
+        // The user's OPENCODE_SERVER_USERNAME, if any, is replaced by the
+        // default user name the Basic credentials use.
+        let mut env = vec![
+            ("OPENCODE_SERVER_PASSWORD", password.clone()),
+            ("OPENCODE_SERVER_USERNAME", USER.to_string()),
+        ];
         if let Some(cli) = &job.turn.mcp {
             // The same MCP registration a `run` turn gets, for the process.
-            cmd.env("OPENCODE_CONFIG_CONTENT", opencode::mcp_config(cli));
+            env.push(("OPENCODE_CONFIG_CONTENT", opencode::mcp_config(cli)));
         }
-        let (child, stdout) = ServerChild::spawn(job, cmd, "opencode serve")
+        let (child, stdout) = ServerChild::spawn(job, program, &args, &env, "opencode serve")
             .await
             .map_err(|e| {
                 SpawnError::Other(format!(

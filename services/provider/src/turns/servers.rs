@@ -15,13 +15,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use pedelec_common::process::{self, SIGKILL, SIGTERM, signal_group};
-use tokio::process::Command;
+use pedelec_common::process;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::{Job, lock, read_tail, record_turn};
 use crate::availability::FileStamp;
+use crate::launch::AgentProcs;
 
 /// One long-lived agent process serving one thread.
 pub trait Server: Send + Sync + 'static {
@@ -244,29 +244,37 @@ pub struct ServerChild {
     exit: watch::Receiver<Option<ExitStatus>>,
     stderr: Arc<Mutex<String>>,
     record: Option<PathBuf>,
+    /// Its process group and cgroup.
+    procs: AgentProcs,
     stopped: AtomicBool,
     idle: Mutex<Option<Instant>>,
 }
 
 impl ServerChild {
-    /// Spawns `cmd` (program and arguments set) in the job's workspace with
-    /// the agent's environment; stdout is piped and handed back.
+    /// Spawns `program` as the job's agent in its workspace, with `args` and
+    /// `env` on top of the agent's environment; stdout is piped and handed back.
     pub async fn spawn(
         job: &Job,
-        mut cmd: Command,
+        program: &Path,
+        args: &[&str],
+        env: &[(&str, String)],
         what: &str,
     ) -> std::io::Result<(ServerChild, tokio::process::ChildStdout)> {
-        cmd.current_dir(&job.turn.workspace)
+        let (mut cmd, mut procs) = job.agent_command(program, &job.turn.workspace).await;
+        cmd.args(args)
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0);
-        job.agent_env_into(&mut cmd);
-        process::die_with_parent(cmd.as_std_mut(), SIGKILL);
+            .stderr(Stdio::piped());
         let mut child = process::spawn(&mut cmd).await?;
+        drop(cmd);
         let pid = child.id().expect("a just-spawned child has a pid") as i32;
+        procs.started(pid);
         tracing::debug!(pid, "{what} started");
-        let record = job.records.as_ref().and_then(|r| record_turn(&r.dir, pid));
+        let record = job
+            .records
+            .as_ref()
+            .and_then(|r| record_turn(&r.dir, &procs));
         let stdout = child.stdout.take().expect("piped stdout");
         let stderr_pipe = child.stderr.take();
         let stderr = Arc::new(Mutex::new(String::new()));
@@ -290,6 +298,7 @@ impl ServerChild {
             exit,
             stderr,
             record,
+            procs,
             stopped: AtomicBool::new(false),
             idle: Mutex::new(None),
         };
@@ -340,15 +349,14 @@ impl ServerChild {
             return;
         }
         if !self.has_exited() {
-            signal_group(self.pid, SIGTERM);
+            self.procs.terminate();
             if tokio::time::timeout(grace, self.wait_exit()).await.is_err() {
-                signal_group(self.pid, SIGKILL);
+                self.procs.kill();
                 self.wait_exit().await;
             }
         }
-        signal_group(self.pid, SIGKILL);
-        if !process::wait_group_gone(self.pid, grace).await {
-            tracing::warn!(pid = self.pid, "a server's process group outlived SIGKILL");
+        if !self.procs.end(grace).await {
+            tracing::warn!(pid = self.pid, "a server's processes outlived SIGKILL");
         }
         if let Some(r) = &self.record {
             let _ = std::fs::remove_file(r);
@@ -359,7 +367,7 @@ impl ServerChild {
 impl Drop for ServerChild {
     fn drop(&mut self) {
         if !self.stopped.load(Ordering::Acquire) {
-            signal_group(self.pid, SIGKILL);
+            self.procs.kill();
             if let Some(r) = &self.record {
                 let _ = std::fs::remove_file(r);
             }
