@@ -405,6 +405,42 @@ pub fn processes_using(runtime_dir: &Path) -> Vec<u32> {
     pids
 }
 
+/// The pid, as this test sees it, of the process of `runtime_dir` whose
+/// own pid is `pid_inside`: a confined agent runs in a pid namespace of its
+/// own, where `$$` is a small number (the last field of `NSpid` in
+/// `/proc/<pid>/status`); for an unconfined one both are the same.
+pub fn host_pid(runtime_dir: &Path, pid_inside: u32) -> u32 {
+    let found: Vec<u32> = processes_using(runtime_dir)
+        .into_iter()
+        .filter(|pid| {
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("NSpid:"))
+                .and_then(|ids| ids.split_whitespace().last())
+                .and_then(|id| id.parse::<u32>().ok())
+                == Some(pid_inside)
+        })
+        .collect();
+    match found[..] {
+        [pid] => pid,
+        _ => panic!(
+            "no single process of {} has pid {pid_inside} in its namespace: {found:?}",
+            runtime_dir.display()
+        ),
+    }
+}
+
+/// The process group of `pid` (field 5 of `/proc/<pid>/stat`); a confined
+/// agent's group is led by its bwrap.
+pub fn pgid_of(pid: u32) -> u32 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rsplit_once(") ")
+        .and_then(|(_, rest)| rest.split_whitespace().nth(2))
+        .and_then(|f| f.parse().ok())
+        .unwrap_or_else(|| panic!("no process group for pid {pid}: {stat:?}"))
+}
+
 /// Polls `cond` every 20 ms until it holds; panics naming `what` after [`PATIENCE`].
 pub async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
     let deadline = Instant::now() + PATIENCE;

@@ -64,8 +64,15 @@ async fn start_hanging_turn(env: &TestEnv) -> (u32, u32, Events) {
         .send_text(send_text_request(&id, "hang"))
         .await
         .unwrap();
-    let agent = read_pid(&env.stubs().join("cursor.pid")).await;
-    let child = read_pid(&env.stubs().join("cursor.child")).await;
+    // The stub writes the pids it sees (in its own pid namespace when confined).
+    let agent = host_pid(
+        &env.runtime_dir(),
+        read_pid(&env.stubs().join("cursor.pid")).await,
+    );
+    let child = host_pid(
+        &env.runtime_dir(),
+        read_pid(&env.stubs().join("cursor.child")).await,
+    );
     assert!(alive(agent) && alive(child));
     (agent, child, events)
 }
@@ -113,7 +120,10 @@ async fn agents_of_a_killed_provider_are_ended() {
     env.update_settings(pb::Settings::default()).await;
     let (agent, child, _events) = start_hanging_turn(&env).await;
     let records = env.runtime_dir().join("turns");
-    assert!(records.join(agent.to_string()).exists(), "turn recorded");
+    assert!(
+        records.join(pgid_of(agent).to_string()).exists(),
+        "turn recorded under its process group"
+    );
 
     let provider = env.service_status(ServiceName::Provider).await.pid;
     signal(provider as i32, libc::SIGKILL);

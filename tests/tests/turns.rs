@@ -365,8 +365,15 @@ async fn hanging_cursor_turn() -> HangingTurn {
     let (id, events) = t.thread("cursor").await;
 
     t.send(&id, "work").await.unwrap();
-    let pid = read_pid(&t.file("cursor-agent.pid")).await;
-    let child = read_pid(&t.file("cursor-agent.child")).await;
+    // The stub writes the pids it sees (in its own pid namespace when confined).
+    let pid = host_pid(
+        &t.env.runtime_dir(),
+        read_pid(&t.file("cursor-agent.pid")).await,
+    );
+    let child = host_pid(
+        &t.env.runtime_dir(),
+        read_pid(&t.file("cursor-agent.child")).await,
+    );
     HangingTurn {
         t,
         id,
