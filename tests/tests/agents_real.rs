@@ -519,6 +519,32 @@ impl Run {
     }
 }
 
+/// Every process of this CLI (bwrap, which starts it, aside) is in a mount
+/// and a pid namespace other than the test's.
+fn assert_confined(run: &Run) {
+    let ns = |pid: &str, kind: &str| std::fs::read_link(format!("/proc/{pid}/ns/{kind}")).ok();
+    let cli: Vec<u32> = processes_using(&run.env.runtime_dir())
+        .into_iter()
+        .filter(|p| {
+            let argv = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+            let argv0 = argv.split(|b| *b == 0).next().unwrap_or_default();
+            !argv0.ends_with(b"bwrap") && describe(*p).contains(run.cli.program())
+        })
+        .collect();
+    assert!(!cli.is_empty(), "{:?}: no CLI process found", run.cli);
+    for pid in cli {
+        for kind in ["mnt", "pid"] {
+            assert_ne!(
+                ns(&pid.to_string(), kind),
+                ns("self", kind),
+                "{:?}: {} shares the test's {kind} namespace",
+                run.cli,
+                describe(pid)
+            );
+        }
+    }
+}
+
 fn find_file(dir: &Path, name: &str) -> Option<PathBuf> {
     for entry in std::fs::read_dir(dir).ok()?.flatten() {
         let path = entry.path();
@@ -797,6 +823,9 @@ async fn tool_call_round_trip(run: &mut Run, via: Via) {
         seen.push(e);
     };
     assert_eq!(request.tool, "update_counter");
+    // The CLI waiting for the answer runs confined (bwrap works where the
+    // tests run): a mount and a pid namespace of its own.
+    assert_confined(run);
     assert_eq!(
         pedelec_common::json::from_value(request.args.as_ref().unwrap()),
         json!({"delta": 5})
