@@ -413,3 +413,53 @@ async fn confined_descendants_that_left_the_group_end_with_a_finished_turn() {
 async fn unconfined_descendants_that_left_the_group_end_with_a_finished_turn() {
     descendants_end_with_a_finished_turn(&[("PEDELEC_CONFINE", "0")]).await;
 }
+
+/// Where bwrap cannot make its namespaces (a stand-in that fails as it
+/// does without unprivileged user namespaces, first on the services' PATH),
+/// agents run as before — they see the whole runtime dir — and `pedelecd
+/// doctor` says so, as it does when PEDELEC_CONFINE=0 switches it off.
+#[tokio::test]
+async fn where_bwrap_does_not_work_agents_run_as_before_and_doctor_says_so() {
+    let out = tempfile::tempdir().unwrap();
+    let body = format!(
+        "/bin/ls -A \"$PEDELEC_RUNTIME_DIR\" > {}\n{CURSOR_OK}",
+        out.path().join("runtime").display()
+    );
+    let (env, _launcher, mut sessions) = start(&body, &[]).await;
+    env.stub(
+        "bwrap",
+        "echo 'bwrap: No permissions to create new namespace' >&2; exit 1",
+    );
+    // ProviderService probes at its first turn, with this stand-in found first.
+    let (id, mut events) = thread(&mut sessions).await;
+    sessions
+        .send_text(send_text_request(&id, "list the runtime dir"))
+        .await
+        .unwrap();
+    let seen = run_answering_tools(&mut sessions, &id, &mut events).await;
+    assert_eq!(kind(seen.last().unwrap()), "operation_finished:completed");
+    let listed = read(&out.path().join("runtime"));
+    for socket in ["session.sock", "provider.sock", "toolbridge.sock"] {
+        assert!(
+            listed.lines().any(|l| l == socket),
+            "an unconfined agent sees {socket}: {listed}"
+        );
+    }
+
+    let report = String::from_utf8_lossy(&env.pedelecd(&["doctor"]).stdout).into_owned();
+    assert!(
+        report.contains("warn  agent-confinement: agents run unconfined:")
+            && report.contains("No permissions to create new namespace"),
+        "{report}"
+    );
+    assert!(report.contains("apt install bubblewrap"), "{report}");
+    let mut off = env.command(bin("pedelecd"));
+    off.arg("doctor").env("PEDELEC_CONFINE", "0");
+    let report = String::from_utf8_lossy(&off.output().unwrap().stdout).into_owned();
+    assert!(
+        report.contains(
+            "warn  agent-confinement: agent confinement is switched off (PEDELEC_CONFINE=0)"
+        ),
+        "{report}"
+    );
+}

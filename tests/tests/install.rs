@@ -355,6 +355,10 @@ async fn doctor_gives_a_clean_bill_on_a_good_install_with_the_services_running()
         "ok    runtime-dir:",
         "ok    providers:",
         "ok    settings:",
+        // The tests run as root, where bwrap and cgroups work.
+        "ok    agent-confinement: agents run confined by",
+        "ok    agent-cleanup: each agent gets its own cgroup under",
+        "(ProviderService's cgroup)",
     ] {
         assert!(report.contains(needle), "{needle}:\n{report}");
     }

@@ -183,6 +183,8 @@ pub async fn run(layout: &Layout, dirs: &Dirs) -> Vec<Check> {
     if status.is_some() {
         checks.push(providers(dirs).await);
     }
+    checks.push(confinement());
+    checks.push(agent_cleanup(status.as_ref()));
     checks.push(settings(dirs));
     checks
 }
@@ -585,6 +587,64 @@ fn argv_note(available: &[&str]) -> Option<&'static str> {
     available.contains(&"antigravity").then_some(
         "note: antigravity takes each prompt on its command line, which other local users can read in `ps` while the turn runs",
     )
+}
+
+/// Whether agents start confined by bubblewrap (docs/security.md,
+/// "Narrowing what an agent can reach"), probed as ProviderService probes it.
+fn confinement() -> Check {
+    use pedelec_common::process::confine::{self, Verdict};
+    let path = std::env::var_os("PATH");
+    let verdict = confine::probe(path.as_deref());
+    let message = verdict.describe();
+    match verdict {
+        Verdict::Confined { .. } => Check::ok("agent-confinement", message),
+        Verdict::SwitchedOff => Check::warn(
+            "agent-confinement",
+            message,
+            format!(
+                "unset {} in pedelecd's environment, then pedelecd restart provider",
+                pedelec_common::env::CONFINE
+            ),
+        ),
+        Verdict::Unavailable(_) => Check::warn(
+            "agent-confinement",
+            message,
+            "install bubblewrap (Debian/Ubuntu: sudo apt install bubblewrap; Fedora: sudo dnf install bubblewrap) and allow unprivileged user namespaces, then pedelecd restart provider",
+        ),
+    }
+}
+
+/// Whether an agent's descendants that leave its process group (setsid, a
+/// double fork) are ended with it: each agent gets a cgroup where
+/// ProviderService's cgroup (v2) is writable.
+fn agent_cleanup(status: Option<&pb::SupervisorStatus>) -> Check {
+    use pedelec_common::process::cgroup;
+    let provider = status.and_then(|s| {
+        s.services
+            .iter()
+            .find(|svc| svc.name == pedelec_common::ServiceName::Provider.as_str() && svc.pid > 0)
+            .map(|svc| svc.pid.to_string())
+    });
+    let (whose, verdict) = match &provider {
+        Some(pid) => ("ProviderService's", cgroup::dir_of(pid)),
+        None => ("this process's", cgroup::own_dir()),
+    };
+    match verdict {
+        Ok(dir) => Check::ok(
+            "agent-cleanup",
+            format!(
+                "each agent gets its own cgroup under {} ({whose} cgroup): whatever it starts ends with it",
+                dir.display()
+            ),
+        ),
+        Err(why) => Check::warn(
+            "agent-cleanup",
+            format!(
+                "agents get no cgroup ({why}): a process an unconfined agent detaches (setsid, double fork) outlives its turn; a confined agent's end with its pid namespace"
+            ),
+            "run pedelecd under systemd with Delegate=yes (pedelecd install does), or confine agents (bubblewrap)",
+        ),
+    }
 }
 
 fn settings(dirs: &Dirs) -> Check {

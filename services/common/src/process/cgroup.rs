@@ -13,12 +13,18 @@ use std::time::Duration;
 /// The cgroup2 folder of this process, when it may create children in it
 /// (checked by creating and removing one), or why not.
 pub fn own_dir() -> Result<PathBuf, String> {
-    let own = std::fs::read_to_string("/proc/self/cgroup")
-        .map_err(|e| format!("/proc/self/cgroup: {e}"))?;
+    dir_of("self")
+}
+
+/// The same for process `pid` (`self`, or a number): where the agents of a
+/// running ProviderService get their cgroups, for `pedelecd doctor`.
+pub fn dir_of(pid: &str) -> Result<PathBuf, String> {
+    let own = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+        .map_err(|e| format!("/proc/{pid}/cgroup: {e}"))?;
     let rel = own
         .lines()
         .find_map(|l| l.strip_prefix("0::"))
-        .ok_or("this process is in no cgroup v2 hierarchy (cgroup v1 only)")?;
+        .ok_or("the process is in no cgroup v2 hierarchy (cgroup v1 only)")?;
     let mount = cgroup2_mount().ok_or("no cgroup2 file system is mounted")?;
     let dir = mount.join(rel.trim().trim_start_matches('/'));
     let probe = dir.join(format!("pedelec-probe-{}", std::process::id()));
