@@ -29,7 +29,7 @@ type Bridge = pb::tool_bridge_service_client::ToolBridgeServiceClient<Channel>;
 const TOOL: &str = "bench_echo";
 const ARGS: &str = r#"{"q":"x"}"#;
 
-fn us(d: Duration) -> f64 {
+pub(crate) fn us(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
 
@@ -110,6 +110,14 @@ pub async fn run(cfg: &Config) -> i32 {
     phase(
         cfg,
         &mut rows,
+        "turn_start",
+        "a stub agent's turn start, confined by bubblewrap and plain",
+        crate::turn::turn_start_phase(cfg),
+    )
+    .await;
+    phase(
+        cfg,
+        &mut rows,
         "provider",
         "the real pinned codex and opencode (through their per-thread servers) and claude against the mock model",
         crate::provider::provider_phase(cfg),
@@ -146,6 +154,9 @@ pub async fn run(cfg: &Config) -> i32 {
         "deltas.grpc",
         "agent.first_delta.real",
         "agent.first_delta.stub",
+        "turn_start.plain",
+        "turn_start.confined",
+        "turn_start.bwrap_spawn",
         "agent.deltas.real",
         "agent.deltas.stub",
         "agent.mock_stream",
@@ -719,20 +730,9 @@ fn memory_rows(kind: &'static str, sample: &[MemSample], n: usize) -> Vec<Row> {
     rows
 }
 
-async fn main_phase(cfg: &Config) -> Result<Vec<Row>, String> {
-    let env = BenchEnv::new(&cfg.release)?;
-    let mut launcher = env.spawn_up("launcher.log")?;
-    let result = main_phase_inner(cfg, &env, launcher.id()).await;
-    stop(&mut launcher);
-    result
-}
-
-async fn main_phase_inner(cfg: &Config, env: &BenchEnv, launcher: u32) -> Result<Vec<Row>, String> {
-    let mut rows = Vec::new();
-    env.wait_serving(Duration::from_millis(5)).await?;
-    let provider_channel = pedelec_common::uds::connect(&env.socket(ServiceName::Provider))
-        .await
-        .map_err(|e| e.to_string())?;
+/// Settings for turns of the stub agent (run as the `ollama` provider, which
+/// needs a model).
+pub(crate) async fn stub_agent_settings(provider: Channel) -> Result<(), String> {
     let mut settings = pb::Settings::default();
     settings.profiles.insert(
         "ollama".into(),
@@ -747,13 +747,31 @@ async fn main_phase_inner(cfg: &Config, env: &BenchEnv, launcher: u32) -> Result
             .into(),
         },
     );
-    pb::provider_service_client::ProviderServiceClient::new(provider_channel)
+    pb::provider_service_client::ProviderServiceClient::new(provider)
         .update_settings(pb::UpdateSettingsRequest {
             settings: Some(settings),
             update_mask: None,
         })
         .await
         .map_err(|e| format!("UpdateSettings: {e}"))?;
+    Ok(())
+}
+
+async fn main_phase(cfg: &Config) -> Result<Vec<Row>, String> {
+    let env = BenchEnv::new(&cfg.release)?;
+    let mut launcher = env.spawn_up("launcher.log")?;
+    let result = main_phase_inner(cfg, &env, launcher.id()).await;
+    stop(&mut launcher);
+    result
+}
+
+async fn main_phase_inner(cfg: &Config, env: &BenchEnv, launcher: u32) -> Result<Vec<Row>, String> {
+    let mut rows = Vec::new();
+    env.wait_serving(Duration::from_millis(5)).await?;
+    let provider_channel = pedelec_common::uds::connect(&env.socket(ServiceName::Provider))
+        .await
+        .map_err(|e| e.to_string())?;
+    stub_agent_settings(provider_channel).await?;
     let session_channel = pedelec_common::uds::connect(&env.socket(ServiceName::Session))
         .await
         .map_err(|e| e.to_string())?;
@@ -955,7 +973,7 @@ async fn lifecycle_grpc(cfg: &Config, sessions: &mut Sessions) -> Result<Vec<Row
     ])
 }
 
-fn attach_request(id: &str, route: &str) -> pb::AttachRequest {
+pub(crate) fn attach_request(id: &str, route: &str) -> pb::AttachRequest {
     pb::AttachRequest {
         session_id: id.into(),
         origin: ORIGIN.into(),

@@ -12,6 +12,7 @@ mod helpers;
 mod host;
 mod provider;
 mod report;
+mod turn;
 
 use std::path::PathBuf;
 
