@@ -24,11 +24,16 @@ fi
 # `npm ci` refuses it (tests/agents/README.md). The versions are pinned exactly.
 (cd tests/agents && npm install --no-audit --no-fund --loglevel=error)
 export PEDELEC_AGENTS_BIN="$root/tests/agents/node_modules/.bin"
-# systemd-analyze, for `systemd-analyze verify` of the installed unit (tests/tests/install.rs).
-if ! command -v systemd-analyze >/dev/null 2>&1; then
+# Debian packages: systemd-analyze, for `systemd-analyze verify` of the installed
+# unit (tests/tests/install.rs); bubblewrap, which confines the agents
+# (tests/tests/confinement.rs, docs/security.md).
+missing=()
+command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
+command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
+if [ "${#missing[@]}" -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then sudo=sudo; else sudo=; fi
   $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq systemd >/dev/null
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
 step "format"

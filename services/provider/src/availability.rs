@@ -191,7 +191,11 @@ pub(crate) async fn run_version(
     env: &ProgramEnv,
 ) -> Result<String, String> {
     let mut cmd = Command::new(program);
-    cmd.arg("--version")
+    // The agent's allow-list, as for a turn (crate::launch), without the
+    // turn's variables: a CLI's `--version` needs nothing of the service's.
+    cmd.env_clear()
+        .envs(crate::launch::passed_env(std::env::vars_os()))
+        .arg("--version")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
