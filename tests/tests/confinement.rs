@@ -275,8 +275,9 @@ async fn a_confined_agent_sees_only_its_tools_socket_and_its_own_workspace() {
 }
 
 /// The stub starts two sleepers that leave its process group — one with
-/// `setsid`, one by a double fork and `setpgid` (perl's `setpgrp`) — and
-/// writes the pids they see, then hangs (`hang`) or finishes its turn.
+/// `setsid`, one by a double fork and `setpgid` (perl's `setpgrp`) — each
+/// writing the pid it sees once it has left, then hangs (`hang`) or
+/// finishes its turn.
 fn escaping_sleepers(out: &Path, hang: bool) -> String {
     let end = if hang {
         "echo '{\"type\":\"system\",\"subtype\":\"init\",\"cwd\":\"/w\",\"session_id\":\"5f3c2a1e-0b7d-4c8e-9a6f-1d2e3f4a5b6c\",\"model\":\"m\"}'\n/bin/sleep 120 &\nwait".to_string()
@@ -285,7 +286,7 @@ fn escaping_sleepers(out: &Path, hang: bool) -> String {
     };
     format!(
         r#"/usr/bin/setsid -f /bin/sh -c 'echo $$ > {a}.tmp; /bin/mv {a}.tmp {a}; exec /bin/sleep 300' </dev/null >/dev/null 2>&1
-( /bin/sh -c 'echo $$ > {b}.tmp; /bin/mv {b}.tmp {b}; exec /usr/bin/perl -e "setpgrp(0, 0); exec q(/bin/sleep), 300"' </dev/null >/dev/null 2>&1 & )
+( /usr/bin/perl -e 'setpgrp(0, 0); open(my $f, ">", "$ARGV[0].tmp") or die; print $f "$$\n"; close $f; rename("$ARGV[0].tmp", $ARGV[0]); exec "/bin/sleep", "300"' {b} </dev/null >/dev/null 2>&1 & )
 while [ ! -e {a} ] || [ ! -e {b} ]; do /bin/sleep 0.01; done
 {end}"#,
         a = out.join("setsid").display(),
