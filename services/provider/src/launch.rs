@@ -380,11 +380,6 @@ impl AgentProcs {
         }
     }
 
-    /// Whether a process of the group, or of the cgroup, still runs.
-    pub fn alive(&self) -> bool {
-        process::group_alive(self.pgid) || self.cgroup().as_ref().is_some_and(Cgroup::is_populated)
-    }
-
     /// Whether the group still has a member; only what leaves the group
     /// keeps a cgroup populated, and that is killed, not waited for.
     pub fn group_alive(&self) -> bool {

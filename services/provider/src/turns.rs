@@ -116,11 +116,6 @@ impl Turns {
         self
     }
 
-    /// How agents start (the confinement verdict, for tests and benchmarks).
-    pub fn launch(&self) -> &Launch {
-        &self.launch
-    }
-
     /// Whether codex turns may use `codex app-server` (when the installed
     /// codex has a usable one); `false` always runs `codex exec --json`.
     pub fn with_codex_app_server(mut self, enabled: bool) -> Self {
@@ -550,7 +545,6 @@ impl Job {
                 return refuse(&mut sink, Code::PROVIDER_FAILED, message).await;
             }
         };
-        drop(cmd);
         let pid = child.id().expect("a just-spawned child has a pid");
         procs.started(pid as i32);
         let record = self

@@ -170,7 +170,6 @@ impl Proc {
                 job.turn.workspace.display()
             ))
         })?;
-        drop(cmd);
         let pid = child.id().expect("a just-spawned child has a pid") as i32;
         procs.started(pid);
         let record = job

@@ -267,7 +267,6 @@ impl ServerChild {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let mut child = process::spawn(&mut cmd).await?;
-        drop(cmd);
         let pid = child.id().expect("a just-spawned child has a pid") as i32;
         procs.started(pid);
         tracing::debug!(pid, "{what} started");
