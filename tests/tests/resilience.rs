@@ -88,12 +88,15 @@ async fn new_thread(sessions: &mut Sessions) -> String {
         .session_id
 }
 
+/// The running agent's pid as the test sees it: the stub writes the pid it
+/// sees, in its own pid namespace when confined (docs/security.md).
 fn agent_pid(env: &TestEnv, id: &str) -> i32 {
-    std::fs::read_to_string(env.root.path().join(format!("{id}.pid")))
+    let inside = std::fs::read_to_string(env.root.path().join(format!("{id}.pid")))
         .unwrap()
         .trim()
         .parse()
-        .unwrap()
+        .unwrap();
+    host_pid(&env.runtime_dir(), inside) as i32
 }
 
 fn finished_event(events: &[pb::SessionEvent]) -> pb::OperationFinished {
