@@ -10,6 +10,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use pedelec_common::secret::ServiceSecret;
 use pedelec_common::{Clients, DataDir, MAX_GRPC_MESSAGE, RuntimeDir, ServiceName, uds};
 use pedelec_proto::v1::asset_service_server::AssetServiceServer;
 use tonic::service::Routes;
@@ -34,6 +35,10 @@ pub struct Config {
     pub data_dir: DataDir,
     pub max_asset_bytes: u64,
     pub ticket_ttl: Duration,
+    /// Presented on the internal RPCs of the other services (AssetService
+    /// serves none and calls none today: its hub carries it like every
+    /// service's does).
+    pub service_secret: Option<ServiceSecret>,
 }
 
 /// Serves AssetService on `asset.sock` until SIGTERM/SIGINT.
@@ -54,7 +59,9 @@ pub async fn run_until(
     let addr = listener
         .local_addr()
         .map_err(|e| AssetError::io("transfer server address", e))?;
-    let sessions = Clients::new(config.runtime_dir.clone()).session();
+    let sessions = Clients::new(config.runtime_dir.clone())
+        .with_service_secret(config.service_secret.as_ref())
+        .session();
     let limits = Limits {
         max_asset_bytes: config.max_asset_bytes,
         ticket_ttl: config.ticket_ttl,

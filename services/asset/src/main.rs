@@ -4,7 +4,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use pedelec_common::args::DirArgs;
+use pedelec_common::args::{DirArgs, SecretArgs};
 use pedelec_common::env;
 
 /// Pedelec AssetService: files shared between the page and the agent.
@@ -13,6 +13,8 @@ use pedelec_common::env;
 struct Args {
     #[command(flatten)]
     dirs: DirArgs,
+    #[command(flatten)]
+    secret: SecretArgs,
     /// Largest accepted asset, in bytes.
     #[arg(long, env = env::ASSET_MAX_BYTES, default_value_t = 100 * 1024 * 1024)]
     max_asset_bytes: u64,
@@ -23,13 +25,26 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    // Before the secret is read: no process of the user may read it from here.
+    if let Err(e) = pedelec_common::process::make_non_dumpable() {
+        eprintln!("pedelec-asset: cannot make the process non-dumpable: {e}");
+        return ExitCode::FAILURE;
+    }
     let args = Args::parse();
     pedelec_common::telemetry::init("pedelec-asset");
+    let service_secret = match args.secret.read() {
+        Ok(secret) => secret,
+        Err(e) => {
+            tracing::error!(error = %e, "pedelec-asset failed");
+            return ExitCode::FAILURE;
+        }
+    };
     let config = pedelec_asset::Config {
         runtime_dir: args.dirs.runtime(),
         data_dir: args.dirs.data(),
         max_asset_bytes: args.max_asset_bytes,
         ticket_ttl: Duration::from_millis(args.ticket_ttl_ms),
+        service_secret,
     };
     match pedelec_asset::run(config).await {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,9 +1,42 @@
-//! The `--runtime-dir` / `--data-dir` flags every Pedelec binary takes, so
-//! their names, help and fallbacks are written once.
+//! The `--runtime-dir` / `--data-dir` flags every Pedelec binary takes, and
+//! the `--service-secret-stdin` flag of the four services, so their names,
+//! help and fallbacks are written once.
 
 use std::path::PathBuf;
 
+use crate::error::CommonError;
+use crate::secret::ServiceSecret;
 use crate::{DataDir, RuntimeDir};
+
+/// The flag `pedelecd` starts every service with.
+pub const SERVICE_SECRET_STDIN: &str = "--service-secret-stdin";
+
+/// How a service learns the service secret. Flatten into a service binary's
+/// clap arguments.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct SecretArgs {
+    /// Read the service secret from stdin (64 hex digits; pedelecd hands it
+    /// over this way). Without it the service has none, and its internal RPCs
+    /// answer every process of the user (docs/security.md)
+    #[arg(long)]
+    pub service_secret_stdin: bool,
+}
+
+impl SecretArgs {
+    /// The secret handed over on stdin, or None (with a warning in the log)
+    /// when the service was started without the flag. Call it after
+    /// [`crate::process::make_non_dumpable`], so the secret never sits in a
+    /// process other users of this uid may read.
+    pub fn read(&self) -> Result<Option<ServiceSecret>, CommonError> {
+        if !self.service_secret_stdin {
+            tracing::warn!(
+                "started without {SERVICE_SECRET_STDIN} (not by pedelecd): no service secret, so the internal RPCs answer every process of this user"
+            );
+            return Ok(None);
+        }
+        ServiceSecret::read_from(std::io::stdin().lock()).map(Some)
+    }
+}
 
 /// Flatten into a binary's clap arguments with `#[command(flatten)]`.
 #[derive(Clone, Debug, Default, clap::Args)]
@@ -50,6 +83,17 @@ mod tests {
         let cli = Cli::parse_from(["x", "--runtime-dir", "/r", "--data-dir", "/d"]);
         assert_eq!(cli.dirs.runtime().path(), std::path::Path::new("/r"));
         assert_eq!(cli.dirs.data().path(), std::path::Path::new("/d"));
+    }
+
+    #[test]
+    fn the_launchers_flag_is_the_one_services_take() {
+        #[derive(Parser)]
+        struct Service {
+            #[command(flatten)]
+            secret: SecretArgs,
+        }
+        assert!(Service::parse_from(["x", SERVICE_SECRET_STDIN]).secret.service_secret_stdin);
+        assert!(!Service::parse_from(["x"]).secret.service_secret_stdin);
     }
 
     #[test]

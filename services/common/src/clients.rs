@@ -1,6 +1,8 @@
 //! One home for Pedelec's gRPC clients: every process that talks to a service
 //! gets its client here, over the runtime dir's sockets, with the message size
-//! limits applied and (for ToolBridge) the thread's tool token attached.
+//! limits applied, (for ToolBridge) the thread's tool token attached, and (for
+//! the services with internal RPCs, ToolBridge and Provider) the service
+//! secret a service was handed ([`crate::secret`]).
 //!
 //! Channels are made on first use and kept: a channel reconnects by itself
 //! after its service restarts, so one per service and process is enough.
@@ -19,23 +21,36 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
 use crate::error::CommonError;
-use crate::{MAX_GRPC_MESSAGE, RuntimeDir, ServiceName, TOOL_TOKEN_HEADER, uds};
+use crate::secret::ServiceSecret;
+use crate::{
+    MAX_GRPC_MESSAGE, RuntimeDir, SERVICE_SECRET_HEADER, ServiceName, TOOL_TOKEN_HEADER, uds,
+};
 
 pub type SessionClient = SessionServiceClient<Channel>;
-pub type ProviderClient = ProviderServiceClient<Channel>;
+/// Provider calls carry the service secret, when the hub has one.
+pub type ProviderClient = ProviderServiceClient<InterceptedService<Channel, Credentials>>;
 pub type AssetClient = AssetServiceClient<Channel>;
 pub type SupervisorClient = SupervisorServiceClient<Channel>;
-/// ToolBridge calls carry the tool token, when the hub has one.
-pub type ToolBridgeClient = ToolBridgeServiceClient<InterceptedService<Channel, ToolToken>>;
+/// ToolBridge calls carry the tool token and the service secret, when the
+/// hub has them.
+pub type ToolBridgeClient = ToolBridgeServiceClient<InterceptedService<Channel, Credentials>>;
 
-/// Adds `x-pedelec-tool-token` to every request when it holds a token.
-#[derive(Clone, Debug, Default)]
-pub struct ToolToken(Option<MetadataValue<Ascii>>);
+/// Adds `x-pedelec-tool-token` and `x-pedelec-service-secret` to every
+/// request, each when the hub holds it. (No Debug: both are secrets.)
+#[derive(Clone, Default)]
+pub struct Credentials {
+    tool_token: Option<MetadataValue<Ascii>>,
+    service_secret: Option<MetadataValue<Ascii>>,
+}
 
-impl tonic::service::Interceptor for ToolToken {
+impl tonic::service::Interceptor for Credentials {
     fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
-        if let Some(token) = &self.0 {
+        if let Some(token) = &self.tool_token {
             req.metadata_mut().insert(TOOL_TOKEN_HEADER, token.clone());
+        }
+        if let Some(secret) = &self.service_secret {
+            req.metadata_mut()
+                .insert(SERVICE_SECRET_HEADER, secret.clone());
         }
         Ok(req)
     }
@@ -46,7 +61,7 @@ impl tonic::service::Interceptor for ToolToken {
 #[derive(Clone)]
 pub struct Clients {
     inner: Arc<Inner>,
-    token: ToolToken,
+    credentials: Credentials,
 }
 
 struct Inner {
@@ -78,7 +93,7 @@ impl Clients {
                 runtime,
                 channels: Default::default(),
             }),
-            token: ToolToken::default(),
+            credentials: Credentials::default(),
         }
     }
 
@@ -88,8 +103,23 @@ impl Clients {
         let value = MetadataValue::try_from(token).map_err(|_| CommonError::InvalidToolToken)?;
         Ok(Clients {
             inner: Arc::clone(&self.inner),
-            token: ToolToken(Some(value)),
+            credentials: Credentials {
+                tool_token: Some(value),
+                ..self.credentials.clone()
+            },
         })
+    }
+
+    /// The same clients, with ToolBridge and Provider calls presenting the
+    /// service secret (a service's hub; `None` leaves them without one).
+    pub fn with_service_secret(&self, secret: Option<&ServiceSecret>) -> Clients {
+        Clients {
+            inner: Arc::clone(&self.inner),
+            credentials: Credentials {
+                service_secret: secret.map(ServiceSecret::header_value),
+                ..self.credentials.clone()
+            },
+        }
     }
 
     pub fn runtime(&self) -> &RuntimeDir {
@@ -123,15 +153,18 @@ impl Clients {
     }
 
     pub fn provider(&self) -> ProviderClient {
-        ProviderServiceClient::new(self.channel(ServiceName::Provider))
-            .max_decoding_message_size(MAX_GRPC_MESSAGE)
-            .max_encoding_message_size(MAX_GRPC_MESSAGE)
+        ProviderServiceClient::with_interceptor(
+            self.channel(ServiceName::Provider),
+            self.credentials.clone(),
+        )
+        .max_decoding_message_size(MAX_GRPC_MESSAGE)
+        .max_encoding_message_size(MAX_GRPC_MESSAGE)
     }
 
     pub fn toolbridge(&self) -> ToolBridgeClient {
         ToolBridgeServiceClient::with_interceptor(
             self.channel(ServiceName::ToolBridge),
-            self.token.clone(),
+            self.credentials.clone(),
         )
         .max_decoding_message_size(MAX_GRPC_MESSAGE)
         .max_encoding_message_size(MAX_GRPC_MESSAGE)
@@ -158,14 +191,47 @@ mod tests {
     #[test]
     fn the_token_is_added_only_when_given() {
         let clients = Clients::new(RuntimeDir::at("/nonexistent"));
-        let req = clients.token.clone().call(tonic::Request::new(())).unwrap();
+        let req = clients
+            .credentials
+            .clone()
+            .call(tonic::Request::new(()))
+            .unwrap();
         assert!(req.metadata().get(TOOL_TOKEN_HEADER).is_none());
 
         let with = clients.with_tool_token("tok-1").unwrap();
-        let req = with.token.clone().call(tonic::Request::new(())).unwrap();
+        let req = with
+            .credentials
+            .clone()
+            .call(tonic::Request::new(()))
+            .unwrap();
         assert_eq!(req.metadata().get(TOOL_TOKEN_HEADER).unwrap(), "tok-1");
         // The original keeps no token: tokens are per thread.
-        assert!(clients.token.0.is_none());
+        assert!(clients.credentials.tool_token.is_none());
+    }
+
+    #[test]
+    fn the_service_secret_is_added_only_when_given_and_kept_with_a_token() {
+        let secret = ServiceSecret::generate();
+        let clients = Clients::new(RuntimeDir::at("/nonexistent"));
+        let none = clients.with_service_secret(None);
+        let req = none.credentials.clone().call(tonic::Request::new(())).unwrap();
+        assert!(req.metadata().get(SERVICE_SECRET_HEADER).is_none());
+
+        let with = clients
+            .with_service_secret(Some(&secret))
+            .with_tool_token("tok-1")
+            .unwrap();
+        let req = with
+            .credentials
+            .clone()
+            .call(tonic::Request::new(()))
+            .unwrap();
+        let line = secret.to_line();
+        assert_eq!(
+            req.metadata().get(SERVICE_SECRET_HEADER).unwrap(),
+            line.trim_end()
+        );
+        assert_eq!(req.metadata().get(TOOL_TOKEN_HEADER).unwrap(), "tok-1");
     }
 
     #[test]

@@ -75,6 +75,9 @@ codes! {
     TOOL_TIMEOUT => DeadlineExceeded,
     TOOL_ACCESS_DENIED => Unauthenticated,
     TOOL_REQUEST_NOT_PENDING => FailedPrecondition,
+    // An internal RPC (one only Pedelec's services call, docs/security.md)
+    // without the launcher's service secret, or with a wrong one (issue 16).
+    SERVICE_ACCESS_DENIED => Unauthenticated,
     ASSET_NOT_FOUND => NotFound,
     ASSET_TOO_LARGE => ResourceExhausted,
     ASSET_PATH_INVALID => InvalidArgument,

@@ -32,6 +32,13 @@ pub enum CommonError {
     Connect { path: PathBuf, reason: String },
     #[error("the tool token is not a valid gRPC metadata value")]
     InvalidToolToken,
+    #[error("the service secret handed over on stdin is unusable: {0}")]
+    BadServiceSecret(String),
+    #[error(
+        "{rpc} is internal to Pedelec's services and needs the service secret pedelecd hands them; {}",
+        if *presented { "the caller presented a wrong one" } else { "the caller presented none" }
+    )]
+    ServiceAccessDenied { rpc: &'static str, presented: bool },
 }
 
 impl CommonError {
@@ -46,6 +53,7 @@ impl CommonError {
         match self {
             CommonError::Connect { .. } => Code::CORE_UNAVAILABLE,
             CommonError::InvalidToolToken => Code::INVALID_INPUT,
+            CommonError::ServiceAccessDenied { .. } => Code::SERVICE_ACCESS_DENIED,
             _ => Code::INTERNAL,
         }
     }

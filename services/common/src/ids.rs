@@ -17,9 +17,31 @@ pub fn new_secret() -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Compares two secrets (or their digests) in time independent of where
+/// they differ. Lengths are not secret: unequal lengths differ at once.
+pub fn same_secret(expected: &[u8], given: &[u8]) -> bool {
+    if expected.len() != given.len() {
+        return false;
+    }
+    let diff = expected
+        .iter()
+        .zip(given)
+        .fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    std::hint::black_box(diff) == 0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn secrets_compare_equal_only_when_every_byte_is() {
+        assert!(same_secret(b"abcd", b"abcd"));
+        assert!(!same_secret(b"abcd", b"abce"));
+        assert!(!same_secret(b"abcd", b"xbcd"));
+        assert!(!same_secret(b"abcd", b"abc"));
+        assert!(!same_secret(b"", b"a"));
+    }
 
     #[test]
     fn secrets_are_256_random_bits() {

@@ -19,6 +19,7 @@ pub mod memory;
 pub mod paths;
 #[allow(unsafe_code)]
 pub mod process;
+pub mod secret;
 pub mod telemetry;
 pub mod uds;
 pub mod wire;
@@ -38,6 +39,10 @@ pub const MAX_GRPC_MESSAGE: usize = 64 << 20;
 
 /// The gRPC metadata key carrying a thread's tool token on ToolBridge calls.
 pub const TOOL_TOKEN_HEADER: &str = "x-pedelec-tool-token";
+
+/// The gRPC metadata key carrying the service secret on internal RPCs
+/// ([`secret`]).
+pub const SERVICE_SECRET_HEADER: &str = "x-pedelec-service-secret";
 
 /// The largest tool result (or tool error) a page may answer with, counted as
 /// the bytes of its serialized JSON ([`json::tool_result_len`],

@@ -25,6 +25,37 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// Makes this process non-dumpable (Linux's `PR_SET_DUMPABLE` 0): other
+/// processes of the same user can no longer read its `/proc/<pid>/environ`,
+/// `mem`, `fd/…` or attach with ptrace, and it leaves no core dump. The
+/// launcher and the four services call it first thing, before they hold the
+/// service secret. A child it execs is dumpable again (execve resets the
+/// attribute), so the agents and the reading of their `/proc` entries are
+/// unaffected. The process's own `/proc/self` stays readable to itself.
+/// Elsewhere than Linux nothing happens.
+pub fn make_non_dumpable() -> std::io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: prctl with PR_SET_DUMPABLE takes plain integers and touches
+        // no memory of ours.
+        if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// Whether this process is dumpable (`PR_GET_DUMPABLE`); true off Linux.
+pub fn is_dumpable() -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: as above; PR_GET_DUMPABLE returns the attribute.
+        unsafe { libc::prctl(libc::PR_GET_DUMPABLE, 0, 0, 0, 0) == 1 }
+    }
+    #[cfg(not(target_os = "linux"))]
+    true
+}
+
 /// Sends `sig` to the process group `pgid` (a child started with
 /// `process_group(0)` leads a group whose id is its pid). `sig = 0` only
 /// checks that the group still has a member. False when the group is gone.

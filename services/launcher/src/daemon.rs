@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use pedelec_common::secret::ServiceSecret;
 use pedelec_common::{DataDir, ServiceName, uds};
 use pedelec_proto::v1::supervisor_service_server::SupervisorServiceServer;
 use tokio::signal::unix::{SignalKind, signal};
@@ -68,6 +69,8 @@ pub async fn up(dirs: &Dirs) -> Result<(), LauncherError> {
         data_dir: dirs.data.clone(),
         bin_dir: bin_dir()?,
         policy: RestartPolicy::default(),
+        // One per launcher run: its services are started and restarted with it.
+        secret: ServiceSecret::generate(),
     })?;
     let (stop_server, server_stopped) = tokio::sync::oneshot::channel::<()>();
     let routes = Routes::new(SupervisorServiceServer::new(SupervisorGrpc::new(

@@ -6,6 +6,12 @@ use clap::Parser;
 use pedelec_launcher::cli::{self, Cli};
 
 fn main() -> ExitCode {
+    // First: `up` makes the service secret, which no other process of the
+    // user may read from this one (docs/security.md).
+    if let Err(e) = pedelec_common::process::make_non_dumpable() {
+        eprintln!("pedelecd: cannot make the process non-dumpable: {e}");
+        return ExitCode::from(pedelec_launcher::error::exit::FAILURE);
+    }
     let cli = Cli::parse();
     pedelec_common::telemetry::init("pedelecd");
     // One thread: the launcher is mostly idle, and PR_SET_PDEATHSIG fires when

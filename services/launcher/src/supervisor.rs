@@ -9,7 +9,9 @@ use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
+use pedelec_common::args::SERVICE_SECRET_STDIN;
 use pedelec_common::process::{self, SIGKILL, SIGTERM, describe_exit, signal_group};
+use pedelec_common::secret::ServiceSecret;
 use pedelec_common::{DataDir, RuntimeDir, ServiceName, env, uds};
 use pedelec_proto::v1::ServiceState;
 use tokio::process::{Child, Command as ProcessCommand};
@@ -40,6 +42,9 @@ pub struct SupervisorConfig {
     /// Where the service binaries are.
     pub bin_dir: PathBuf,
     pub policy: RestartPolicy,
+    /// Handed to every service process on its stdin, the same to each and to
+    /// every restart (docs/security.md).
+    pub secret: ServiceSecret,
 }
 
 /// One service as `Status` reports it.
@@ -120,6 +125,7 @@ impl Supervisor {
                 runtime_dir: config.runtime_dir.path().to_path_buf(),
                 data_dir: config.data_dir.path().to_path_buf(),
                 policy: config.policy,
+                secret: config.secret.clone(),
                 record: record_tx,
             };
             tasks.push(tokio::spawn(runner.run(cmd_rx)));
@@ -268,6 +274,7 @@ struct Runner {
     runtime_dir: PathBuf,
     data_dir: PathBuf,
     policy: RestartPolicy,
+    secret: ServiceSecret,
     record: watch::Sender<Record>,
 }
 
@@ -527,10 +534,23 @@ impl Runner {
         let log_err = log
             .try_clone()
             .map_err(|e| LauncherError::io(&self.log, e))?;
+        // The secret goes over a socket pair on stdin: not the environment
+        // (agents inherit the services'), not argv (`ps` shows it), and not a
+        // pipe (a pipe can be opened through /proc/<pid>/fd/0 by the user's
+        // other processes before the service has made itself non-dumpable; a
+        // socket cannot be opened that way). Written before the spawn: the
+        // line fits the socket buffer, and the service reads it at its start
+        // up to the end our closed end makes.
+        let (mut ours, theirs) = std::os::unix::net::UnixStream::pair()
+            .map_err(|e| LauncherError::io("socketpair for the service secret", e))?;
+        std::io::Write::write_all(&mut ours, self.secret.to_line().as_bytes())
+            .map_err(|e| LauncherError::io("socketpair for the service secret", e))?;
+        drop(ours);
         let mut cmd = ProcessCommand::new(&self.binary);
-        cmd.env(env::RUNTIME_DIR, &self.runtime_dir)
+        cmd.arg(SERVICE_SECRET_STDIN)
+            .env(env::RUNTIME_DIR, &self.runtime_dir)
             .env(env::HOME, &self.data_dir)
-            .stdin(Stdio::null())
+            .stdin(Stdio::from(std::os::fd::OwnedFd::from(theirs)))
             .stdout(log)
             .stderr(log_err)
             // Own group: a Ctrl-C on the launcher's terminal must not reach the

@@ -11,6 +11,7 @@ use pedelec_proto::v1::{
 };
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
+use pedelec_common::secret::InternalGate;
 use tonic::{Request, Response, Status};
 
 use crate::error::ProviderError;
@@ -21,11 +22,17 @@ pub type ProviderEventStream = Pin<Box<dyn Stream<Item = Result<ProviderEvent, S
 #[derive(Clone)]
 pub struct ProviderGrpc {
     providers: Arc<Providers>,
+    /// ResolveProfile, RunTurn and CancelTurn are SessionService's alone
+    /// (docs/security.md).
+    internal: InternalGate,
 }
 
 impl ProviderGrpc {
-    pub fn new(providers: Arc<Providers>) -> Self {
-        ProviderGrpc { providers }
+    pub fn new(providers: Arc<Providers>, internal: InternalGate) -> Self {
+        ProviderGrpc {
+            providers,
+            internal,
+        }
     }
 }
 
@@ -77,6 +84,7 @@ impl ProviderService for ProviderGrpc {
         &self,
         request: Request<ResolveProfileRequest>,
     ) -> Result<Response<ResolvedProfile>, Status> {
+        self.internal.check(&request, "ResolveProfile")?;
         let r = request.into_inner();
         let resolved = self
             .providers
@@ -91,6 +99,7 @@ impl ProviderService for ProviderGrpc {
         &self,
         request: Request<RunTurnRequest>,
     ) -> Result<Response<Self::RunTurnStream>, Status> {
+        self.internal.check(&request, "RunTurn")?;
         // Dropping this stream (client gone) drops the receiver, which stops the process.
         let events = self.providers.run_turn(request.into_inner())?;
         Ok(Response::new(Box::pin(ReceiverStream::new(events).map(Ok))))
@@ -100,6 +109,7 @@ impl ProviderService for ProviderGrpc {
         &self,
         request: Request<CancelTurnRequest>,
     ) -> Result<Response<CancelTurnResponse>, Status> {
+        self.internal.check(&request, "CancelTurn")?;
         let session_id = request.into_inner().session_id;
         if session_id.is_empty() {
             return Err(ProviderError::invalid("session_id: required").into());

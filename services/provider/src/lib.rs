@@ -18,6 +18,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use pedelec_common::secret::{InternalGate, ServiceSecret};
 use pedelec_common::{DataDir, MAX_GRPC_MESSAGE, RuntimeDir, ServiceName};
 use pedelec_proto::v1::provider_service_server::ProviderServiceServer;
 
@@ -34,6 +35,9 @@ pub struct Config {
     pub data_dir: DataDir,
     /// Where provider CLIs are looked up; the process's own PATH by default.
     pub programs: ProgramEnv,
+    /// What the internal RPCs (ResolveProfile, RunTurn, CancelTurn) require;
+    /// None admits every caller (a service started by hand).
+    pub service_secret: Option<ServiceSecret>,
 }
 
 impl Config {
@@ -42,6 +46,7 @@ impl Config {
             runtime_dir,
             data_dir,
             programs: ProgramEnv::from_process(),
+            service_secret: None,
         }
     }
 }
@@ -73,7 +78,10 @@ pub async fn run_until(
                 data_dir: config.data_dir.path().to_path_buf(),
             }),
     );
-    let server = ProviderServiceServer::new(ProviderGrpc::new(Arc::clone(&providers)))
+    let server = ProviderServiceServer::new(ProviderGrpc::new(
+        Arc::clone(&providers),
+        InternalGate::new(config.service_secret),
+    ))
         .max_decoding_message_size(MAX_GRPC_MESSAGE)
         .max_encoding_message_size(MAX_GRPC_MESSAGE);
     let routes = tonic::service::Routes::new(server);
@@ -148,6 +156,7 @@ mod tests {
             runtime_dir: RuntimeDir::at(runtime.path().join("rt")),
             data_dir: DataDir::at(data.path().join("home")),
             programs: bin.env(),
+            service_secret: None,
         };
         let socket = config.runtime_dir.socket(ServiceName::Provider);
         let clients = pedelec_common::Clients::new(config.runtime_dir.clone());

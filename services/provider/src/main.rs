@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use pedelec_common::args::DirArgs;
+use pedelec_common::args::{DirArgs, SecretArgs};
 
 /// Pedelec's ProviderService: settings, provider CLIs and agent turns, on `provider.sock`.
 #[derive(Parser)]
@@ -11,13 +11,27 @@ use pedelec_common::args::DirArgs;
 struct Args {
     #[command(flatten)]
     dirs: DirArgs,
+    #[command(flatten)]
+    secret: SecretArgs,
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    // Before the secret is read: no process of the user may read it from here.
+    if let Err(e) = pedelec_common::process::make_non_dumpable() {
+        eprintln!("pedelec-provider: cannot make the process non-dumpable: {e}");
+        return ExitCode::FAILURE;
+    }
     let args = Args::parse();
     pedelec_common::telemetry::init("pedelec-provider");
-    let config = pedelec_provider::Config::new(args.dirs.runtime(), args.dirs.data());
+    let mut config = pedelec_provider::Config::new(args.dirs.runtime(), args.dirs.data());
+    config.service_secret = match args.secret.read() {
+        Ok(secret) => secret,
+        Err(e) => {
+            tracing::error!("pedelec-provider: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     match pedelec_provider::run(config).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -37,6 +37,7 @@ impl Config {
             evict_ended_after: DEFAULT_EVICT_ENDED_AFTER,
             replay: ReplayLimits::default(),
             max_open_threads_per_origin: DEFAULT_MAX_OPEN_THREADS_PER_ORIGIN,
+            service_secret: None,
         }
     }
 }
@@ -62,7 +63,7 @@ pub async fn run_until(
     config.runtime_dir.ensure()?;
     config.data_dir.ensure()?;
     let socket = config.runtime_dir.socket(ServiceName::Session);
-    let upstream = Upstream::on_sockets(&config.runtime_dir);
+    let upstream = Upstream::on_sockets(&config.runtime_dir, config.service_secret.as_ref());
     let sessions = Sessions::open(config, upstream);
     let routes = tonic::service::Routes::new(
         SessionServiceServer::new(grpc::SessionGrpc(sessions))

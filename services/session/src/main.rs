@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use clap::Parser;
-use pedelec_common::args::DirArgs;
+use pedelec_common::args::{DirArgs, SecretArgs};
 use pedelec_common::env;
 
 /// Pedelec SessionService: serves session.sock in the runtime directory.
@@ -12,6 +12,8 @@ use pedelec_common::env;
 struct Flags {
     #[command(flatten)]
     dirs: DirArgs,
+    #[command(flatten)]
+    secret: SecretArgs,
     /// Milliseconds an auto-end thread may have no attached route before it is ended.
     #[arg(long, env = env::AUTO_END_GRACE_MS)]
     auto_end_grace_ms: Option<u64>,
@@ -23,9 +25,21 @@ struct Flags {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
+    // Before the secret is read: no process of the user may read it from here.
+    if let Err(e) = pedelec_common::process::make_non_dumpable() {
+        eprintln!("pedelec-session: cannot make the process non-dumpable: {e}");
+        return std::process::ExitCode::FAILURE;
+    }
     pedelec_common::telemetry::init("pedelec-session");
     let flags = Flags::parse();
     let mut config = pedelec_session::Config::new(flags.dirs.runtime(), flags.dirs.data());
+    config.service_secret = match flags.secret.read() {
+        Ok(secret) => secret,
+        Err(e) => {
+            eprintln!("pedelec-session: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
     if let Some(ms) = flags.auto_end_grace_ms {
         config.auto_end_grace = Duration::from_millis(ms);
     }

@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use pb::session_event::Event;
 use pedelec_common::clients::{ProviderClient, ToolBridgeClient};
+use pedelec_common::secret::ServiceSecret;
 use pedelec_common::{Clients, Code, CodedError, DataDir, RuntimeDir, ids, json};
 use pedelec_proto::v1 as pb;
 use tokio::sync::mpsc;
@@ -33,6 +34,9 @@ pub struct Config {
     /// Threads one origin may hold open (not ended) at once; past it,
     /// CreateSession is `LIMIT_EXCEEDED`.
     pub max_open_threads_per_origin: usize,
+    /// Presented on ToolBridge's and ProviderService's internal RPCs; None
+    /// when the service was started by hand without one.
+    pub service_secret: Option<ServiceSecret>,
 }
 
 pub type SharedThread = Arc<Mutex<Thread>>;
@@ -85,9 +89,10 @@ pub struct Upstream {
 }
 
 impl Upstream {
-    /// Lazy connections to the sibling services' sockets in `runtime_dir`.
-    pub fn on_sockets(runtime_dir: &RuntimeDir) -> Upstream {
-        let clients = Clients::new(runtime_dir.clone());
+    /// Lazy connections to the sibling services' sockets in `runtime_dir`,
+    /// presenting `secret` on their internal RPCs.
+    pub fn on_sockets(runtime_dir: &RuntimeDir, secret: Option<&ServiceSecret>) -> Upstream {
+        let clients = Clients::new(runtime_dir.clone()).with_service_secret(secret);
         Upstream {
             provider: clients.provider(),
             tools: clients.toolbridge(),

@@ -170,7 +170,7 @@ async fn harness(configure: impl FnOnce(&mut Config)) -> Harness {
     }
     let mut config = Config::new(runtime_dir, data_dir);
     configure(&mut config);
-    let sessions = Sessions::open(config.clone(), Upstream::on_sockets(&config.runtime_dir));
+    let sessions = Sessions::open(config.clone(), Upstream::on_sockets(&config.runtime_dir, None));
     Harness {
         _dir: dir,
         config,

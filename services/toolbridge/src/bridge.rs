@@ -255,7 +255,7 @@ impl ToolBridge {
     fn authorize(&self, token: Option<&str>, session_id: &str) -> Result<Arc<Manifest>> {
         let threads = self.lock();
         match (threads.get(session_id), token) {
-            (Some(thread), Some(token)) if same_secret(&thread.token_hash, &token_hash(token)) => {
+            (Some(thread), Some(token)) if ids::same_secret(&thread.token_hash, &token_hash(token)) => {
                 Ok(thread.manifest.clone())
             }
             _ => Err(ToolBridgeError::AccessDenied),
@@ -570,15 +570,6 @@ impl Drop for CallGuard<'_> {
 fn token_hash(token: &str) -> [u8; 32] {
     use sha2::Digest;
     sha2::Sha256::digest(token.as_bytes()).into()
-}
-
-/// Compares digests in time independent of where they differ.
-fn same_secret(expected: &[u8; 32], given: &[u8; 32]) -> bool {
-    let diff = expected
-        .iter()
-        .zip(given)
-        .fold(0u8, |acc, (x, y)| acc | (x ^ y));
-    std::hint::black_box(diff) == 0
 }
 
 /// The encoded JSON size of an outcome, counted without building the string.
@@ -1126,10 +1117,10 @@ mod tests {
     #[test]
     fn secret_comparison() {
         let h = |s: &str| token_hash(s);
-        assert!(same_secret(&h("abc"), &h("abc")));
-        assert!(!same_secret(&h("abc"), &h("abd")));
-        assert!(!same_secret(&h("abc"), &h("ab")));
-        assert!(!same_secret(&h("abc"), &h("")));
+        assert!(ids::same_secret(&h("abc"), &h("abc")));
+        assert!(!ids::same_secret(&h("abc"), &h("abd")));
+        assert!(!ids::same_secret(&h("abc"), &h("ab")));
+        assert!(!ids::same_secret(&h("abc"), &h("")));
     }
 
     /// The bridge keeps a digest, never the token: nothing in its state

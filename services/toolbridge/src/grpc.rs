@@ -5,6 +5,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use pedelec_common::CodedError;
+use pedelec_common::secret::InternalGate;
 use pedelec_common::json::{from_struct, from_value, to_struct, to_value};
 use pedelec_proto::v1 as pb;
 use pedelec_proto::v1::tool_bridge_service_server::ToolBridgeService;
@@ -21,11 +22,14 @@ type Result<T> = std::result::Result<Response<T>, Status>;
 
 pub struct ToolBridgeGrpc {
     bridge: Arc<ToolBridge>,
+    /// Register, RenderPrompt, Watch, Resolve and Drop are SessionService's
+    /// alone: agents reach this socket (docs/security.md).
+    internal: InternalGate,
 }
 
 impl ToolBridgeGrpc {
-    pub fn new(bridge: Arc<ToolBridge>) -> Self {
-        ToolBridgeGrpc { bridge }
+    pub fn new(bridge: Arc<ToolBridge>, internal: InternalGate) -> Self {
+        ToolBridgeGrpc { bridge, internal }
     }
 }
 
@@ -81,6 +85,7 @@ impl ToolBridgeService for ToolBridgeGrpc {
         &self,
         req: Request<pb::RegisterToolsRequest>,
     ) -> Result<pb::RegisterToolsResponse> {
+        self.internal.check(&req, "Register")?;
         let req = req.into_inner();
         // No manifest is an app without skills: an empty registry.
         let manifest = req.manifest.as_ref().map(from_struct).unwrap_or_default();
@@ -102,6 +107,7 @@ impl ToolBridgeService for ToolBridgeGrpc {
         &self,
         req: Request<pb::RenderPromptRequest>,
     ) -> Result<pb::RenderPromptResponse> {
+        self.internal.check(&req, "RenderPrompt")?;
         let req = req.into_inner();
         let via = if req.native_tools {
             crate::prompt::Via::Mcp
@@ -175,7 +181,8 @@ impl ToolBridgeService for ToolBridgeGrpc {
         Box<dyn tokio_stream::Stream<Item = std::result::Result<pb::ToolEvent, Status>> + Send>,
     >;
 
-    async fn watch(&self, _: Request<pb::WatchToolsRequest>) -> Result<Self::WatchStream> {
+    async fn watch(&self, req: Request<pb::WatchToolsRequest>) -> Result<Self::WatchStream> {
+        self.internal.check(&req, "Watch")?;
         let (current, rx) = self.bridge.subscribe();
         let live = BroadcastStream::new(rx).filter_map(|item| match item {
             Ok(event) => Some(Ok(to_event(event))),
@@ -195,6 +202,7 @@ impl ToolBridgeService for ToolBridgeGrpc {
         &self,
         req: Request<pb::ResolveToolRequest>,
     ) -> Result<pb::ResolveToolResponse> {
+        self.internal.check(&req, "Resolve")?;
         use pb::resolve_tool_request::Outcome;
         let req = req.into_inner();
         let outcome = match req.outcome {
@@ -217,6 +225,7 @@ impl ToolBridgeService for ToolBridgeGrpc {
     }
 
     async fn drop(&self, req: Request<pb::DropToolsRequest>) -> Result<pb::DropToolsResponse> {
+        self.internal.check(&req, "Drop")?;
         let req = req.into_inner();
         let why = if req.keep_manifest {
             DropReason::Cancelled

@@ -10,6 +10,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
+use pedelec_common::secret::{InternalGate, ServiceSecret};
 use pedelec_common::{DataDir, MAX_GRPC_MESSAGE, RuntimeDir, ServiceName, uds};
 use pedelec_proto::v1::tool_bridge_service_server::ToolBridgeServiceServer;
 use tonic::service::Routes;
@@ -33,6 +34,9 @@ pub use grpc::ToolBridgeGrpc;
 pub struct Config {
     pub runtime_dir: RuntimeDir,
     pub data_dir: DataDir,
+    /// What the internal RPCs (Register, RenderPrompt, Watch, Resolve, Drop)
+    /// require; None admits every caller (a service started by hand).
+    pub service_secret: Option<ServiceSecret>,
 }
 
 /// Serves ToolBridgeService on `toolbridge.sock` until SIGTERM/SIGINT.
@@ -49,7 +53,10 @@ pub async fn run_until(
     config.data_dir.ensure()?;
     let bridge = Arc::new(ToolBridge::new());
     tracing::info!(cli = %bridge.cli_path().display(), "pedelec-cli path for prompts");
-    let server = ToolBridgeServiceServer::new(ToolBridgeGrpc::new(bridge))
+    let server = ToolBridgeServiceServer::new(ToolBridgeGrpc::new(
+        bridge,
+        InternalGate::new(config.service_secret),
+    ))
         .max_decoding_message_size(MAX_GRPC_MESSAGE)
         .max_encoding_message_size(MAX_GRPC_MESSAGE);
     let routes = Routes::new(server);

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use pedelec_common::args::DirArgs;
+use pedelec_common::args::{DirArgs, SecretArgs};
 
 /// Pedelec ToolBridgeService: page tools, the first-turn prompt, pending calls.
 #[derive(Parser)]
@@ -11,15 +11,30 @@ use pedelec_common::args::DirArgs;
 struct Args {
     #[command(flatten)]
     dirs: DirArgs,
+    #[command(flatten)]
+    secret: SecretArgs,
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    // Before the secret is read: no process of the user may read it from here.
+    if let Err(e) = pedelec_common::process::make_non_dumpable() {
+        eprintln!("pedelec-toolbridge: cannot make the process non-dumpable: {e}");
+        return ExitCode::FAILURE;
+    }
     let args = Args::parse();
     pedelec_common::telemetry::init("pedelec-toolbridge");
+    let service_secret = match args.secret.read() {
+        Ok(secret) => secret,
+        Err(e) => {
+            tracing::error!(error = %e, "pedelec-toolbridge failed");
+            return ExitCode::FAILURE;
+        }
+    };
     let config = pedelec_toolbridge::Config {
         runtime_dir: args.dirs.runtime(),
         data_dir: args.dirs.data(),
+        service_secret,
     };
     match pedelec_toolbridge::run(config).await {
         Ok(()) => ExitCode::SUCCESS,

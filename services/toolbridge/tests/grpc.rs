@@ -29,6 +29,7 @@ async fn start() -> Server {
     let config = pedelec_toolbridge::Config {
         runtime_dir: runtime.clone(),
         data_dir: DataDir::at(dir.path().join("data")),
+        service_secret: None,
     };
     let (stop, stopped) = oneshot::channel::<()>();
     tokio::spawn(pedelec_toolbridge::run_until(config, async move {
