@@ -147,11 +147,90 @@ impl TestEnv {
             }
         }
         let agent = dir.join("pedelec-agent");
+        // Never write through a hard link to the built binary.
+        let _ = std::fs::remove_file(&agent);
         std::fs::write(&agent, format!("#!/bin/sh\n{script}\n")).unwrap();
         std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).unwrap();
         self.extra_env
             .insert("PEDELEC_BIN_DIR".into(), dir.display().to_string());
         dir
+    }
+
+    /// Wraps each service binary in a script that copies what the launcher
+    /// hands it on stdin (the service secret) to `secret.<pid>` in the bin
+    /// dir, then runs the real binary with that copy as stdin: the test then
+    /// knows the secret as only a service should, to call internal RPCs
+    /// ([`TestEnv::service_clients`]) or check where it is not. Call it
+    /// before [`TestEnv::up`], after [`TestEnv::install_stub_agent`] if any.
+    pub fn capture_service_secret(&mut self) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = self.root.path().join("bin");
+        if !dir.exists() {
+            // Everything a service looks for beside its own executable.
+            std::fs::create_dir_all(&dir).unwrap();
+            for entry in std::fs::read_dir(bin_dir()).unwrap().flatten() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                let is_binary = entry.file_type().is_ok_and(|t| t.is_file())
+                    && (name == "pedelecd" || name.starts_with("pedelec-"))
+                    && !name.contains('.');
+                if is_binary && std::fs::hard_link(entry.path(), dir.join(&name)).is_err() {
+                    std::fs::copy(entry.path(), dir.join(&name)).unwrap();
+                }
+            }
+        }
+        for service in ServiceName::SUPERVISED {
+            let wrapper = dir.join(service.binary());
+            let real = dir.join(format!("{}.real", service.binary()));
+            std::fs::rename(&wrapper, &real).unwrap();
+            std::fs::write(
+                &wrapper,
+                format!(
+                    "#!/bin/sh\n/bin/cat > '{dir}/secret.'$$\nexec '{real}' \"$@\" < '{dir}/secret.'$$\n",
+                    dir = dir.display(),
+                    real = real.display()
+                ),
+            )
+            .unwrap();
+            std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        self.extra_env
+            .insert("PEDELEC_BIN_DIR".into(), dir.display().to_string());
+        dir
+    }
+
+    /// What the launcher handed the service process `pid` (see
+    /// [`TestEnv::capture_service_secret`]): 64 hex digits.
+    pub fn handed_secret(&self, pid: u32) -> String {
+        let path = self.root.path().join("bin").join(format!("secret.{pid}"));
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("nothing recorded for pid {pid}: {e}"));
+        let secret = text.trim_end().to_string();
+        assert_eq!(secret.len(), 64, "{text:?}");
+        assert!(secret.bytes().all(|b| b.is_ascii_hexdigit()), "{text:?}");
+        secret
+    }
+
+    /// The service secret of the running services, which must all hold the same.
+    pub async fn service_secret(&self) -> String {
+        let status = self.supervisor_status().await.unwrap();
+        let secrets: Vec<String> = status
+            .services
+            .iter()
+            .map(|s| self.handed_secret(s.pid))
+            .collect();
+        assert_eq!(secrets.len(), 4);
+        assert!(
+            secrets.iter().all(|s| *s == secrets[0]),
+            "the services got different secrets"
+        );
+        secrets[0].clone()
+    }
+
+    /// The client hub presenting the service secret, as a service's does.
+    pub async fn service_clients(&self) -> pedelec_common::Clients {
+        let secret = self.service_secret().await;
+        let secret = pedelec_common::secret::ServiceSecret::read_from(secret.as_bytes()).unwrap();
+        self.clients().with_service_secret(Some(&secret))
     }
 
     /// PATH for the processes under test: stubs first, then a minimal system PATH

@@ -52,9 +52,12 @@ async fn statuses_and_seqs(sessions: &mut Sessions) -> HashMap<String, (i32, u64
 
 #[tokio::test]
 async fn provider_service_lists_resolves_and_keeps_settings() {
-    let env = env_with_codex();
+    let mut env = env_with_codex();
+    // ResolveProfile is internal (docs/security.md): called as SessionService
+    // calls it, with the service secret.
+    env.capture_service_secret();
     let _launcher = env.up().await;
-    let mut provider = env.provider().await;
+    let mut provider = env.service_clients().await.provider();
 
     let list = provider
         .list_providers(pb::ListProvidersRequest {})

@@ -25,7 +25,13 @@ struct Setup {
 /// stub agent wrote its environment and waits: the test is the agent CLI.
 async fn setup() -> Setup {
     let mut env = TestEnv::new();
-    let launcher = services(&mut env).await;
+    // As services(), with the service secret known: Register is internal
+    // (docs/security.md), and a test below registers as SessionService does.
+    env.install_stub_agent(&agent_script(&env));
+    env.capture_service_secret();
+    let launcher = env.up().await;
+    env.update_settings(settings_with_default_models(&[("ollama", "llama3.2")]))
+        .await;
     let mut host = Host::spawn(&env, EXTENSION);
     let id = open_session(&mut host).await;
     let env_file = env.root.path().join("agent.env");
@@ -275,7 +281,8 @@ async fn a_changed_manifest_is_announced() {
     let manifest = json!({"tools": [{"name": "fresh_tool", "description": "New.",
         "argsSchema": {"type": "object", "properties": {}}}]});
     s.env
-        .clients()
+        .service_clients()
+        .await
         .toolbridge()
         .register(pb::RegisterToolsRequest {
             session_id: s.id.clone(),

@@ -2,16 +2,13 @@
 //! "Internal RPCs and the service secret"), over the real binaries started by
 //! `pedelecd up`.
 //!
-//! Each service binary is wrapped by a shell script that copies what the
-//! launcher hands it on stdin to a file and then runs the real binary with
-//! that file as stdin: the test learns the secret the way only a service
-//! should, so it can check that it is nowhere else and that the right one is
-//! admitted.
+//! The tests learn the secret as only a service should
+//! ([`TestEnv::capture_service_secret`]), so they can check that the right
+//! one is admitted and that it is nowhere else.
 
 #![forbid(unsafe_code)]
 
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 use pb::session_event::Event;
@@ -27,69 +24,6 @@ type Bridge = pb::tool_bridge_service_client::ToolBridgeServiceClient<Channel>;
 type Provider = pb::provider_service_client::ProviderServiceClient<Channel>;
 
 const DENIED: &str = "SERVICE_ACCESS_DENIED";
-
-/// A private bin dir of links to the built binaries in which each service is
-/// a script recording its stdin (the secret) to `secret.<pid>`. Points
-/// PEDELEC_BIN_DIR at it; returns it.
-fn capture_secrets(env: &mut TestEnv) -> PathBuf {
-    let dir = env.root.path().join("bin");
-    std::fs::create_dir_all(&dir).unwrap();
-    let link = |from: &Path, to: &Path| {
-        if std::fs::hard_link(from, to).is_err() {
-            std::fs::copy(from, to).unwrap();
-        }
-    };
-    // Everything a service looks for beside its own executable.
-    for entry in std::fs::read_dir(bin_dir()).unwrap().flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let is_binary = entry.file_type().is_ok_and(|t| t.is_file())
-            && (name == "pedelecd" || name.starts_with("pedelec-"))
-            && !name.contains('.');
-        if is_binary {
-            link(&entry.path(), &dir.join(&name));
-        }
-    }
-    for service in ServiceName::SUPERVISED {
-        let wrapper = dir.join(service.binary());
-        let real = dir.join(format!("{}.real", service.binary()));
-        std::fs::rename(&wrapper, &real).unwrap();
-        std::fs::write(
-            &wrapper,
-            format!(
-                "#!/bin/sh\n/bin/cat > '{dir}/secret.'$$\nexec '{real}' \"$@\" < '{dir}/secret.'$$\n",
-                dir = dir.display(),
-                real = real.display()
-            ),
-        )
-        .unwrap();
-        std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
-    env.extra_env
-        .insert("PEDELEC_BIN_DIR".into(), dir.display().to_string());
-    dir
-}
-
-/// What the launcher handed the process `pid` (a wrapped service).
-fn handed(bin: &Path, pid: u32) -> String {
-    let text = std::fs::read_to_string(bin.join(format!("secret.{pid}")))
-        .unwrap_or_else(|e| panic!("nothing recorded for pid {pid}: {e}"));
-    let secret = text.trim_end().to_string();
-    assert_eq!(secret.len(), 64, "{text:?}");
-    assert!(secret.bytes().all(|b| b.is_ascii_hexdigit()), "{text:?}");
-    secret
-}
-
-/// The secret every service was handed (they must agree).
-async fn the_secret(env: &TestEnv, bin: &Path) -> String {
-    let status = env.supervisor_status().await.unwrap();
-    let secrets: Vec<String> = status.services.iter().map(|s| handed(bin, s.pid)).collect();
-    assert_eq!(secrets.len(), 4);
-    assert!(
-        secrets.iter().all(|s| *s == secrets[0]),
-        "the services got different secrets"
-    );
-    secrets[0].clone()
-}
 
 /// A request carrying `secret` as the service secret, or nothing.
 fn with<T>(message: T, secret: Option<&str>) -> tonic::Request<T> {
@@ -216,10 +150,10 @@ async fn pending_tool_call(env: &TestEnv, events: &mut Events) -> (std::process:
 #[tokio::test]
 async fn internal_rpcs_refuse_callers_without_the_secret_and_change_nothing() {
     let mut env = TestEnv::new();
-    let bin = capture_secrets(&mut env);
+    env.capture_service_secret();
     stub_agent(&env);
     let launcher = env.up().await;
-    let secret = the_secret(&env, &bin).await;
+    let secret = env.service_secret().await;
     let mut sessions = env.session().await;
     let (id, mut events) = thread_with_a_running_agent(&env, &mut sessions).await;
     let (mut call, request_id) = pending_tool_call(&env, &mut events).await;
@@ -378,8 +312,7 @@ async fn internal_rpcs_refuse_callers_without_the_secret_and_change_nothing() {
 /// grpcurl-style raw calls) and agents use works without the secret.
 #[tokio::test]
 async fn public_rpcs_need_no_secret() {
-    let mut env = TestEnv::new();
-    capture_secrets(&mut env);
+    let env = TestEnv::new();
     stub_agent(&env);
     let _launcher = env.up().await;
     let mut sessions = env.session().await;
@@ -409,7 +342,13 @@ async fn public_rpcs_need_no_secret() {
         agent_var(&env, "PEDELEC_TOOL_TOKEN").parse().unwrap(),
     );
     assert_eq!(
-        bridge.list_tools(list).await.unwrap().into_inner().tools.len(),
+        bridge
+            .list_tools(list)
+            .await
+            .unwrap()
+            .into_inner()
+            .tools
+            .len(),
         1
     );
 
@@ -477,17 +416,17 @@ async fn public_rpcs_need_no_secret() {
 #[tokio::test]
 async fn restarted_services_get_the_same_secret_and_a_turn_still_works() {
     let mut env = TestEnv::new();
-    let bin = capture_secrets(&mut env);
+    env.capture_service_secret();
     stub_agent(&env);
     let _launcher = env.up().await;
-    let secret = the_secret(&env, &bin).await;
+    let secret = env.service_secret().await;
     for service in ServiceName::SUPERVISED {
         let old = env.service_status(service).await;
         signal(old.pid as i32, libc::SIGKILL);
         let new = env.wait_service_back(service, old.pid).await;
-        assert_eq!(handed(&bin, new.pid), secret, "{}", service.as_str());
+        assert_eq!(env.handed_secret(new.pid), secret, "{}", service.as_str());
     }
-    assert_eq!(the_secret(&env, &bin).await, secret);
+    assert_eq!(env.service_secret().await, secret);
 
     let mut sessions = env.session().await;
     let (id, mut events) = thread_with_a_running_agent(&env, &mut sessions).await;

@@ -92,7 +92,11 @@ mod tests {
             #[command(flatten)]
             secret: SecretArgs,
         }
-        assert!(Service::parse_from(["x", SERVICE_SECRET_STDIN]).secret.service_secret_stdin);
+        assert!(
+            Service::parse_from(["x", SERVICE_SECRET_STDIN])
+                .secret
+                .service_secret_stdin
+        );
         assert!(!Service::parse_from(["x"]).secret.service_secret_stdin);
     }
 

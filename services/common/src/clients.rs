@@ -214,7 +214,11 @@ mod tests {
         let secret = ServiceSecret::generate();
         let clients = Clients::new(RuntimeDir::at("/nonexistent"));
         let none = clients.with_service_secret(None);
-        let req = none.credentials.clone().call(tonic::Request::new(())).unwrap();
+        let req = none
+            .credentials
+            .clone()
+            .call(tonic::Request::new(()))
+            .unwrap();
         assert!(req.metadata().get(SERVICE_SECRET_HEADER).is_none());
 
         let with = clients

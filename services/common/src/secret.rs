@@ -158,7 +158,12 @@ mod tests {
         let gate = InternalGate::new(Some(secret.clone()));
         gate.check(&request(Some(&secret.0)), "Register").unwrap();
         let other = ServiceSecret::generate();
-        for given in [None, Some(other.0.as_str()), Some(""), Some(&secret.0[..63])] {
+        for given in [
+            None,
+            Some(other.0.as_str()),
+            Some(""),
+            Some(&secret.0[..63]),
+        ] {
             let status = gate.check(&request(given), "Register").unwrap_err();
             assert_eq!(
                 crate::code_of_status(&status).as_deref(),

@@ -3,6 +3,7 @@
 use std::pin::Pin;
 use std::sync::Arc;
 
+use pedelec_common::secret::InternalGate;
 use pedelec_proto::v1::provider_service_server::ProviderService;
 use pedelec_proto::v1::{
     CancelTurnRequest, CancelTurnResponse, GetSettingsRequest, ListProvidersRequest,
@@ -11,7 +12,6 @@ use pedelec_proto::v1::{
 };
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
-use pedelec_common::secret::InternalGate;
 use tonic::{Request, Response, Status};
 
 use crate::error::ProviderError;

@@ -82,8 +82,8 @@ pub async fn run_until(
         Arc::clone(&providers),
         InternalGate::new(config.service_secret),
     ))
-        .max_decoding_message_size(MAX_GRPC_MESSAGE)
-        .max_encoding_message_size(MAX_GRPC_MESSAGE);
+    .max_decoding_message_size(MAX_GRPC_MESSAGE)
+    .max_encoding_message_size(MAX_GRPC_MESSAGE);
     let routes = tonic::service::Routes::new(server);
     let socket = config.runtime_dir.socket(ServiceName::Provider);
     let served = pedelec_common::uds::serve(&socket, ServiceName::Provider, routes, shutdown).await;

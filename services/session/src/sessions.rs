@@ -57,6 +57,10 @@ pub(crate) struct Inner {
     threads: Mutex<HashMap<String, SharedThread>>,
     pub provider: ProviderClient,
     pub tools: ToolBridgeClient,
+    /// Runs once in [`Sessions::live_thread`] between the lookup and the
+    /// locks, so a test can evict the thread exactly there.
+    #[cfg(test)]
+    pub(crate) pause_after_lookup: Mutex<Option<Box<dyn FnOnce() + Send>>>,
 }
 
 /// The folder Pedelec keeps inside every workspace (assets, agent state).
@@ -113,6 +117,8 @@ impl Sessions {
                 threads: Mutex::new(HashMap::new()),
                 provider,
                 tools,
+                #[cfg(test)]
+                pause_after_lookup: Mutex::new(None),
             }),
         };
         sessions.recover();
@@ -202,18 +208,64 @@ impl Sessions {
         let after = self.inner.config.evict_ended_after;
         tokio::spawn(async move {
             tokio::time::sleep(after).await;
-            // The map's lock first, then the thread's (the order used
-            // everywhere), so no attach can slip in between check and removal.
-            let mut threads = sessions.threads();
-            let t = lock(&thread);
-            if t.record.status != Status::Ended || !t.routes.is_empty() {
-                return;
-            }
-            if threads.get(t.id()).is_some_and(|s| Arc::ptr_eq(s, &thread)) {
-                threads.remove(t.id());
-                tracing::debug!(session = t.id(), "ended thread evicted from memory");
-            }
+            sessions.evict_if_unused(&thread);
         });
+    }
+
+    /// Drops `thread` from memory if it is ended and has no route. True when it did.
+    pub(crate) fn evict_if_unused(&self, thread: &SharedThread) -> bool {
+        // The map's lock first, then the thread's (the order used
+        // everywhere), so no attach can slip in between check and removal.
+        let mut threads = self.threads();
+        let t = lock(thread);
+        if t.record.status != Status::Ended || !t.routes.is_empty() {
+            return false;
+        }
+        if threads.get(t.id()).is_some_and(|s| Arc::ptr_eq(s, thread)) {
+            threads.remove(t.id());
+            tracing::debug!(session = t.id(), "ended thread evicted from memory");
+            return true;
+        }
+        false
+    }
+
+    /// [`Sessions::thread`], then `change` on it under its lock, with the
+    /// guarantee that it is the copy in memory, the one every later call
+    /// finds. A plain lookup then lock leaves a window in which an ended
+    /// thread is evicted: a route or a reactivation would land on a copy
+    /// nobody finds again (the route then never sees the thread's events;
+    /// the reactivated thread's next call loads the journal's copy, without
+    /// tools). Checked under the map's lock, the order eviction locks in; a
+    /// copy evicted in between is looked up (loaded) again.
+    fn live_thread<R>(
+        &self,
+        id: &str,
+        origin: &str,
+        change: impl FnOnce(&mut Thread) -> R,
+    ) -> Result<(SharedThread, R), SessionError> {
+        loop {
+            let thread = self.thread(id, origin)?;
+            #[cfg(test)]
+            if let Some(pause) = self
+                .inner
+                .pause_after_lookup
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take()
+            {
+                pause();
+            }
+            let threads = self.threads();
+            let mut t = lock(&thread);
+            if !threads.get(id).is_some_and(|s| Arc::ptr_eq(s, &thread)) {
+                continue;
+            }
+            // Holding the thread's lock keeps eviction out from here on.
+            drop(threads);
+            let out = change(&mut t);
+            drop(t);
+            return Ok((thread, out));
+        }
     }
 
     #[cfg(test)]
@@ -573,33 +625,34 @@ impl Sessions {
     }
 
     pub fn attach(&self, req: pb::AttachRequest) -> Result<EventStream, SessionError> {
-        let thread = self.thread(&req.session_id, &req.origin)?;
         let (tx, rx) = mpsc::channel(1024);
-        let (key, initial, mut cursor, mut changes) = {
-            let mut t = lock(&thread);
-            let key = t.add_route();
-            if !t.record.ever_attached {
-                t.record.ever_attached = true;
-                // Only auto-end reads it after a restart (`recover`): for other
-                // threads the flag rides along with the next write, and the
-                // first attach costs no journal write (issue 19).
-                if t.record.auto_end_on_disconnect {
-                    // Logged when it fails.
-                    let _ = t.save(&self.inner.journal);
+        // The route is taken on the copy in memory: a route keeps a thread
+        // from eviction only if it is on the copy eviction looks at.
+        let (thread, (key, initial, mut cursor, mut changes)) =
+            self.live_thread(&req.session_id, &req.origin, |t| {
+                let key = t.add_route();
+                if !t.record.ever_attached {
+                    t.record.ever_attached = true;
+                    // Only auto-end reads it after a restart (`recover`): for other
+                    // threads the flag rides along with the next write, and the
+                    // first attach costs no journal write (issue 19).
+                    if t.record.auto_end_on_disconnect {
+                        // Logged when it fails.
+                        let _ = t.save(&self.inner.journal);
+                    }
                 }
-            }
-            let last = t.record.last_seq;
-            let initial = match req.after_seq {
-                None => vec![t.snapshot_event(SnapshotView::Current)],
-                Some(after) => match t.replay.after(after, last, usize::MAX) {
-                    Some(events) => std::iter::once(t.snapshot_event(SnapshotView::Current))
-                        .chain(events)
-                        .collect(),
-                    None => vec![t.snapshot_event(SnapshotView::AfterGap)],
-                },
-            };
-            (key, initial, last, t.notify.subscribe())
-        };
+                let last = t.record.last_seq;
+                let initial = match req.after_seq {
+                    None => vec![t.snapshot_event(SnapshotView::Current)],
+                    Some(after) => match t.replay.after(after, last, usize::MAX) {
+                        Some(events) => std::iter::once(t.snapshot_event(SnapshotView::Current))
+                            .chain(events)
+                            .collect(),
+                        None => vec![t.snapshot_event(SnapshotView::AfterGap)],
+                    },
+                };
+                (key, initial, last, t.notify.subscribe())
+            })?;
         tracing::debug!(session = %req.session_id, route = %req.route_id, "route attached");
         let route = RouteGuard {
             sessions: self.clone(),
@@ -787,9 +840,9 @@ impl Sessions {
     }
 
     pub async fn reactivate(&self, id: &str, origin: &str) -> Result<pb::Snapshot, SessionError> {
-        let thread = self.thread(id, origin)?;
-        let snapshot = {
-            let mut t = lock(&thread);
+        // On the copy in memory: reactivating an evicted copy would give its
+        // tools to a thread nobody finds again.
+        let (thread, snapshot) = self.live_thread(id, origin, |t| {
             if t.record.status == Status::Ended {
                 let path = &t.record.workspace_path;
                 if !path.is_dir() {
@@ -805,8 +858,9 @@ impl Sessions {
                     return Err(e);
                 }
             }
-            t.snapshot()
-        };
+            Ok(t.snapshot())
+        })?;
+        let snapshot = snapshot?;
         self.reregister_tools(&thread).await;
         Ok(snapshot)
     }

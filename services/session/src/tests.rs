@@ -170,7 +170,10 @@ async fn harness(configure: impl FnOnce(&mut Config)) -> Harness {
     }
     let mut config = Config::new(runtime_dir, data_dir);
     configure(&mut config);
-    let sessions = Sessions::open(config.clone(), Upstream::on_sockets(&config.runtime_dir, None));
+    let sessions = Sessions::open(
+        config.clone(),
+        Upstream::on_sockets(&config.runtime_dir, None),
+    );
     Harness {
         _dir: dir,
         config,
@@ -442,6 +445,71 @@ async fn an_ended_thread_leaves_memory_and_comes_back_from_the_journal() {
         !h.sessions.in_memory(&id)
     })
     .await;
+}
+
+/// Evicts `id`'s ended thread from memory once, at the moment the next
+/// Attach or Reactivate has looked it up and not yet locked it.
+fn evict_after_the_next_lookup(h: &Harness, id: &str) {
+    let sessions = h.sessions.clone();
+    let id = id.to_string();
+    *h.sessions.inner.pause_after_lookup.lock().unwrap() = Some(Box::new(move || {
+        let thread = sessions.thread_unchecked(&id).unwrap();
+        assert!(sessions.evict_if_unused(&thread), "nothing to evict");
+    }));
+}
+
+/// An ended thread, in memory, that only an explicit eviction removes.
+async fn ended_thread(h: &Harness) -> String {
+    let id = h.create(false).await;
+    h.sessions
+        .end(&id, ORIGIN, pb::EndReason::Requested)
+        .await
+        .unwrap();
+    assert!(h.sessions.in_memory(&id));
+    id
+}
+
+/// Attach racing the eviction of an ended thread (issue 16): the eviction
+/// happens after Attach found the thread and before it took its route. The
+/// route must be on the thread in memory, so it sees what happens next; it
+/// used to land on the evicted copy, which nothing finds again.
+#[tokio::test]
+async fn an_attach_racing_eviction_attaches_to_the_thread_in_memory() {
+    let h = harness(|c| c.evict_ended_after = Duration::from_secs(3600)).await;
+    let id = ended_thread(&h).await;
+    evict_after_the_next_lookup(&h, &id);
+    let mut rx = attach(&h, &id);
+    assert!(
+        h.sessions.in_memory(&id),
+        "the route is on a copy that is not in memory"
+    );
+    events_until(&mut rx, |e| matches!(e, Event::Snapshot(_))).await;
+    h.sessions.reactivate(&id, ORIGIN).await.unwrap();
+    let idle = pb::SessionStatus::Idle as i32;
+    events_until(
+        &mut rx,
+        |e| matches!(e, Event::Status(s) if s.status == idle),
+    )
+    .await;
+}
+
+/// Reactivate racing the same eviction: the reactivated thread, with its
+/// tools, is the one in memory (it used to be the evicted copy, and the next
+/// call loaded the journal's, which has no tool token).
+#[tokio::test]
+async fn a_reactivate_racing_eviction_reactivates_the_thread_in_memory() {
+    let h = harness(|c| c.evict_ended_after = Duration::from_secs(3600)).await;
+    let id = ended_thread(&h).await;
+    evict_after_the_next_lookup(&h, &id);
+    h.sessions.reactivate(&id, ORIGIN).await.unwrap();
+    assert!(
+        h.sessions.in_memory(&id),
+        "the reactivated thread is not in memory"
+    );
+    let thread = h.sessions.thread_unchecked(&id).unwrap();
+    let t = crate::sessions::lock(&thread);
+    assert_eq!(t.record.status, crate::record::Status::Idle);
+    assert!(t.record.tool_token.is_some(), "the thread has no tools");
 }
 
 #[tokio::test]

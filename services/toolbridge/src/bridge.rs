@@ -255,7 +255,9 @@ impl ToolBridge {
     fn authorize(&self, token: Option<&str>, session_id: &str) -> Result<Arc<Manifest>> {
         let threads = self.lock();
         match (threads.get(session_id), token) {
-            (Some(thread), Some(token)) if ids::same_secret(&thread.token_hash, &token_hash(token)) => {
+            (Some(thread), Some(token))
+                if ids::same_secret(&thread.token_hash, &token_hash(token)) =>
+            {
                 Ok(thread.manifest.clone())
             }
             _ => Err(ToolBridgeError::AccessDenied),

@@ -5,8 +5,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use pedelec_common::CodedError;
-use pedelec_common::secret::InternalGate;
 use pedelec_common::json::{from_struct, from_value, to_struct, to_value};
+use pedelec_common::secret::InternalGate;
 use pedelec_proto::v1 as pb;
 use pedelec_proto::v1::tool_bridge_service_server::ToolBridgeService;
 use serde_json::Value as Json;

@@ -57,8 +57,8 @@ pub async fn run_until(
         bridge,
         InternalGate::new(config.service_secret),
     ))
-        .max_decoding_message_size(MAX_GRPC_MESSAGE)
-        .max_encoding_message_size(MAX_GRPC_MESSAGE);
+    .max_decoding_message_size(MAX_GRPC_MESSAGE)
+    .max_encoding_message_size(MAX_GRPC_MESSAGE);
     let routes = Routes::new(server);
     let socket = config.runtime_dir.socket(ServiceName::ToolBridge);
     uds::serve(&socket, ServiceName::ToolBridge, routes, shutdown).await?;
