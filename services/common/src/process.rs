@@ -45,17 +45,6 @@ pub fn make_non_dumpable() -> std::io::Result<()> {
     Ok(())
 }
 
-/// Whether this process is dumpable (`PR_GET_DUMPABLE`); true off Linux.
-pub fn is_dumpable() -> bool {
-    #[cfg(target_os = "linux")]
-    {
-        // SAFETY: as above; PR_GET_DUMPABLE returns the attribute.
-        unsafe { libc::prctl(libc::PR_GET_DUMPABLE, 0, 0, 0, 0) == 1 }
-    }
-    #[cfg(not(target_os = "linux"))]
-    true
-}
-
 /// Sends `sig` to the process group `pgid` (a child started with
 /// `process_group(0)` leads a group whose id is its pid). `sig = 0` only
 /// checks that the group still has a member. False when the group is gone.
