@@ -156,9 +156,10 @@ impl TestEnv {
         dir
     }
 
-    /// Wraps each service binary in a script that copies what the launcher
-    /// hands it on stdin (the service secret) to `secret.<pid>` in the bin
-    /// dir, then runs the real binary with that copy as stdin: the test then
+    /// Wraps each service binary in a script that says ready on its stdin as
+    /// a service does, copies what the launcher then hands it (the service
+    /// secret) to `secret.<pid>` in the bin dir, and runs the real binary
+    /// with that copy as stdin: the test then
     /// knows the secret as only a service should, to call internal RPCs
     /// ([`TestEnv::service_clients`]) or check where it is not. Call it
     /// before [`TestEnv::up`], after [`TestEnv::install_stub_agent`] if any.
@@ -185,7 +186,7 @@ impl TestEnv {
             std::fs::write(
                 &wrapper,
                 format!(
-                    "#!/bin/sh\n/bin/cat > '{dir}/secret.'$$\nexec '{real}' \"$@\" < '{dir}/secret.'$$\n",
+                    "#!/bin/sh\nprintf R >&0\n/bin/cat > '{dir}/secret.'$$\nexec '{real}' \"$@\" < '{dir}/secret.'$$\n",
                     dir = dir.display(),
                     real = real.display()
                 ),

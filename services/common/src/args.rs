@@ -34,7 +34,7 @@ impl SecretArgs {
             );
             return Ok(None);
         }
-        ServiceSecret::read_from(std::io::stdin().lock()).map(Some)
+        crate::secret::receive().map(Some)
     }
 }
 

@@ -45,6 +45,17 @@ pub fn make_non_dumpable() -> std::io::Result<()> {
     Ok(())
 }
 
+/// The process tracing `pid` (its `TracerPid`), if any; None also when
+/// `pid` is gone or this is not Linux.
+pub fn tracer(pid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("TracerPid:"))
+        .and_then(|v| v.trim().parse().ok())
+        .filter(|tracer| *tracer != 0)
+}
+
 /// Sends `sig` to the process group `pgid` (a child started with
 /// `process_group(0)` leads a group whose id is its pid). `sig = 0` only
 /// checks that the group still has a member. False when the group is gone.
@@ -251,8 +262,29 @@ pub fn failed_status() -> ExitStatus {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// Traces `pid` (PTRACE_SEIZE: it keeps running) until it exits.
+    pub(crate) fn seize(pid: u32) {
+        // SAFETY: ptrace with PTRACE_SEIZE takes no pointers we own (addr and
+        // data are null).
+        let rc = unsafe {
+            libc::ptrace(
+                libc::PTRACE_SEIZE,
+                pid as libc::pid_t,
+                std::ptr::null_mut::<libc::c_void>(),
+                std::ptr::null_mut::<libc::c_void>(),
+            )
+        };
+        assert_eq!(rc, 0, "ptrace: {}", std::io::Error::last_os_error());
+    }
+
+    #[test]
+    fn an_untraced_process_has_no_tracer() {
+        assert_eq!(tracer(std::process::id()), None);
+        assert_eq!(tracer(u32::MAX), None);
+    }
 
     /// A group whose leader has exited still counts while a member it
     /// started runs; it is gone once that member is killed (and reaped).

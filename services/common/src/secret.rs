@@ -6,12 +6,24 @@
 //! [`SERVICE_SECRET_HEADER`] metadata: [`crate::Clients`] attaches it and
 //! [`InternalGate`] checks it, in constant time.
 //!
+//! The hand-over ([`hand_over`], [`receive`]): the launcher starts a service
+//! with one end of a socket pair as stdin; the service makes itself
+//! non-dumpable, writes [`READY`] on it, and only then does the launcher
+//! write the secret — once it has seen that no process traces the service
+//! (an attach from the short time before the service was non-dumpable would
+//! survive it). The launcher then closes its end, so the service reads the
+//! secret to the end of the stream.
+//!
 //! A service started by hand, without `--service-secret-stdin`, has no
 //! secret: its internal RPCs then answer every process of the user (as
 //! before the secret existed), and it says so in its log at start.
 
 use std::fmt;
-use std::io::Read;
+use std::io::{Read, Write};
+use std::os::fd::AsFd;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use tonic::metadata::{Ascii, MetadataValue};
 
@@ -24,6 +36,65 @@ pub struct ServiceSecret(String);
 
 /// Hex digits of a secret.
 const SECRET_LEN: usize = 64;
+
+/// What a service writes on its stdin once it is non-dumpable.
+pub const READY: u8 = b'R';
+
+/// How long the launcher waits for a fresh service's [`READY`]: as long as
+/// it waits for its health.
+pub const READY_WITHIN: Duration = Duration::from_secs(10);
+
+/// The launcher's side of the hand-over to the service process `pid`, on the
+/// launcher's end of the socket pair that is the service's stdin. Writes the
+/// secret only after the service said it is non-dumpable and while nothing
+/// traces it; otherwise closes the socket unwritten, and the service, which
+/// then reads no secret, exits (to be restarted).
+pub async fn hand_over(
+    mut socket: tokio::net::UnixStream,
+    pid: u32,
+    secret: &ServiceSecret,
+) -> Result<(), String> {
+    let mut ready = [0u8; 1];
+    match tokio::time::timeout(READY_WITHIN, socket.read(&mut ready)).await {
+        Err(_) => return Err(format!("no word from the service within {READY_WITHIN:?}")),
+        Ok(Err(e)) => return Err(format!("reading its word: {e}")),
+        Ok(Ok(0)) => return Err("it exited or closed its stdin first".into()),
+        Ok(Ok(_)) if ready[0] != READY => return Err(format!("unexpected word {:?}", ready[0])),
+        Ok(Ok(_)) => {}
+    }
+    if let Some(tracer) = crate::process::tracer(pid) {
+        return Err(format!(
+            "process {tracer} traces it (attached before it was non-dumpable); not handing it the secret"
+        ));
+    }
+    socket
+        .write_all(secret.to_line().as_bytes())
+        .await
+        .map_err(|e| format!("writing the secret: {e}"))
+}
+
+/// The service's side of the hand-over: says [`READY`] on stdin when stdin
+/// is a socket (the launcher's), then reads the secret from it. Call it only
+/// once the process is non-dumpable ([`crate::process::make_non_dumpable`]).
+/// Stdin that is not a socket (a file fed by hand) is read as it is.
+pub fn receive() -> Result<ServiceSecret, CommonError> {
+    let stdin = std::io::stdin();
+    let socket = stdin
+        .as_fd()
+        .try_clone_to_owned()
+        .map(std::fs::File::from)
+        .ok()
+        .filter(|f| {
+            use std::os::unix::fs::FileTypeExt;
+            f.metadata().is_ok_and(|m| m.file_type().is_socket())
+        });
+    if let Some(mut socket) = socket {
+        socket
+            .write_all(&[READY])
+            .map_err(|e| CommonError::BadServiceSecret(format!("cannot say ready: {e}")))?;
+    }
+    ServiceSecret::read_from(stdin.lock())
+}
 
 impl ServiceSecret {
     /// A new secret: 256 bits from the OS generator.
@@ -179,6 +250,53 @@ mod tests {
         InternalGate::default()
             .check(&request(None), "Register")
             .unwrap();
+    }
+
+    /// The launcher's side: the secret is written after READY, and not at
+    /// all to a service that closes its side without saying it.
+    #[tokio::test]
+    async fn the_secret_is_handed_over_after_ready_only() {
+        let secret = ServiceSecret::generate();
+        let me = std::process::id();
+
+        let (ours, mut theirs) = tokio::net::UnixStream::pair().unwrap();
+        theirs.shutdown().await.unwrap(); // no READY
+        let err = hand_over(ours, me, &secret).await.unwrap_err();
+        assert!(err.contains("closed its stdin"), "{err}");
+        let mut rest = Vec::new();
+        theirs.read_to_end(&mut rest).await.unwrap();
+        assert!(rest.is_empty(), "written without READY");
+
+        let (ours, mut theirs) = tokio::net::UnixStream::pair().unwrap();
+        theirs.write_all(&[READY]).await.unwrap();
+        hand_over(ours, me, &secret).await.unwrap();
+        let mut line = String::new();
+        theirs.read_to_string(&mut line).await.unwrap();
+        assert_eq!(ServiceSecret::read_from(line.as_bytes()).unwrap(), secret);
+    }
+
+    #[tokio::test]
+    async fn a_traced_service_gets_no_secret() {
+        // A child this test traces, as a process that attached before the
+        // service was non-dumpable would.
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        crate::process::tests::seize(pid);
+        assert!(crate::process::tracer(pid).is_some());
+        let (ours, mut theirs) = tokio::net::UnixStream::pair().unwrap();
+        theirs.write_all(&[READY]).await.unwrap();
+        let err = hand_over(ours, pid, &ServiceSecret::generate())
+            .await
+            .unwrap_err();
+        assert!(err.contains("traces it"), "{err}");
+        let mut rest = Vec::new();
+        theirs.read_to_end(&mut rest).await.unwrap();
+        assert!(rest.is_empty(), "the secret was written");
+        child.kill().unwrap();
+        child.wait().unwrap();
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use pedelec_common::args::SERVICE_SECRET_STDIN;
 use pedelec_common::process::{self, SIGKILL, SIGTERM, describe_exit, signal_group};
-use pedelec_common::secret::ServiceSecret;
+use pedelec_common::secret::{self, ServiceSecret};
 use pedelec_common::{DataDir, RuntimeDir, ServiceName, env, uds};
 use pedelec_proto::v1::ServiceState;
 use tokio::process::{Child, Command as ProcessCommand};
@@ -537,15 +537,14 @@ impl Runner {
         // The secret goes over a socket pair on stdin: not the environment
         // (agents inherit the services'), not argv (`ps` shows it), and not a
         // pipe (a pipe can be opened through /proc/<pid>/fd/0 by the user's
-        // other processes before the service has made itself non-dumpable; a
-        // socket cannot be opened that way). Written before the spawn: the
-        // line fits the socket buffer, and the service reads it at its start
-        // up to the end our closed end makes.
-        let (mut ours, theirs) = std::os::unix::net::UnixStream::pair()
+        // other processes; a socket cannot be opened that way). It is written
+        // once the service is non-dumpable and untraced (secret::hand_over).
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair()
+            .and_then(|(ours, theirs)| {
+                ours.set_nonblocking(true)?;
+                Ok((tokio::net::UnixStream::from_std(ours)?, theirs))
+            })
             .map_err(|e| LauncherError::io("socketpair for the service secret", e))?;
-        std::io::Write::write_all(&mut ours, self.secret.to_line().as_bytes())
-            .map_err(|e| LauncherError::io("socketpair for the service secret", e))?;
-        drop(ours);
         let mut cmd = ProcessCommand::new(&self.binary);
         cmd.arg(SERVICE_SECRET_STDIN)
             .env(env::RUNTIME_DIR, &self.runtime_dir)
@@ -560,11 +559,22 @@ impl Runner {
         // A service outlives a launcher killed with SIGKILL otherwise. The
         // launcher spawns from its one runtime thread (see main.rs).
         process::die_with_parent(cmd.as_std_mut(), SIGTERM);
-        cmd.spawn().map_err(|source| LauncherError::Spawn {
+        let child = cmd.spawn().map_err(|source| LauncherError::Spawn {
             service: self.name.as_str(),
             path: self.binary.clone(),
             source,
-        })
+        })?;
+        // Its own task: the supervision (health, exit) goes on meanwhile, and
+        // a service that never says ready is killed by the health deadline.
+        let pid = child.id().unwrap_or(0);
+        let secret = self.secret.clone();
+        let service = self.name.as_str();
+        tokio::spawn(async move {
+            if let Err(e) = secret::hand_over(ours, pid, &secret).await {
+                tracing::warn!(service, pid, "service secret not handed over: {e}");
+            }
+        });
+        Ok(child)
     }
 
     fn update(&self, f: impl FnOnce(&mut Record)) {
