@@ -464,7 +464,9 @@ pub fn alive(pid: u32) -> bool {
 }
 
 /// Pids of every process whose environment names this runtime dir: the
-/// processes a test started, however they were spawned.
+/// processes a test started, however they were spawned. The launcher and the
+/// services are non-dumpable, so only root (the suite runs as root) reads
+/// their environment; run as another user, this sees the agents and tools only.
 pub fn processes_using(runtime_dir: &Path) -> Vec<u32> {
     let needle = format!("PEDELEC_RUNTIME_DIR={}", runtime_dir.display());
     let mut pids = Vec::new();
