@@ -411,6 +411,15 @@ pub struct Launcher {
 }
 
 impl Launcher {
+    /// Owns a `pedelecd up` the test started itself (in its own process
+    /// group), so it is stopped however the test ends.
+    pub fn adopt(child: Child, runtime_dir: PathBuf) -> Launcher {
+        Launcher {
+            child: Some(child),
+            runtime_dir,
+        }
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.as_ref().map(|c| c.id()).unwrap_or(0)
     }

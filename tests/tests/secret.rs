@@ -477,7 +477,8 @@ async fn the_launcher_and_the_services_are_not_dumpable() {
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(env.root.path().join("pedelecd.stderr")).unwrap());
     set_own_process_group(&mut up);
-    let mut launcher = up.spawn().unwrap();
+    // Stopped on drop too: a failed assertion must not leave it running.
+    let mut launcher = Launcher::adopt(up.spawn().unwrap(), env.runtime_dir());
     // Its sockets answer only their own user; as root the test sees the
     // processes instead: the launcher and four services using this runtime dir.
     wait_until("the launcher and four services", || {
@@ -506,14 +507,14 @@ async fn the_launcher_and_the_services_are_not_dumpable() {
             .is_ok_and(|c| c == "sleep\n")
     })
     .await;
-    assert!(readable(ordinary.id()), "the probe cannot read anything");
+    let read_ordinary = readable(ordinary.id());
     ordinary.kill().unwrap();
     ordinary.wait().unwrap();
+    assert!(read_ordinary, "the probe cannot read anything");
     for pid in &pids {
         assert!(!readable(*pid), "another process read /proc/{pid}/environ");
     }
 
-    signal(launcher.id() as i32, libc::SIGTERM);
-    launcher.wait().unwrap();
+    launcher.stop();
     wait_until_nothing_runs(&env.runtime_dir()).await;
 }
