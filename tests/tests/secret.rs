@@ -41,7 +41,8 @@ fn manifest() -> Value {
                       "argsSchema": {"type": "object", "properties": {}}}]})
 }
 
-/// A stub cursor-agent: records its pid (one line per start) and its
+/// A stub cursor-agent: records its pid (one line per start; in its own pid
+/// namespace when confined) and its
 /// environment, then waits, so the test plays the agent with pedelec-cli.
 fn stub_agent(env: &TestEnv) {
     let root = env.root.path();
@@ -157,7 +158,9 @@ async fn internal_rpcs_refuse_callers_without_the_secret_and_change_nothing() {
     let mut sessions = env.session().await;
     let (id, mut events) = thread_with_a_running_agent(&env, &mut sessions).await;
     let (mut call, request_id) = pending_tool_call(&env, &mut events).await;
-    let agent_pid = agent_starts(&env)[0];
+    let agent_inside = agent_starts(&env)[0];
+    // Its pid as this test sees it (a confined agent has a pid namespace).
+    let agent_pid = host_pid(&env.runtime_dir(), agent_inside);
     let workspace = env.root.path().join("elsewhere");
     std::fs::create_dir_all(&workspace).unwrap();
 
@@ -285,7 +288,7 @@ async fn internal_rpcs_refuse_callers_without_the_secret_and_change_nothing() {
     assert_eq!(json_of(&out), json!({"ok": true, "result": {"count": 7}}));
     assert_eq!(
         agent_starts(&env),
-        vec![agent_pid],
+        vec![agent_inside],
         "a refused RunTurn started an agent"
     );
 
