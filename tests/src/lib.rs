@@ -42,6 +42,25 @@ pub fn bin_dir() -> PathBuf {
         .to_path_buf()
 }
 
+/// Fills `dir` with links to the built Pedelec binaries (copies where a hard
+/// link cannot be made), all but `except`: a bin dir of a test's own, where
+/// a service finds its siblings beside its executable.
+fn link_built_binaries(dir: &Path, except: Option<&str>) {
+    std::fs::create_dir_all(dir).unwrap();
+    for entry in std::fs::read_dir(bin_dir()).unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let is_binary = entry.file_type().is_ok_and(|t| t.is_file())
+            && (name == "pedelecd" || name.starts_with("pedelec-"))
+            && !name.contains('.');
+        if is_binary && Some(name.as_str()) != except {
+            let target = dir.join(&name);
+            if std::fs::hard_link(entry.path(), &target).is_err() {
+                std::fs::copy(entry.path(), &target).unwrap();
+            }
+        }
+    }
+}
+
 /// The real grpcurl: `$PEDELEC_GRPCURL`, else where tests/run.sh installs it.
 pub fn grpcurl() -> PathBuf {
     let path = std::env::var_os("PEDELEC_GRPCURL")
@@ -133,19 +152,7 @@ impl TestEnv {
     pub fn install_stub_agent(&mut self, script: &str) -> PathBuf {
         use std::os::unix::fs::PermissionsExt;
         let dir = self.root.path().join("bin");
-        std::fs::create_dir_all(&dir).unwrap();
-        for entry in std::fs::read_dir(bin_dir()).unwrap().flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let is_binary = entry.file_type().is_ok_and(|t| t.is_file())
-                && (name == "pedelecd" || name.starts_with("pedelec-"))
-                && !name.contains('.');
-            if is_binary && name != "pedelec-agent" {
-                let target = dir.join(&name);
-                if std::fs::hard_link(entry.path(), &target).is_err() {
-                    std::fs::copy(entry.path(), &target).unwrap();
-                }
-            }
-        }
+        link_built_binaries(&dir, Some("pedelec-agent"));
         let agent = dir.join("pedelec-agent");
         // Never write through a hard link to the built binary.
         let _ = std::fs::remove_file(&agent);
@@ -168,16 +175,7 @@ impl TestEnv {
         let dir = self.root.path().join("bin");
         if !dir.exists() {
             // Everything a service looks for beside its own executable.
-            std::fs::create_dir_all(&dir).unwrap();
-            for entry in std::fs::read_dir(bin_dir()).unwrap().flatten() {
-                let name = entry.file_name().to_string_lossy().into_owned();
-                let is_binary = entry.file_type().is_ok_and(|t| t.is_file())
-                    && (name == "pedelecd" || name.starts_with("pedelec-"))
-                    && !name.contains('.');
-                if is_binary && std::fs::hard_link(entry.path(), dir.join(&name)).is_err() {
-                    std::fs::copy(entry.path(), dir.join(&name)).unwrap();
-                }
-            }
+            link_built_binaries(&dir, None);
         }
         for service in ServiceName::SUPERVISED {
             let wrapper = dir.join(service.binary());
