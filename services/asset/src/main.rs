@@ -25,11 +25,6 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    // Before the secret is read: no process of the user may read it from here.
-    if let Err(e) = pedelec_common::process::make_non_dumpable() {
-        eprintln!("pedelec-asset: cannot make the process non-dumpable: {e}");
-        return ExitCode::FAILURE;
-    }
     let args = Args::parse();
     pedelec_common::telemetry::init("pedelec-asset");
     let service_secret = match args.secret.read() {

@@ -23,11 +23,14 @@ pub struct SecretArgs {
 }
 
 impl SecretArgs {
-    /// The secret handed over on stdin, or None (with a warning in the log)
-    /// when the service was started without the flag. Call it after
-    /// [`crate::process::make_non_dumpable`], so the secret never sits in a
-    /// process other users of this uid may read.
+    /// Makes the service non-dumpable ([`crate::process::make_non_dumpable`]),
+    /// so the secret never sits in a process other processes of this uid may
+    /// read, then returns the secret handed over on stdin, or None (with a
+    /// warning in the log) when the service was started without the flag.
+    /// Every service calls it first thing.
     pub fn read(&self) -> Result<Option<ServiceSecret>, CommonError> {
+        crate::process::make_non_dumpable()
+            .map_err(|e| CommonError::io("/proc/self (PR_SET_DUMPABLE)", e))?;
         if !self.service_secret_stdin {
             tracing::warn!(
                 "started without {SERVICE_SECRET_STDIN} (not by pedelecd): no service secret, so the internal RPCs answer every process of this user"

@@ -17,11 +17,6 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    // Before the secret is read: no process of the user may read it from here.
-    if let Err(e) = pedelec_common::process::make_non_dumpable() {
-        eprintln!("pedelec-provider: cannot make the process non-dumpable: {e}");
-        return ExitCode::FAILURE;
-    }
     let args = Args::parse();
     pedelec_common::telemetry::init("pedelec-provider");
     let mut config = pedelec_provider::Config::new(args.dirs.runtime(), args.dirs.data());

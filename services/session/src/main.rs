@@ -25,11 +25,6 @@ struct Flags {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    // Before the secret is read: no process of the user may read it from here.
-    if let Err(e) = pedelec_common::process::make_non_dumpable() {
-        eprintln!("pedelec-session: cannot make the process non-dumpable: {e}");
-        return std::process::ExitCode::FAILURE;
-    }
     pedelec_common::telemetry::init("pedelec-session");
     let flags = Flags::parse();
     let mut config = pedelec_session::Config::new(flags.dirs.runtime(), flags.dirs.data());
