@@ -453,6 +453,17 @@ pub fn turn_env(
 mod tests {
     use super::*;
 
+    /// The names [`passed_env`] keeps of `vars`, in order.
+    fn passed_names(vars: &[(&str, &str)]) -> Vec<String> {
+        passed_env(
+            vars.iter()
+                .map(|(k, v)| (OsString::from(k), OsString::from(v))),
+        )
+        .into_iter()
+        .map(|(k, _)| k.into_string().unwrap())
+        .collect()
+    }
+
     #[test]
     fn the_allow_list_passes_the_users_and_the_clis_variables_only() {
         let vars = [
@@ -472,13 +483,7 @@ mod tests {
             ("MY_TOOL_HOME", "/opt/t"),
             ("LD_PRELOAD", "/evil.so"),
         ];
-        let passed: Vec<String> = passed_env(
-            vars.iter()
-                .map(|(k, v)| (OsString::from(k), OsString::from(v))),
-        )
-        .into_iter()
-        .map(|(k, _)| k.into_string().unwrap())
-        .collect();
+        let passed = passed_names(&vars);
         assert_eq!(
             passed,
             [
@@ -502,13 +507,7 @@ mod tests {
             ("PEDELEC_X", "1"),
             ("OTHER", "no"),
         ];
-        let passed: Vec<String> = passed_env(
-            vars.iter()
-                .map(|(k, v)| (OsString::from(k), OsString::from(v))),
-        )
-        .into_iter()
-        .map(|(k, _)| k.into_string().unwrap())
-        .collect();
+        let passed = passed_names(&vars);
         assert_eq!(passed, ["MY_TOOL_HOME", "PEDELEC_X"]);
     }
 
