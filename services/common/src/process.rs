@@ -29,7 +29,7 @@ pub fn is_root() -> bool {
 /// processes of the same user can no longer read its `/proc/<pid>/environ`,
 /// `mem`, `fd/…` or attach with ptrace, and it leaves no core dump. The
 /// launcher calls it first thing, the four services in
-/// [`crate::args::SecretArgs::read`], before they hold the service secret. A child it execs is dumpable again (execve resets the
+/// `SecretArgs::read` (args.rs), before they hold the service secret. A child it execs is dumpable again (execve resets the
 /// attribute), so the agents and the reading of their `/proc` entries are
 /// unaffected. The process's own `/proc/self` stays readable to itself.
 /// Elsewhere than Linux nothing happens.
