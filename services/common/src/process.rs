@@ -28,10 +28,10 @@ pub fn is_root() -> bool {
 /// Makes this process non-dumpable (Linux's `PR_SET_DUMPABLE` 0): other
 /// processes of the same user can no longer read its `/proc/<pid>/environ`,
 /// `mem`, `fd/…` or attach with ptrace, and it leaves no core dump. The
-/// launcher calls it first thing, the four services in
-/// `SecretArgs::read` (args.rs), before they hold the service secret. A child it execs is dumpable again (execve resets the
-/// attribute), so the agents and the reading of their `/proc` entries are
-/// unaffected. The process's own `/proc/self` stays readable to itself.
+/// launcher calls it first thing, the four services in `SecretArgs::read`
+/// (args.rs), before they hold the service secret. A child it execs is
+/// dumpable again (execve resets the attribute), so the agents and the
+/// reading of their `/proc` entries are unaffected. The process's own `/proc/self` stays readable to itself.
 /// Elsewhere than Linux nothing happens.
 pub fn make_non_dumpable() -> std::io::Result<()> {
     #[cfg(target_os = "linux")]
