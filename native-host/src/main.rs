@@ -3,11 +3,13 @@
 
 #![forbid(unsafe_code)]
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() {
+fn main() {
     let extension_origin = std::env::args().nth(1);
-    pedelec_native_host::main(extension_origin).await;
-    // Leave without waiting on the blocking stdin reader thread, which may
-    // still sit in read(2) when stdout closed first.
+    pedelec_common::runtime::block_on(
+        "pedelec-native-host",
+        pedelec_native_host::main(extension_origin),
+    );
+    // Leave without waiting on a blocking stdin reader thread (when stdin is
+    // not a pipe), which may still sit in read(2) when stdout closed first.
     std::process::exit(0);
 }

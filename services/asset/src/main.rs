@@ -23,8 +23,11 @@ struct Args {
     ticket_ttl_ms: u64,
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
+    pedelec_common::runtime::block_on("pedelec-asset", serve())
+}
+
+async fn serve() -> ExitCode {
     let args = Args::parse();
     pedelec_common::telemetry::init("pedelec-asset");
     let service_secret = match args.secret.read() {

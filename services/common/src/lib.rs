@@ -19,6 +19,7 @@ pub mod memory;
 pub mod paths;
 #[allow(unsafe_code)]
 pub mod process;
+pub mod runtime;
 pub mod secret;
 pub mod telemetry;
 pub mod uds;

@@ -14,18 +14,5 @@ fn main() -> ExitCode {
     }
     let cli = Cli::parse();
     pedelec_common::telemetry::init("pedelecd");
-    // One thread: the launcher is mostly idle, and PR_SET_PDEATHSIG fires when
-    // the *thread* that spawned a child exits, so children must be spawned from
-    // a thread that lives as long as the process.
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("pedelecd: cannot start the async runtime: {e}");
-            return ExitCode::from(pedelec_launcher::error::exit::FAILURE);
-        }
-    };
-    ExitCode::from(runtime.block_on(cli::run(cli)))
+    ExitCode::from(pedelec_common::runtime::block_on("pedelecd", cli::run(cli)))
 }

@@ -260,9 +260,9 @@ impl Launch {
             .current_dir(workspace)
             .process_group(0);
         // The agent gets SIGKILL when this service dies (kill -9 included).
-        // Agents are spawned from tasks on the multi-thread runtime's worker
-        // threads, which live as long as the runtime (the service uses no
-        // `block_in_place`, which could retire a worker). Only the leader gets
+        // Agents are spawned from the runtime's one thread, the main thread
+        // (`pedelec_common::runtime`), which lives as long as the process.
+        // Only the leader gets
         // it (bwrap passes it on with --die-with-parent); the records in
         // `<runtime dir>/turns/` cover the rest (see `turns::reap_orphans`).
         process::die_with_parent(cmd.as_std_mut(), SIGKILL);

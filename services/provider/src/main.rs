@@ -15,8 +15,11 @@ struct Args {
     secret: SecretArgs,
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
+    pedelec_common::runtime::block_on("pedelec-provider", serve())
+}
+
+async fn serve() -> ExitCode {
     let args = Args::parse();
     pedelec_common::telemetry::init("pedelec-provider");
     let mut config = pedelec_provider::Config::new(args.dirs.runtime(), args.dirs.data());

@@ -23,8 +23,11 @@ struct Flags {
     evict_ended_ms: Option<u64>,
 }
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
+fn main() -> std::process::ExitCode {
+    pedelec_common::runtime::block_on("pedelec-session", serve())
+}
+
+async fn serve() -> std::process::ExitCode {
     pedelec_common::telemetry::init("pedelec-session");
     let flags = Flags::parse();
     let mut config = pedelec_session::Config::new(flags.dirs.runtime(), flags.dirs.data());

@@ -15,8 +15,11 @@ struct Args {
     secret: SecretArgs,
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
+    pedelec_common::runtime::block_on("pedelec-toolbridge", serve())
+}
+
+async fn serve() -> ExitCode {
     let args = Args::parse();
     pedelec_common::telemetry::init("pedelec-toolbridge");
     let service_secret = match args.secret.read() {
