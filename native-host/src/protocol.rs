@@ -542,9 +542,18 @@ pub fn error_reply(id: &Value, error: &HostError) -> String {
 /// A whole event frame, serialized: `{type:"event", sessionId, seq, at, event}`.
 /// `None` for an event without a body (a newer service's kind we do not know).
 pub fn event_frame(e: &pb::SessionEvent) -> Option<String> {
-    let mut frame = wire::event(e)?;
-    frame["type"] = json!("event");
-    Some(frame.to_string())
+    // `type` last: the keys stay in sorted order (see `wire::EventJson`).
+    #[derive(serde::Serialize)]
+    struct EventFrame<'a> {
+        #[serde(flatten)]
+        event: wire::EventJson<'a>,
+        r#type: &'static str,
+    }
+    let frame = EventFrame {
+        event: wire::event(e)?,
+        r#type: "event",
+    };
+    Some(serde_json::to_string(&frame).expect("an event frame always serializes"))
 }
 
 /// Sent when an attached stream stops without a `detach` (the service went
@@ -774,16 +783,16 @@ mod tests {
             nanos: 123_456_789,
         });
         let frame = |event| {
-            let v: Value = serde_json::from_str(
-                &event_frame(&pb::SessionEvent {
-                    session_id: "thr_1".into(),
-                    seq: 5,
-                    at,
-                    event: Some(event),
-                })
-                .unwrap(),
-            )
+            let text = event_frame(&pb::SessionEvent {
+                session_id: "thr_1".into(),
+                seq: 5,
+                at,
+                event: Some(event),
+            })
             .unwrap();
+            let v: Value = serde_json::from_str(&text).unwrap();
+            // The same bytes as the sorted `Value` form, whichever path wrote them.
+            assert_eq!(text, v.to_string());
             assert_eq!(v["type"], "event");
             assert_eq!(v["sessionId"], "thr_1");
             assert_eq!(v["seq"], 5);

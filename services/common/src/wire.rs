@@ -173,12 +173,8 @@ pub fn event_body(e: &pb::session_event::Event) -> Value {
     match e {
         E::Snapshot(s) => json!({"type": "snapshot", "snapshot": snapshot(s)}),
         E::Status(s) => json!({"type": "status", "status": status(s.status)}),
-        E::ChatDelta(d) => json!({
-            "type": "chat_delta",
-            "operationId": d.operation_id,
-            "messageId": d.message_id,
-            "text": d.text,
-        }),
+        E::ChatDelta(d) => serde_json::to_value(ChatDeltaJson::new(d))
+            .expect("a struct of strings always serializes"),
         E::Chat(c) => json!({
             "type": "chat",
             "operationId": c.operation_id,
@@ -217,16 +213,63 @@ pub fn event_body(e: &pb::session_event::Event) -> Value {
     }
 }
 
-/// `{sessionId, seq, at, event}`; None for an event without a body (a newer
-/// service's kind this build does not know).
-pub fn event(e: &pb::SessionEvent) -> Option<Value> {
-    let body = event_body(e.event.as_ref()?);
-    Some(json!({
-        "sessionId": e.session_id,
-        "seq": e.seq,
-        "at": millis(e.at.as_ref()),
-        "event": body,
-    }))
+/// `{sessionId, seq, at, event}`, ready to serialize; None for an event
+/// without a body (a newer service's kind this build does not know). Chat
+/// deltas, most of a turn's events by count, serialize straight from the
+/// message; the other kinds go through [`event_body`]'s `Value`.
+pub fn event(e: &pb::SessionEvent) -> Option<EventJson<'_>> {
+    let body = match e.event.as_ref()? {
+        pb::session_event::Event::ChatDelta(d) => EventBodyJson::ChatDelta(ChatDeltaJson::new(d)),
+        other => EventBodyJson::Other(event_body(other)),
+    };
+    Some(EventJson {
+        at: e.at.as_ref().map(crate::timestamp_ms),
+        event: body,
+        seq: e.seq,
+        session_id: &e.session_id,
+    })
+}
+
+/// See [`event`]. Fields in sorted order, as a `Value` (a sorted map) writes
+/// them, so the bytes are the same whichever way an event is serialized.
+#[derive(Serialize)]
+pub struct EventJson<'a> {
+    /// Milliseconds since the Unix epoch, or null.
+    at: Option<u64>,
+    event: EventBodyJson<'a>,
+    seq: u64,
+    #[serde(rename = "sessionId")]
+    session_id: &'a str,
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum EventBodyJson<'a> {
+    ChatDelta(ChatDeltaJson<'a>),
+    Other(Value),
+}
+
+/// `{messageId, operationId, text, type:"chat_delta"}` (sorted, as above).
+#[derive(Serialize)]
+struct ChatDeltaJson<'a> {
+    #[serde(rename = "messageId")]
+    message_id: &'a str,
+    #[serde(rename = "operationId")]
+    operation_id: &'a str,
+    text: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+impl<'a> ChatDeltaJson<'a> {
+    fn new(d: &'a pb::ChatDelta) -> Self {
+        ChatDeltaJson {
+            kind: "chat_delta",
+            operation_id: &d.operation_id,
+            message_id: &d.message_id,
+            text: &d.text,
+        }
+    }
 }
 
 pub fn provider_info(p: &pb::ProviderInfo) -> Value {

@@ -1436,18 +1436,19 @@ async fn host_turn(host: &mut Host, id: &str, text: String) -> Result<DeltaCheck
     let mut check = DeltaCheck::default();
     loop {
         let e = host.event().await?;
-        if e.value["sessionId"] != id {
+        let f = e.frame()?;
+        if f.session_id != id {
             continue;
         }
-        let ev = &e.value["event"];
-        check.seq(e.value["seq"].as_u64().unwrap_or(0), || {
-            format!("{:.160}", ev.to_string())
-        });
-        match ev["type"].as_str() {
-            Some("chat_delta") => check.delta(ev["text"].as_str().unwrap_or_default(), e.at_ns),
+        check.seq(f.seq, || format!("{:.160}", e.text()));
+        match f.event.as_ref().map(|ev| &*ev.kind) {
+            Some("chat_delta") => {
+                let text = f.event.as_ref().and_then(|ev| ev.text.as_deref());
+                check.delta(text.unwrap_or_default(), e.at_ns)
+            }
             Some("operation_finished") => {
-                if ev["outcome"] != "completed" {
-                    return Err(format!("turn did not complete: {ev}"));
+                if f.event.as_ref().and_then(|ev| ev.outcome.as_deref()) != Some("completed") {
+                    return Err(format!("turn did not complete: {}", e.text()));
                 }
                 return Ok(check);
             }
