@@ -5,7 +5,7 @@
 //! between threads (a futex wake and a context switch) on top of the syscall.
 //! Chrome gives the host pipes, and a pipe can be registered with the
 //! runtime's reactor like a socket: reads and writes then run on the task that
-//! asked for them (docs/benchmarks.md, "The host's stdio"). Anything that is
+//! asked for them (docs/decisions.md, "The native host's stdio"). Anything that is
 //! not a pipe (a file, a terminal, a socket from a test harness) keeps tokio's
 //! portable path.
 
