@@ -11,7 +11,6 @@ pub mod frame;
 pub mod host;
 pub mod log;
 pub mod protocol;
-pub mod stdio;
 
 pub use error::HostError;
 
@@ -39,6 +38,13 @@ pub async fn main(extension_origin: Option<String>) {
         tracing::warn!(extension = %origin, allowed = ?allowed_ids, "refusing an extension this host was not installed for");
     }
     let core = core::Core::new(runtime, installed, log_file);
-    host::run(stdio::stdin(), stdio::stdout(), core, origin, admission).await;
+    host::run(
+        pedelec_common::stdio::stdin(),
+        pedelec_common::stdio::stdout(),
+        core,
+        origin,
+        admission,
+    )
+    .await;
     tracing::info!("native host exiting");
 }

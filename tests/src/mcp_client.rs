@@ -7,8 +7,8 @@ use std::collections::VecDeque;
 use std::process::Stdio;
 
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
-use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, Command};
 
 use crate::{PATIENCE, bin};
 
@@ -22,8 +22,8 @@ pub struct McpEnv {
 
 pub struct McpClient {
     child: Child,
-    stdin: ChildStdin,
-    lines: Lines<BufReader<ChildStdout>>,
+    stdin: Box<dyn AsyncWrite + Send + Unpin>,
+    lines: Lines<BufReader<Box<dyn AsyncRead + Send + Unpin>>>,
     next_id: u64,
     /// Notifications read while waiting for a response.
     pub notifications: VecDeque<Value>,
@@ -37,23 +37,48 @@ impl McpClient {
 
     /// [`McpClient::spawn`] with a given `pedelec-cli` (the benchmark's build).
     pub fn spawn_program(program: &std::path::Path, env: &McpEnv) -> McpClient {
+        let mut cmd = McpClient::command(program, env);
+        cmd.stdin(Stdio::piped()).stdout(Stdio::piped());
+        let mut child = cmd.spawn().expect("spawn pedelec-cli mcp");
+        let stdin = Box::new(child.stdin.take().unwrap());
+        let stdout = Box::new(child.stdout.take().unwrap());
+        McpClient::new(child, stdin, stdout)
+    }
+
+    /// [`McpClient::spawn`] with one end of a Unix socket pair as the
+    /// server's stdin and stdout, as Node's child processes (claude's) get.
+    pub fn spawn_over_socket(env: &McpEnv) -> McpClient {
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        let mut cmd = McpClient::command(&bin("pedelec-cli"), env);
+        cmd.stdin(Stdio::from(std::os::fd::OwnedFd::from(theirs.try_clone().unwrap())))
+            .stdout(Stdio::from(std::os::fd::OwnedFd::from(theirs)));
+        let child = cmd.spawn().expect("spawn pedelec-cli mcp");
+        ours.set_nonblocking(true).unwrap();
+        let (read, write) = tokio::net::UnixStream::from_std(ours).unwrap().into_split();
+        McpClient::new(child, Box::new(write), Box::new(read))
+    }
+
+    fn command(program: &std::path::Path, env: &McpEnv) -> Command {
         let mut cmd = Command::new(program);
         cmd.env_clear()
             .env("PEDELEC_THREAD_ID", &env.thread_id)
             .env("PEDELEC_TOOL_TOKEN", &env.token)
             .env("PEDELEC_RUNTIME_DIR", &env.runtime_dir)
             .arg("mcp")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .kill_on_drop(true);
-        let mut child = cmd.spawn().expect("spawn pedelec-cli mcp");
-        let stdin = child.stdin.take().unwrap();
-        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        cmd
+    }
+
+    fn new(
+        child: Child,
+        stdin: Box<dyn AsyncWrite + Send + Unpin>,
+        stdout: Box<dyn AsyncRead + Send + Unpin>,
+    ) -> McpClient {
         McpClient {
             child,
             stdin,
-            lines,
+            lines: BufReader::new(stdout).lines(),
             next_id: 1,
             notifications: VecDeque::new(),
         }

@@ -141,6 +141,30 @@ async fn initialize_list_and_a_call_answered_by_the_page() {
     assert!(mcp.close().await.success());
 }
 
+/// Node's child processes (claude runs its MCP servers from Node) get a Unix
+/// socket pair as stdin and stdout, not pipes; the server reads and writes
+/// them through its reactor too (`pedelec_common::stdio`).
+#[tokio::test]
+async fn a_call_over_a_socket_pair_as_node_gives_the_server() {
+    let mut s = setup().await;
+    let (mut mcp, init) = McpClient::handshake(McpClient::spawn_over_socket(&s.agent)).await;
+    assert_eq!(init["result"]["serverInfo"]["name"], "pedelec", "{init}");
+    let call = mcp
+        .send_request(
+            "tools/call",
+            json!({"name": "get_page", "arguments": {"q": "socket"}}),
+        )
+        .await;
+    let request = s.tool_request().await;
+    assert_eq!(request["args"], json!({"q": "socket"}));
+    s.answer(&request, json!({"result": {"via": "socket"}})).await;
+    let resp = mcp.response(call).await;
+    assert_ne!(resp["result"]["isError"], true, "{resp}");
+    let text: Value = serde_json::from_str(result_text(&resp["result"])).unwrap();
+    assert_eq!(text, json!({"via": "socket"}));
+    assert!(mcp.close().await.success());
+}
+
 #[tokio::test]
 async fn invalid_arguments_and_unknown_tools_are_error_results() {
     let s = setup().await;

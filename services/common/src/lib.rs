@@ -21,6 +21,7 @@ pub mod paths;
 pub mod process;
 pub mod runtime;
 pub mod secret;
+pub mod stdio;
 pub mod telemetry;
 pub mod uds;
 pub mod wire;
