@@ -222,7 +222,10 @@ fn serve(ctx: &ToolContext) -> Result<(), CliError> {
     rt.block_on(async {
         // The channel is made inside the runtime (its connector needs one).
         let running = PageTools::new(&clients, thread_id)
-            .serve((pedelec_common::stdio::stdin(), pedelec_common::stdio::stdout()))
+            .serve((
+                pedelec_common::stdio::stdin(),
+                pedelec_common::stdio::stdout(),
+            ))
             .await
             .map_err(|e| CliError::Usage(format!("MCP initialization failed: {e}")))?;
         let _ = running.waiting().await;

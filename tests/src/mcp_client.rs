@@ -4,6 +4,7 @@
 //! agent CLI would, and so the benchmark measures the server, not a client.
 
 use std::collections::VecDeque;
+use std::os::fd::OwnedFd;
 use std::process::Stdio;
 
 use serde_json::{Value, json};
@@ -50,8 +51,9 @@ impl McpClient {
     pub fn spawn_over_socket(env: &McpEnv) -> McpClient {
         let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
         let mut cmd = McpClient::command(&bin("pedelec-cli"), env);
-        cmd.stdin(Stdio::from(std::os::fd::OwnedFd::from(theirs.try_clone().unwrap())))
-            .stdout(Stdio::from(std::os::fd::OwnedFd::from(theirs)));
+        let their_stdin = OwnedFd::from(theirs.try_clone().unwrap());
+        cmd.stdin(Stdio::from(their_stdin))
+            .stdout(Stdio::from(OwnedFd::from(theirs)));
         let child = cmd.spawn().expect("spawn pedelec-cli mcp");
         ours.set_nonblocking(true).unwrap();
         let (read, write) = tokio::net::UnixStream::from_std(ours).unwrap().into_split();

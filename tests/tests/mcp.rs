@@ -157,7 +157,8 @@ async fn a_call_over_a_socket_pair_as_node_gives_the_server() {
         .await;
     let request = s.tool_request().await;
     assert_eq!(request["args"], json!({"q": "socket"}));
-    s.answer(&request, json!({"result": {"via": "socket"}})).await;
+    s.answer(&request, json!({"result": {"via": "socket"}}))
+        .await;
     let resp = mcp.response(call).await;
     assert_ne!(resp["result"]["isError"], true, "{resp}");
     let text: Value = serde_json::from_str(result_text(&resp["result"])).unwrap();
