@@ -43,7 +43,7 @@ bin="$root/target/$profile"
 
 # ---- build ------------------------------------------------------------------
 say "building the Rust binaries ($profile)"
-if [ "$profile" = release ]; then cargo build --release --workspace --bins; else cargo build --workspace --bins; fi
+if [ "$profile" = release ]; then ./build-release.sh; else cargo build --workspace --bins; fi
 
 # Is OUT missing or older than any file under the given sources?
 stale() {

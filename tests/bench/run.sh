@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-cargo build --release --workspace --bins
+./build-release.sh
 
 mkdir -p target/bench
 noop=target/bench/noop-static

@@ -391,7 +391,7 @@ fn plan(
         if !from.is_file() {
             if BINARIES.contains(name) {
                 return Err(LauncherError::Install(format!(
-                    "{} is missing: build all binaries first (cargo build --release --workspace --bins)",
+                    "{} is missing: build all binaries first (./build-release.sh)",
                     from.display()
                 )));
             }
