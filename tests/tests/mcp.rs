@@ -73,6 +73,21 @@ impl Setup {
         seen.last().unwrap()["event"].clone()
     }
 
+    /// `tools/call get_page {q}`: checks that the page got `q`, answers
+    /// with `result`, and returns the MCP response.
+    async fn call_answered(&mut self, mcp: &mut McpClient, q: &str, result: Value) -> Value {
+        let call = mcp
+            .send_request(
+                "tools/call",
+                json!({"name": "get_page", "arguments": {"q": q}}),
+            )
+            .await;
+        let request = self.tool_request().await;
+        assert_eq!(request["args"], json!({"q": q}));
+        self.answer(&request, json!({"result": result})).await;
+        mcp.response(call).await
+    }
+
     async fn answer(&mut self, request: &Value, outcome: Value) {
         let mut payload = json!({"sessionId": self.id, "toolRequestId": request["toolRequestId"]});
         for (k, v) in outcome.as_object().unwrap() {
@@ -149,17 +164,9 @@ async fn a_call_over_a_socket_pair_as_node_gives_the_server() {
     let mut s = setup().await;
     let (mut mcp, init) = McpClient::handshake(McpClient::spawn_over_socket(&s.agent)).await;
     assert_eq!(init["result"]["serverInfo"]["name"], "pedelec", "{init}");
-    let call = mcp
-        .send_request(
-            "tools/call",
-            json!({"name": "get_page", "arguments": {"q": "socket"}}),
-        )
+    let resp = s
+        .call_answered(&mut mcp, "socket", json!({"via": "socket"}))
         .await;
-    let request = s.tool_request().await;
-    assert_eq!(request["args"], json!({"q": "socket"}));
-    s.answer(&request, json!({"result": {"via": "socket"}}))
-        .await;
-    let resp = mcp.response(call).await;
     assert_ne!(resp["result"]["isError"], true, "{resp}");
     let text: Value = serde_json::from_str(result_text(&resp["result"])).unwrap();
     assert_eq!(text, json!({"via": "socket"}));
@@ -215,16 +222,7 @@ async fn a_cancelled_call_clears_the_pages_request() {
         request["toolRequestId"]
     );
     // The server goes on: the next call works.
-    let call = mcp
-        .send_request(
-            "tools/call",
-            json!({"name": "get_page", "arguments": {"q": "again"}}),
-        )
-        .await;
-    let request = s.tool_request().await;
-    assert_eq!(request["args"], json!({"q": "again"}));
-    s.answer(&request, json!({"result": {"ok": 1}})).await;
-    let resp = mcp.response(call).await;
+    let resp = s.call_answered(&mut mcp, "again", json!({"ok": 1})).await;
     assert_eq!(result_text(&resp["result"]), r#"{"ok":1}"#, "{resp}");
 }
 

@@ -21,29 +21,41 @@ use tokio::net::unix::pipe;
 
 /// Standard input, read through the reactor when it is a pipe or a socket.
 pub fn stdin() -> Box<dyn AsyncRead + Send + Unpin> {
-    let reactor = Reactor::of(std::io::stdin().as_fd()).and_then(|end| {
-        Ok::<Box<dyn AsyncRead + Send + Unpin>, io::Error>(match end {
-            Reactor::Pipe(fd) => Box::new(pipe::Receiver::from_owned_fd(fd)?),
-            Reactor::Socket(stream) => Box::new(stream),
-        })
-    });
-    reactor.unwrap_or_else(|e| {
-        portable("stdin", &e);
-        Box::new(tokio::io::stdin())
-    })
+    through_reactor::<dyn AsyncRead + Send + Unpin>(
+        "stdin",
+        std::io::stdin().as_fd(),
+        |fd| Ok(Box::new(pipe::Receiver::from_owned_fd(fd)?)),
+        |stream| Box::new(stream),
+        || Box::new(tokio::io::stdin()),
+    )
 }
 
 /// Standard output, written through the reactor when it is a pipe or a socket.
 pub fn stdout() -> Box<dyn AsyncWrite + Send + Unpin> {
-    let reactor = Reactor::of(std::io::stdout().as_fd()).and_then(|end| {
-        Ok::<Box<dyn AsyncWrite + Send + Unpin>, io::Error>(match end {
-            Reactor::Pipe(fd) => Box::new(pipe::Sender::from_owned_fd(fd)?),
-            Reactor::Socket(stream) => Box::new(stream),
-        })
+    through_reactor::<dyn AsyncWrite + Send + Unpin>(
+        "stdout",
+        std::io::stdout().as_fd(),
+        |fd| Ok(Box::new(pipe::Sender::from_owned_fd(fd)?)),
+        |stream| Box::new(stream),
+        || Box::new(tokio::io::stdout()),
+    )
+}
+
+/// `fd` as the reactor serves a pipe or a socket, else tokio's portable form.
+fn through_reactor<T: ?Sized>(
+    which: &str,
+    fd: BorrowedFd<'_>,
+    pipe: impl FnOnce(OwnedFd) -> io::Result<Box<T>>,
+    socket: impl FnOnce(UnixStream) -> Box<T>,
+    portable: impl FnOnce() -> Box<T>,
+) -> Box<T> {
+    let served = Reactor::of(fd).and_then(|end| match end {
+        Reactor::Pipe(fd) => pipe(fd),
+        Reactor::Socket(stream) => Ok(socket(stream)),
     });
-    reactor.unwrap_or_else(|e| {
-        portable("stdout", &e);
-        Box::new(tokio::io::stdout())
+    served.unwrap_or_else(|e| {
+        tracing::debug!(error = %e, "{which} stays on the blocking pool");
+        portable()
     })
 }
 
@@ -70,8 +82,4 @@ impl Reactor {
             Err(io::Error::other("neither a pipe nor a socket"))
         }
     }
-}
-
-fn portable(which: &str, why: &io::Error) {
-    tracing::debug!(error = %why, "{which} stays on the blocking pool");
 }
