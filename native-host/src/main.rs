@@ -10,6 +10,7 @@ fn main() {
         pedelec_native_host::main(extension_origin),
     );
     // Leave without waiting on a blocking stdin reader thread (when stdin is
-    // not a pipe), which may still sit in read(2) when stdout closed first.
+    // neither a pipe nor a socket), which may still sit in read(2) when
+    // stdout closed first.
     std::process::exit(0);
 }
