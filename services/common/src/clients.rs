@@ -188,22 +188,23 @@ mod tests {
     use super::*;
     use tonic::service::Interceptor;
 
+    /// The request as `clients`' interceptor sends it.
+    fn sent(clients: &Clients) -> tonic::Request<()> {
+        clients
+            .credentials
+            .clone()
+            .call(tonic::Request::new(()))
+            .unwrap()
+    }
+
     #[test]
     fn the_token_is_added_only_when_given() {
         let clients = Clients::new(RuntimeDir::at("/nonexistent"));
-        let req = clients
-            .credentials
-            .clone()
-            .call(tonic::Request::new(()))
-            .unwrap();
+        let req = sent(&clients);
         assert!(req.metadata().get(TOOL_TOKEN_HEADER).is_none());
 
         let with = clients.with_tool_token("tok-1").unwrap();
-        let req = with
-            .credentials
-            .clone()
-            .call(tonic::Request::new(()))
-            .unwrap();
+        let req = sent(&with);
         assert_eq!(req.metadata().get(TOOL_TOKEN_HEADER).unwrap(), "tok-1");
         // The original keeps no token: tokens are per thread.
         assert!(clients.credentials.tool_token.is_none());
@@ -214,22 +215,14 @@ mod tests {
         let secret = ServiceSecret::generate();
         let clients = Clients::new(RuntimeDir::at("/nonexistent"));
         let none = clients.with_service_secret(None);
-        let req = none
-            .credentials
-            .clone()
-            .call(tonic::Request::new(()))
-            .unwrap();
+        let req = sent(&none);
         assert!(req.metadata().get(SERVICE_SECRET_HEADER).is_none());
 
         let with = clients
             .with_service_secret(Some(&secret))
             .with_tool_token("tok-1")
             .unwrap();
-        let req = with
-            .credentials
-            .clone()
-            .call(tonic::Request::new(()))
-            .unwrap();
+        let req = sent(&with);
         let line = secret.to_line();
         assert_eq!(
             req.metadata().get(SERVICE_SECRET_HEADER).unwrap(),

@@ -164,7 +164,7 @@ pub fn snapshot(s: &pb::Snapshot) -> Value {
 }
 
 /// The body of an event: `{type, …}`.
-pub fn event_body(e: &pb::session_event::Event) -> Value {
+fn event_body(e: &pb::session_event::Event) -> Value {
     use pb::session_event::Event as E;
     let with_type = |mut v: Value, kind: &str| {
         v["type"] = json!(kind);
