@@ -10,6 +10,7 @@ pub mod error;
 pub mod frame;
 pub mod host;
 pub mod log;
+pub mod program;
 pub mod protocol;
 
 pub use error::HostError;

@@ -1,16 +1,5 @@
-//! Chrome runs `pedelec-native-host chrome-extension://<id>/ [--parent-window=…]`
-//! with stdin/stdout as the message pipe.
-
 #![forbid(unsafe_code)]
 
-fn main() {
-    let extension_origin = std::env::args().nth(1);
-    pedelec_common::runtime::block_on(
-        "pedelec-native-host",
-        pedelec_native_host::main(extension_origin),
-    );
-    // Leave without waiting on a blocking stdin reader thread (when stdin is
-    // neither a pipe nor a socket), which may still sit in read(2) when
-    // stdout closed first.
-    std::process::exit(0);
+fn main() -> std::process::ExitCode {
+    pedelec_native_host::program::main()
 }

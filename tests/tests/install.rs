@@ -209,6 +209,89 @@ fn install_writes_the_binaries_config_and_a_manifest_per_present_browser() {
     assert_eq!(systemctl_calls(&env), ["--user show-environment"]);
 }
 
+/// The release layout (build-release.sh): pedelecd, the four services and the
+/// native host are one executable, `pedelec-multicall`, under six names.
+/// Installed, they stay one file, so their processes share its pages; each
+/// name still runs its own program; a second install finds it all unchanged.
+#[test]
+fn the_one_executable_installs_as_one_file_under_each_program_name() {
+    let env = env(false);
+    let listed = std::process::Command::new(bin("pedelec-multicall"))
+        .arg("--list")
+        .output()
+        .unwrap();
+    let programs: Vec<String> = String::from_utf8(listed.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(programs.len(), 6, "{programs:?}");
+    assert_eq!(
+        programs[0], "pedelecd",
+        "install runs from pedelecd's folder"
+    );
+    let from = env.root.path().join("release");
+    std::fs::create_dir(&from).unwrap();
+    std::fs::copy(bin("pedelec-multicall"), from.join("pedelecd")).unwrap();
+    for name in &programs[1..] {
+        std::fs::hard_link(from.join("pedelecd"), from.join(name)).unwrap();
+    }
+    std::fs::copy(bin("pedelec-cli"), from.join("pedelec-cli")).unwrap();
+
+    let install = |env: &TestEnv| {
+        let out = env
+            .command(from.join("pedelecd"))
+            .env("PEDELEC_BIN_DIR", &from)
+            .arg("install")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        text
+    };
+    install(&env);
+    let bin = lib_bin(&env);
+    let inode = |name: &str| std::fs::metadata(bin.join(name)).unwrap().ino();
+    for name in &programs {
+        assert_eq!(
+            inode(name),
+            inode("pedelecd"),
+            "{name} is not the same file"
+        );
+        assert_eq!(mode(&bin.join(name)), 0o755, "{name}");
+    }
+    assert_eq!(
+        std::fs::metadata(bin.join("pedelecd")).unwrap().nlink(),
+        programs.len() as u64
+    );
+    assert_ne!(inode("pedelec-cli"), inode("pedelecd"));
+    assert_ne!(
+        inode("pedelecd"),
+        std::fs::metadata(from.join("pedelecd")).unwrap().ino(),
+        "a copy, not the build's own file"
+    );
+    // Each name runs its own program.
+    for name in ["pedelecd", "pedelec-session", "pedelec-asset"] {
+        let out = env
+            .command(bin.join(name))
+            .arg("--version")
+            .output()
+            .unwrap();
+        let version = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            version.starts_with(&format!("{name} ")),
+            "{name}: {version}"
+        );
+    }
+    let again = install(&env);
+    assert!(!again.contains("wrote "), "{again}");
+}
+
 #[test]
 fn a_second_install_changes_nothing_and_dry_run_writes_nothing() {
     let env = env(true);

@@ -22,6 +22,7 @@ pub mod error;
 mod grpc;
 pub mod http;
 pub mod paths;
+pub mod program;
 pub mod tickets;
 
 pub use assets::{Assets, Limits};

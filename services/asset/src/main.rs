@@ -1,54 +1,5 @@
 #![forbid(unsafe_code)]
 
-use std::process::ExitCode;
-use std::time::Duration;
-
-use clap::Parser;
-use pedelec_common::args::{DirArgs, SecretArgs};
-use pedelec_common::env;
-
-/// Pedelec AssetService: files shared between the page and the agent.
-#[derive(Parser)]
-#[command(name = "pedelec-asset", version)]
-struct Args {
-    #[command(flatten)]
-    dirs: DirArgs,
-    #[command(flatten)]
-    secret: SecretArgs,
-    /// Largest accepted asset, in bytes.
-    #[arg(long, env = env::ASSET_MAX_BYTES, default_value_t = 100 * 1024 * 1024)]
-    max_asset_bytes: u64,
-    /// How long a transfer ticket stays valid, in milliseconds.
-    #[arg(long, env = env::ASSET_TICKET_TTL_MS, default_value_t = 5 * 60 * 1000)]
-    ticket_ttl_ms: u64,
-}
-
-fn main() -> ExitCode {
-    pedelec_common::runtime::block_on("pedelec-asset", serve())
-}
-
-async fn serve() -> ExitCode {
-    let args = Args::parse();
-    pedelec_common::telemetry::init("pedelec-asset");
-    let service_secret = match args.secret.read() {
-        Ok(secret) => secret,
-        Err(e) => {
-            tracing::error!(error = %e, "pedelec-asset failed");
-            return ExitCode::FAILURE;
-        }
-    };
-    let config = pedelec_asset::Config {
-        runtime_dir: args.dirs.runtime(),
-        data_dir: args.dirs.data(),
-        max_asset_bytes: args.max_asset_bytes,
-        ticket_ttl: Duration::from_millis(args.ticket_ttl_ms),
-        service_secret,
-    };
-    match pedelec_asset::run(config).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            tracing::error!(error = %e, "pedelec-asset failed");
-            ExitCode::FAILURE
-        }
-    }
+fn main() -> std::process::ExitCode {
+    pedelec_asset::program::main()
 }

@@ -16,6 +16,7 @@ use std::future::Future;
 /// Runs `main` to completion on a current-thread runtime with I/O and timers.
 /// If the runtime cannot be built, says so on stderr as `program` and exits 1.
 pub fn block_on<F: Future>(program: &str, main: F) -> F::Output {
+    crate::memory::one_arena();
     match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

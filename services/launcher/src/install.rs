@@ -6,7 +6,7 @@
 
 use std::collections::BTreeSet;
 use std::io::Write;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -344,6 +344,11 @@ pub fn service_manager_running(manager: ServiceManager) -> bool {
 enum Content {
     Bytes(Vec<u8>),
     CopyOf(PathBuf),
+    /// A hard link to an installed file planned before it: where the
+    /// sources are one file under several names (the release build's
+    /// `pedelec-multicall`), the installed names stay one file, so its
+    /// processes keep sharing its pages.
+    LinkTo(PathBuf),
 }
 
 struct Planned {
@@ -386,20 +391,32 @@ fn plan(
     let extra: Vec<String> = record.extension_ids.iter().cloned().collect();
 
     let mut files = Vec::new();
+    // Each source file (device, inode) and where its first name is installed.
+    let mut installed: Vec<((u64, u64), PathBuf)> = Vec::new();
     for name in BINARIES.iter().chain(&OPTIONAL_BINARIES) {
         let from = opts.from.join(name);
-        if !from.is_file() {
-            if BINARIES.contains(name) {
+        let meta = match std::fs::metadata(&from) {
+            Ok(meta) if meta.is_file() => meta,
+            _ if BINARIES.contains(name) => {
                 return Err(LauncherError::Install(format!(
                     "{} is missing: build all binaries first (./build-release.sh)",
                     from.display()
                 )));
             }
-            continue;
-        }
+            _ => continue,
+        };
+        let path = layout.bin.join(name);
+        let source = (meta.dev(), meta.ino());
+        let content = match installed.iter().find(|(s, _)| *s == source) {
+            Some((_, first)) => Content::LinkTo(first.clone()),
+            None => {
+                installed.push((source, path.clone()));
+                Content::CopyOf(from)
+            }
+        };
         files.push(Planned {
-            path: layout.bin.join(name),
-            content: Content::CopyOf(from),
+            path,
+            content,
             mode: 0o755,
         });
     }
@@ -467,6 +484,9 @@ fn unchanged(path: &Path, content: &Content, mode: u32) -> bool {
             std::fs::metadata(from).is_ok_and(|m| m.len() == meta.len())
                 && same_bytes(from, path).unwrap_or(false)
         }
+        Content::LinkTo(first) => {
+            std::fs::metadata(first).is_ok_and(|m| (m.dev(), m.ino()) == (meta.dev(), meta.ino()))
+        }
     }
 }
 
@@ -519,9 +539,7 @@ fn write_file(path: &Path, content: &Content, mode: u32) -> Result<(), LauncherE
         Content::Bytes(bytes) => pedelec_common::paths::write_atomic(path, bytes, mode)
             .map_err(|e| LauncherError::io(path, e)),
         Content::CopyOf(from) => {
-            let dir = path.parent().unwrap_or(Path::new("."));
-            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("bin");
-            let tmp = dir.join(format!(".{name}.{}.tmp", uuid::Uuid::new_v4().simple()));
+            let tmp = temp_beside(path);
             let result = (|| {
                 std::fs::copy(from, &tmp)?;
                 std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode))?;
@@ -533,7 +551,22 @@ fn write_file(path: &Path, content: &Content, mode: u32) -> Result<(), LauncherE
             }
             result.map_err(|e| LauncherError::io(path, e))
         }
+        Content::LinkTo(first) => {
+            let tmp = temp_beside(path);
+            let result = std::fs::hard_link(first, &tmp).and_then(|()| std::fs::rename(&tmp, path));
+            if result.is_err() {
+                let _ = std::fs::remove_file(&tmp);
+            }
+            result.map_err(|e| LauncherError::io(path, e))
+        }
     }
+}
+
+/// A fresh name in `path`'s folder, renamed over `path` once written.
+fn temp_beside(path: &Path) -> PathBuf {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("bin");
+    dir.join(format!(".{name}.{}.tmp", uuid::Uuid::new_v4().simple()))
 }
 
 /// A command install or uninstall runs, shown as it runs.
@@ -616,7 +649,7 @@ pub fn install(
             continue;
         }
         let _ = writeln!(out, "{verb} {} ({:o})", file.path.display(), file.mode);
-        if matches!(file.content, Content::CopyOf(_)) {
+        if matches!(file.content, Content::CopyOf(_) | Content::LinkTo(_)) {
             changed_binaries = true;
         }
         if file.path == layout.login_file {

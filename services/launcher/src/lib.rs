@@ -13,6 +13,7 @@ pub mod error;
 pub mod grpc;
 pub mod install;
 pub mod lock;
+pub mod program;
 pub mod supervisor;
 
 pub use error::LauncherError;

@@ -1,18 +1,5 @@
 #![forbid(unsafe_code)]
 
-use std::process::ExitCode;
-
-use clap::Parser;
-use pedelec_launcher::cli::{self, Cli};
-
-fn main() -> ExitCode {
-    // First: `up` makes the service secret, which no other process of the
-    // user may read from this one (docs/security.md).
-    if let Err(e) = pedelec_common::process::make_non_dumpable() {
-        eprintln!("pedelecd: cannot make the process non-dumpable: {e}");
-        return ExitCode::from(pedelec_launcher::error::exit::FAILURE);
-    }
-    let cli = Cli::parse();
-    pedelec_common::telemetry::init("pedelecd");
-    ExitCode::from(pedelec_common::runtime::block_on("pedelecd", cli::run(cli)))
+fn main() -> std::process::ExitCode {
+    pedelec_launcher::program::main()
 }

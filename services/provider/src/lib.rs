@@ -10,6 +10,7 @@ pub mod catalog;
 pub mod error;
 pub mod grpc;
 pub mod launch;
+pub mod program;
 pub mod service;
 pub mod settings;
 pub mod turns;

@@ -1,40 +1,5 @@
 #![forbid(unsafe_code)]
 
-use std::process::ExitCode;
-
-use clap::Parser;
-use pedelec_common::args::{DirArgs, SecretArgs};
-
-/// Pedelec's ProviderService: settings, provider CLIs and agent turns, on `provider.sock`.
-#[derive(Parser)]
-#[command(name = "pedelec-provider", version)]
-struct Args {
-    #[command(flatten)]
-    dirs: DirArgs,
-    #[command(flatten)]
-    secret: SecretArgs,
-}
-
-fn main() -> ExitCode {
-    pedelec_common::runtime::block_on("pedelec-provider", serve())
-}
-
-async fn serve() -> ExitCode {
-    let args = Args::parse();
-    pedelec_common::telemetry::init("pedelec-provider");
-    let mut config = pedelec_provider::Config::new(args.dirs.runtime(), args.dirs.data());
-    config.service_secret = match args.secret.read() {
-        Ok(secret) => secret,
-        Err(e) => {
-            tracing::error!("pedelec-provider: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match pedelec_provider::run(config).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            tracing::error!("pedelec-provider: {e}");
-            ExitCode::FAILURE
-        }
-    }
+fn main() -> std::process::ExitCode {
+    pedelec_provider::program::main()
 }

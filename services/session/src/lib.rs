@@ -5,6 +5,7 @@
 
 mod error;
 mod grpc;
+pub mod program;
 mod record;
 mod replay;
 mod sessions;

@@ -19,6 +19,7 @@ pub mod bridge;
 mod error;
 mod grpc;
 pub mod manifest;
+pub mod program;
 pub mod prompt;
 pub mod validate;
 

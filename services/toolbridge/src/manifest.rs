@@ -157,6 +157,20 @@ impl Patterns {
     }
 }
 
+/// Whether validating `doc` compiles a regex: a `pattern` key anywhere in it.
+/// (Over-counts a property that happens to be named `pattern`; that only
+/// sends its validation to the blocking pool.)
+pub fn has_patterns(doc: &Map<String, Json>) -> bool {
+    fn any(v: &Json) -> bool {
+        match v {
+            Json::Object(m) => has_patterns(m),
+            Json::Array(items) => items.iter().any(any),
+            _ => false,
+        }
+    }
+    doc.iter().any(|(k, v)| k == "pattern" || any(v))
+}
+
 impl Manifest {
     /// Validates a manifest document and keeps what the bridge needs.
     pub fn parse(doc: &Map<String, Json>) -> Result<Manifest, ManifestError> {
@@ -814,6 +828,16 @@ mod tests {
         let bad_desc = json!({"tools": [{"name": "a", "description": 1, "argsSchema": ok}]});
         assert_eq!(parse(bad_desc).unwrap_err().pointer, "/tools/0/description");
         assert!(parse(json!({})).unwrap().is_empty());
+    }
+
+    #[test]
+    fn patterns_are_found_at_any_depth_and_only_there() {
+        let nested = manifest(json!({"type": "object", "properties": {
+            "tags": {"type": "array", "items": {"type": "string", "pattern": "^[a-z]+$"}}
+        }}));
+        assert!(has_patterns(nested.as_object().unwrap()));
+        let plain = manifest(json!({"type": "object", "properties": {"q": {"type": "string"}}}));
+        assert!(!has_patterns(plain.as_object().unwrap()));
     }
 
     #[test]

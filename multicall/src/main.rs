@@ -1,0 +1,80 @@
+//! `pedelec-multicall`: pedelecd, the four services and the native host in
+//! one executable. The release build installs it once, under each program's
+//! name as a hard link; the name a process is started under picks the
+//! program. The six processes then map one file, so its code pages are in
+//! memory once, not six times (docs/decisions.md, "One executable for the
+//! long-running processes"). Each program's own crate keeps its binary for
+//! development and tests; both start at that crate's `program::main`.
+
+#![forbid(unsafe_code)]
+
+use std::path::Path;
+use std::process::ExitCode;
+
+/// Each program's file name, in the order `--list` prints them (pedelecd
+/// first: install runs from its folder).
+const PROGRAMS: [&str; 6] = [
+    "pedelecd",
+    "pedelec-session",
+    "pedelec-toolbridge",
+    "pedelec-provider",
+    "pedelec-asset",
+    "pedelec-native-host",
+];
+
+fn main() -> ExitCode {
+    let arg0 = std::env::args_os().next().unwrap_or_default();
+    let name = Path::new(&arg0)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default();
+    match name {
+        "pedelecd" => pedelec_launcher::program::main(),
+        "pedelec-session" => pedelec_session::program::main(),
+        "pedelec-toolbridge" => pedelec_toolbridge::program::main(),
+        "pedelec-provider" => pedelec_provider::program::main(),
+        "pedelec-asset" => pedelec_asset::program::main(),
+        "pedelec-native-host" => pedelec_native_host::program::main(),
+        // Under its own name: `--list` gives build-release.sh the names to link.
+        _ if std::env::args().nth(1).as_deref() == Some("--list") => {
+            for name in PROGRAMS {
+                println!("{name}");
+            }
+            ExitCode::SUCCESS
+        }
+        _ => {
+            eprintln!(
+                "pedelec-multicall: started as {name:?}; it runs as one of {} (a link by that name), or lists them with --list",
+                PROGRAMS.join(", ")
+            );
+            ExitCode::from(2)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use pedelec_common::ServiceName;
+
+    use super::*;
+
+    #[test]
+    fn every_program_is_installed_and_every_service_is_here() {
+        for name in PROGRAMS {
+            assert!(
+                pedelec_launcher::install::BINARIES.contains(&name),
+                "{name} is not in install::BINARIES"
+            );
+        }
+        for service in ServiceName::SUPERVISED
+            .into_iter()
+            .chain([ServiceName::Launcher])
+        {
+            assert!(
+                PROGRAMS.contains(&service.binary()),
+                "{} has no entry",
+                service.binary()
+            );
+        }
+    }
+}

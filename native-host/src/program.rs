@@ -1,0 +1,15 @@
+//! The pedelec-native-host program. Chrome runs `pedelec-native-host
+//! chrome-extension://<id>/ [--parent-window=…]` with stdin/stdout as the
+//! message pipe. Its own binary and the shared release executable
+//! (`pedelec-multicall`) both start here.
+
+use std::process::ExitCode;
+
+pub fn main() -> ExitCode {
+    let extension_origin = std::env::args().nth(1);
+    pedelec_common::runtime::block_on("pedelec-native-host", crate::main(extension_origin));
+    // Leave without waiting on a blocking stdin reader thread (when stdin is
+    // neither a pipe nor a socket), which may still sit in read(2) when
+    // stdout closed first.
+    std::process::exit(0);
+}

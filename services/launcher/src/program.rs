@@ -1,0 +1,21 @@
+//! The pedelecd program: the process hardening, its command line, then the
+//! subcommand. Its own binary and the shared release executable
+//! (`pedelec-multicall`) both start here.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::cli::{self, Cli};
+
+pub fn main() -> ExitCode {
+    // First: `up` makes the service secret, which no other process of the
+    // user may read from this one (docs/security.md).
+    if let Err(e) = pedelec_common::process::make_non_dumpable() {
+        eprintln!("pedelecd: cannot make the process non-dumpable: {e}");
+        return ExitCode::from(crate::error::exit::FAILURE);
+    }
+    let cli = Cli::parse();
+    pedelec_common::telemetry::init("pedelecd");
+    ExitCode::from(pedelec_common::runtime::block_on("pedelecd", cli::run(cli)))
+}

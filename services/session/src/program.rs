@@ -1,0 +1,57 @@
+//! The pedelec-session program: its flags, then the service until it stops. Its
+//! own binary and the shared release executable (`pedelec-multicall`) both
+//! start here.
+
+use std::time::Duration;
+
+use clap::Parser;
+use pedelec_common::args::{DirArgs, SecretArgs};
+use pedelec_common::env;
+
+/// Pedelec SessionService: serves session.sock in the runtime directory.
+#[derive(Parser)]
+#[command(version)]
+struct Flags {
+    #[command(flatten)]
+    dirs: DirArgs,
+    #[command(flatten)]
+    secret: SecretArgs,
+    /// Milliseconds an auto-end thread may have no attached route before it is ended.
+    #[arg(long, env = env::AUTO_END_GRACE_MS)]
+    auto_end_grace_ms: Option<u64>,
+    /// Milliseconds an ended thread without routes stays in memory (then it is
+    /// kept in the journal only and loaded again when asked for).
+    #[arg(long, env = env::EVICT_ENDED_MS)]
+    evict_ended_ms: Option<u64>,
+}
+
+pub fn main() -> std::process::ExitCode {
+    pedelec_common::runtime::block_on("pedelec-session", serve())
+}
+
+async fn serve() -> std::process::ExitCode {
+    pedelec_common::telemetry::init("pedelec-session");
+    let flags = Flags::parse();
+    let mut config = crate::Config::new(flags.dirs.runtime(), flags.dirs.data());
+    config.service_secret = match flags.secret.read() {
+        Ok(secret) => secret,
+        Err(e) => {
+            eprintln!("pedelec-session: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    if let Some(ms) = flags.auto_end_grace_ms {
+        config.auto_end_grace = Duration::from_millis(ms);
+    }
+    if let Some(ms) = flags.evict_ended_ms {
+        config.evict_ended_after = Duration::from_millis(ms);
+    }
+    match crate::run(config).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %e, "pedelec-session failed");
+            eprintln!("pedelec-session: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
