@@ -11,15 +11,18 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-/// Each program's file name, in the order `--list` prints them (pedelecd
-/// first: install runs from its folder).
-const PROGRAMS: [&str; 6] = [
-    "pedelecd",
-    "pedelec-session",
-    "pedelec-toolbridge",
-    "pedelec-provider",
-    "pedelec-asset",
-    "pedelec-native-host",
+/// A program's start: its crate's `program::main`.
+type Program = fn() -> ExitCode;
+
+/// Each program's file name and where it starts, in the order `--list`
+/// prints them (pedelecd first: install copies from pedelecd's folder).
+const PROGRAMS: [(&str, Program); 6] = [
+    ("pedelecd", pedelec_launcher::program::main),
+    ("pedelec-session", pedelec_session::program::main),
+    ("pedelec-toolbridge", pedelec_toolbridge::program::main),
+    ("pedelec-provider", pedelec_provider::program::main),
+    ("pedelec-asset", pedelec_asset::program::main),
+    ("pedelec-native-host", pedelec_native_host::program::main),
 ];
 
 fn main() -> ExitCode {
@@ -28,28 +31,20 @@ fn main() -> ExitCode {
         .file_name()
         .and_then(|n| n.to_str())
         .unwrap_or_default();
-    match name {
-        "pedelecd" => pedelec_launcher::program::main(),
-        "pedelec-session" => pedelec_session::program::main(),
-        "pedelec-toolbridge" => pedelec_toolbridge::program::main(),
-        "pedelec-provider" => pedelec_provider::program::main(),
-        "pedelec-asset" => pedelec_asset::program::main(),
-        "pedelec-native-host" => pedelec_native_host::program::main(),
-        // Under its own name: `--list` gives build-release.sh the names to link.
-        _ if std::env::args().nth(1).as_deref() == Some("--list") => {
-            for name in PROGRAMS {
-                println!("{name}");
-            }
-            ExitCode::SUCCESS
-        }
-        _ => {
-            eprintln!(
-                "pedelec-multicall: started as {name:?}; it runs as one of {} (a link by that name), or lists them with --list",
-                PROGRAMS.join(", ")
-            );
-            ExitCode::from(2)
-        }
+    if let Some((_, program)) = PROGRAMS.iter().find(|(n, _)| *n == name) {
+        return program();
     }
+    let names: Vec<&str> = PROGRAMS.iter().map(|(n, _)| *n).collect();
+    // Under its own name: `--list` gives build-release.sh the names to link.
+    if std::env::args().nth(1).as_deref() == Some("--list") {
+        println!("{}", names.join("\n"));
+        return ExitCode::SUCCESS;
+    }
+    eprintln!(
+        "pedelec-multicall: started as {name:?}; it runs as one of {} (a link by that name), or lists them with --list",
+        names.join(", ")
+    );
+    ExitCode::from(2)
 }
 
 #[cfg(test)]
@@ -60,7 +55,7 @@ mod tests {
 
     #[test]
     fn every_program_is_installed_and_every_service_is_here() {
-        for name in PROGRAMS {
+        for (name, _) in PROGRAMS {
             assert!(
                 pedelec_launcher::install::BINARIES.contains(&name),
                 "{name} is not in install::BINARIES"
@@ -71,7 +66,7 @@ mod tests {
             .chain([ServiceName::Launcher])
         {
             assert!(
-                PROGRAMS.contains(&service.binary()),
+                PROGRAMS.iter().any(|(n, _)| *n == service.binary()),
                 "{} has no entry",
                 service.binary()
             );

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use pedelec_common::args::{DirArgs, SecretArgs};
+use pedelec_common::args::{DirArgs, SecretArgs, run_service};
 use pedelec_common::env;
 
 /// Pedelec AssetService: files shared between the page and the agent.
@@ -26,31 +26,14 @@ struct Args {
 }
 
 pub fn main() -> ExitCode {
-    pedelec_common::runtime::block_on("pedelec-asset", serve())
-}
-
-async fn serve() -> ExitCode {
     let args = Args::parse();
-    pedelec_common::telemetry::init("pedelec-asset");
-    let service_secret = match args.secret.read() {
-        Ok(secret) => secret,
-        Err(e) => {
-            tracing::error!(error = %e, "pedelec-asset failed");
-            return ExitCode::FAILURE;
-        }
-    };
-    let config = crate::Config {
-        runtime_dir: args.dirs.runtime(),
-        data_dir: args.dirs.data(),
-        max_asset_bytes: args.max_asset_bytes,
-        ticket_ttl: Duration::from_millis(args.ticket_ttl_ms),
-        service_secret,
-    };
-    match crate::run(config).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            tracing::error!(error = %e, "pedelec-asset failed");
-            ExitCode::FAILURE
-        }
-    }
+    run_service("pedelec-asset", &args.secret, |service_secret| {
+        crate::run(crate::Config {
+            runtime_dir: args.dirs.runtime(),
+            data_dir: args.dirs.data(),
+            max_asset_bytes: args.max_asset_bytes,
+            ticket_ttl: Duration::from_millis(args.ticket_ttl_ms),
+            service_secret,
+        })
+    })
 }

@@ -2,7 +2,9 @@
 //! the `--service-secret-stdin` flag of the four services, so their names,
 //! help and fallbacks are written once.
 
+use std::future::Future;
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use crate::error::CommonError;
 use crate::secret::ServiceSecret;
@@ -68,6 +70,35 @@ impl DirArgs {
             .clone()
             .map_or_else(DataDir::from_env, DataDir::at)
     }
+}
+
+/// The rest of a service's program once its flags are read: logging, the
+/// service secret, then `serve` with that secret until the service stops, on
+/// the one-thread runtime. A failure is logged as `program` failed and the
+/// process exits 1.
+pub fn run_service<F, E>(
+    program: &str,
+    secret: &SecretArgs,
+    serve: impl FnOnce(Option<ServiceSecret>) -> F,
+) -> ExitCode
+where
+    F: Future<Output = Result<(), E>>,
+    E: std::fmt::Display,
+{
+    crate::runtime::block_on(program, async {
+        crate::telemetry::init(program);
+        let served = match secret.read() {
+            Ok(secret) => serve(secret).await.map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        match served {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                tracing::error!(error = %e, "{program} failed");
+                ExitCode::FAILURE
+            }
+        }
+    })
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use pedelec_common::args::{DirArgs, SecretArgs};
+use pedelec_common::args::{DirArgs, SecretArgs, run_service};
 
 /// Pedelec's ProviderService: settings, provider CLIs and agent turns, on `provider.sock`.
 #[derive(Parser)]
@@ -18,25 +18,10 @@ struct Args {
 }
 
 pub fn main() -> ExitCode {
-    pedelec_common::runtime::block_on("pedelec-provider", serve())
-}
-
-async fn serve() -> ExitCode {
     let args = Args::parse();
-    pedelec_common::telemetry::init("pedelec-provider");
-    let mut config = crate::Config::new(args.dirs.runtime(), args.dirs.data());
-    config.service_secret = match args.secret.read() {
-        Ok(secret) => secret,
-        Err(e) => {
-            tracing::error!("pedelec-provider: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match crate::run(config).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            tracing::error!("pedelec-provider: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    run_service("pedelec-provider", &args.secret, |service_secret| {
+        let mut config = crate::Config::new(args.dirs.runtime(), args.dirs.data());
+        config.service_secret = service_secret;
+        crate::run(config)
+    })
 }

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use clap::Parser;
-use pedelec_common::args::{DirArgs, SecretArgs};
+use pedelec_common::args::{DirArgs, SecretArgs, run_service};
 use pedelec_common::env;
 
 /// Pedelec SessionService: serves session.sock in the runtime directory.
@@ -26,32 +26,16 @@ struct Flags {
 }
 
 pub fn main() -> std::process::ExitCode {
-    pedelec_common::runtime::block_on("pedelec-session", serve())
-}
-
-async fn serve() -> std::process::ExitCode {
-    pedelec_common::telemetry::init("pedelec-session");
     let flags = Flags::parse();
-    let mut config = crate::Config::new(flags.dirs.runtime(), flags.dirs.data());
-    config.service_secret = match flags.secret.read() {
-        Ok(secret) => secret,
-        Err(e) => {
-            eprintln!("pedelec-session: {e}");
-            return std::process::ExitCode::FAILURE;
+    run_service("pedelec-session", &flags.secret, |service_secret| {
+        let mut config = crate::Config::new(flags.dirs.runtime(), flags.dirs.data());
+        config.service_secret = service_secret;
+        if let Some(ms) = flags.auto_end_grace_ms {
+            config.auto_end_grace = Duration::from_millis(ms);
         }
-    };
-    if let Some(ms) = flags.auto_end_grace_ms {
-        config.auto_end_grace = Duration::from_millis(ms);
-    }
-    if let Some(ms) = flags.evict_ended_ms {
-        config.evict_ended_after = Duration::from_millis(ms);
-    }
-    match crate::run(config).await {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            tracing::error!(error = %e, "pedelec-session failed");
-            eprintln!("pedelec-session: {e}");
-            std::process::ExitCode::FAILURE
+        if let Some(ms) = flags.evict_ended_ms {
+            config.evict_ended_after = Duration::from_millis(ms);
         }
-    }
+        crate::run(config)
+    })
 }

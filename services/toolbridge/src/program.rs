@@ -5,7 +5,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use pedelec_common::args::{DirArgs, SecretArgs};
+use pedelec_common::args::{DirArgs, SecretArgs, run_service};
 
 /// Pedelec ToolBridgeService: page tools, the first-turn prompt, pending calls.
 #[derive(Parser)]
@@ -18,29 +18,12 @@ struct Args {
 }
 
 pub fn main() -> ExitCode {
-    pedelec_common::runtime::block_on("pedelec-toolbridge", serve())
-}
-
-async fn serve() -> ExitCode {
     let args = Args::parse();
-    pedelec_common::telemetry::init("pedelec-toolbridge");
-    let service_secret = match args.secret.read() {
-        Ok(secret) => secret,
-        Err(e) => {
-            tracing::error!(error = %e, "pedelec-toolbridge failed");
-            return ExitCode::FAILURE;
-        }
-    };
-    let config = crate::Config {
-        runtime_dir: args.dirs.runtime(),
-        data_dir: args.dirs.data(),
-        service_secret,
-    };
-    match crate::run(config).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            tracing::error!(error = %e, "pedelec-toolbridge failed");
-            ExitCode::FAILURE
-        }
-    }
+    run_service("pedelec-toolbridge", &args.secret, |service_secret| {
+        crate::run(crate::Config {
+            runtime_dir: args.dirs.runtime(),
+            data_dir: args.dirs.data(),
+            service_secret,
+        })
+    })
 }
