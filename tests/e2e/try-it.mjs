@@ -72,5 +72,6 @@ try {
   }
   spawnSync(join(bin, "pedelecd"), ["stop"], { env });
   mock.stop();
-  rmSync(home, { recursive: true, force: true });
+  // Chromium's last processes may still write into the profile for a moment.
+  rmSync(home, { recursive: true, force: true, maxRetries: 20, retryDelay: 100 });
 }
