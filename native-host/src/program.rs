@@ -5,6 +5,9 @@
 
 use std::process::ExitCode;
 
+// #[inline]: compiled where it is called; in pedelec-multicall that is 1.4 MB
+// less text (docs/decisions.md, "One executable for the long-running processes").
+#[inline]
 pub fn main() -> ExitCode {
     let extension_origin = std::env::args().nth(1);
     pedelec_common::runtime::block_on("pedelec-native-host", crate::main(extension_origin));
