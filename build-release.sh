@@ -39,8 +39,9 @@ place() {
 }
 
 if [ "$static" = yes ]; then
-  # Everything else, dynamic; the programs in pedelec-multicall are not
-  # built as binaries of their own here.
+  # Everything else, dynamic. The packages of pedelec-multicall's programs
+  # are excluded only to save their own binaries' link time (one left out
+  # here is built and then replaced by the link below).
   cargo build --release --workspace --bins \
     --exclude pedelec-multicall --exclude pedelec-cli \
     --exclude pedelec-launcher --exclude pedelec-session --exclude pedelec-toolbridge \

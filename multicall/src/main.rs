@@ -11,18 +11,33 @@
 use std::path::Path;
 use std::process::ExitCode;
 
+use pedelec_common::ServiceName;
+use pedelec_launcher::install::NATIVE_HOST;
+
 /// A program's start: its crate's `program::main`.
 type Program = fn() -> ExitCode;
 
 /// Each program's file name and where it starts, in the order `--list`
 /// prints them (pedelecd first: install copies from pedelecd's folder).
 const PROGRAMS: [(&str, Program); 6] = [
-    ("pedelecd", pedelec_launcher::program::main),
-    ("pedelec-session", pedelec_session::program::main),
-    ("pedelec-toolbridge", pedelec_toolbridge::program::main),
-    ("pedelec-provider", pedelec_provider::program::main),
-    ("pedelec-asset", pedelec_asset::program::main),
-    ("pedelec-native-host", pedelec_native_host::program::main),
+    (
+        ServiceName::Launcher.binary(),
+        pedelec_launcher::program::main,
+    ),
+    (
+        ServiceName::Session.binary(),
+        pedelec_session::program::main,
+    ),
+    (
+        ServiceName::ToolBridge.binary(),
+        pedelec_toolbridge::program::main,
+    ),
+    (
+        ServiceName::Provider.binary(),
+        pedelec_provider::program::main,
+    ),
+    (ServiceName::Asset.binary(), pedelec_asset::program::main),
+    (NATIVE_HOST, pedelec_native_host::program::main),
 ];
 
 fn main() -> ExitCode {
@@ -49,8 +64,6 @@ fn main() -> ExitCode {
 
 #[cfg(test)]
 mod tests {
-    use pedelec_common::ServiceName;
-
     use super::*;
 
     #[test]

@@ -151,7 +151,7 @@ impl ServiceName {
     }
 
     /// The service's binary, found beside `pedelecd`.
-    pub fn binary(self) -> &'static str {
+    pub const fn binary(self) -> &'static str {
         match self {
             ServiceName::Session => "pedelec-session",
             ServiceName::ToolBridge => "pedelec-toolbridge",

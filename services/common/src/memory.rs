@@ -28,20 +28,15 @@ pub fn spawn_trimmer() {
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tick.tick().await;
-                trim_if_worth_it();
+                trim(TRIM_ABOVE);
             }
         });
     });
 }
 
-/// Returns free memory to the system when enough of it is held; true if it trimmed.
-pub fn trim_if_worth_it() -> bool {
-    trim(TRIM_ABOVE)
-}
-
 /// Returns free memory to the system when the allocator holds more than
-/// `above` bytes of it; true if it trimmed.
-fn trim(above: usize) -> bool {
+/// `above` bytes of it.
+fn trim(above: usize) {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
         // SAFETY: both are plain glibc calls without pointer arguments; they
@@ -49,10 +44,10 @@ fn trim(above: usize) -> bool {
         let free = unsafe { libc::mallinfo2() }.fordblks;
         if free > above {
             unsafe { libc::malloc_trim(0) };
-            return true;
         }
     }
-    false
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    let _ = above;
 }
 
 /// Makes every thread allocate from the main arena. glibc gives a new thread

@@ -10,6 +10,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use pedelec_common::ServiceName;
 use pedelec_common::extension::{PEDELEC_EXTENSION_ID, is_valid_id};
 use pedelec_common::install::{
     HOST_CONFIG_FILE, HostConfig, LAUNCHD_LABEL, NATIVE_HOST_NAME, SYSTEMD_UNIT, ServiceManager,
@@ -19,14 +20,17 @@ use serde::{Deserialize, Serialize};
 use crate::Dirs;
 use crate::error::LauncherError;
 
+/// The native-messaging host's binary, which the browsers' manifests name.
+pub const NATIVE_HOST: &str = "pedelec-native-host";
+
 /// The binaries an install copies; `pedelec-agent` too when it was built.
 pub const BINARIES: [&str; 7] = [
-    "pedelecd",
-    "pedelec-session",
-    "pedelec-toolbridge",
-    "pedelec-provider",
-    "pedelec-asset",
-    "pedelec-native-host",
+    ServiceName::Launcher.binary(),
+    ServiceName::Session.binary(),
+    ServiceName::ToolBridge.binary(),
+    ServiceName::Provider.binary(),
+    ServiceName::Asset.binary(),
+    NATIVE_HOST,
     "pedelec-cli",
 ];
 const OPTIONAL_BINARIES: [&str; 1] = ["pedelec-agent"];
@@ -169,7 +173,7 @@ impl Layout {
     }
 
     pub fn native_host(&self) -> PathBuf {
-        self.bin.join("pedelec-native-host")
+        self.bin.join(NATIVE_HOST)
     }
 
     /// Every supported browser: (name, its config folder).
