@@ -227,6 +227,10 @@ impl ToolBridgeService for ToolBridgeGrpc {
         };
         self.bridge
             .resolve(&req.session_id, &req.tool_request_id, outcome)?;
+        // The waiting CallTool was just woken. Let it run first, so its answer
+        // (what the agent waits for) is written before this reply and the
+        // Settled event, which only SessionService waits for.
+        tokio::task::yield_now().await;
         Ok(Response::new(pb::ResolveToolResponse {}))
     }
 
