@@ -84,8 +84,11 @@ fn main() {
         env::cleanup();
         default_hook(info);
     }));
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    // One thread, like the processes it measures (pedelec_common::runtime):
+    // on a multi-thread runtime the harness's own cross-thread wake-ups added
+    // about 100 µs to every gRPC round trip it timed, floors included
+    // (docs/benchmarks.md, "Session 7").
+    let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("tokio runtime");
