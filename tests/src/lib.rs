@@ -588,6 +588,39 @@ impl Events {
             }
         }
     }
+
+    /// Reads until the operation `operation_id` is settled, the way a client
+    /// must settle it: from its OperationFinished or, when this route fell
+    /// behind and missed that event, from the replay-gap snapshot's recent
+    /// operations (session.proto, `Snapshot.recent_operations`). Returns the
+    /// outcome and everything read.
+    pub async fn until_settled(
+        &mut self,
+        operation_id: &str,
+    ) -> (pb::OperationOutcome, Vec<pb::SessionEvent>) {
+        use pb::session_event::Event;
+        let mut seen = Vec::new();
+        loop {
+            let e = self.next().await;
+            let outcome = match &e.event {
+                Some(Event::OperationFinished(f)) if f.operation_id == operation_id => {
+                    Some(f.outcome)
+                }
+                Some(Event::Snapshot(s)) if s.replay_gap => s
+                    .recent_operations
+                    .iter()
+                    .find(|op| op.operation_id == operation_id)
+                    .map(|op| op.outcome),
+                _ => None,
+            };
+            seen.push(e);
+            if let Some(outcome) = outcome {
+                let outcome = pb::OperationOutcome::try_from(outcome)
+                    .unwrap_or_else(|_| panic!("unknown outcome {outcome}"));
+                return (outcome, seen);
+            }
+        }
+    }
 }
 
 pub fn is_finished(e: &pb::SessionEvent) -> bool {

@@ -617,3 +617,59 @@ async fn a_cancelled_operation_never_reaches_the_provider() {
         "RunTurn sent for the cancelled operation too"
     );
 }
+
+/// A route a whole replay buffer behind can miss OperationFinished: Cancel's
+/// few events push its place out of the buffer. The replay-gap snapshot it
+/// gets instead names the cancelled operation in `recent_operations`, which is
+/// how a client settles it (the race behind a rare failure of the resilience
+/// test, which now settles the same way).
+#[tokio::test]
+async fn a_route_that_missed_operation_finished_settles_it_from_the_gap_snapshot() {
+    let h = harness(|c| {
+        c.replay = crate::ReplayLimits {
+            max_events: 64,
+            max_bytes: 1 << 20,
+        }
+    })
+    .await;
+    let id = h.create(false).await;
+    // Takes nothing until the cancel: its channel fills and its place in the
+    // replay buffer falls out.
+    let mut rx = attach(&h, &id);
+    let op = h.sessions.send_text(&id, ORIGIN, "hi".into()).unwrap();
+    let turn = h.turn().await;
+    const DELTAS: u64 = 3000;
+    for _ in 0..DELTAS {
+        turn.send(Ok(pb::ProviderEvent {
+            event: Some(ProviderEvent::ChatDelta("x".into())),
+        }))
+        .await
+        .unwrap();
+    }
+    eventually("every delta in the replay buffer", || {
+        h.sessions.get(&id, ORIGIN).unwrap().last_seq > DELTAS
+    })
+    .await;
+    h.sessions.cancel(&id, ORIGIN).await.unwrap();
+
+    fn settled<'a>(s: &'a pb::Snapshot, op: &str) -> Option<&'a pb::Operation> {
+        s.recent_operations.iter().find(|o| o.operation_id == op)
+    }
+    let settles = |e: &Event| match e {
+        Event::Snapshot(s) => s.replay_gap && settled(s, &op).is_some(),
+        other => is_finished(other),
+    };
+    let events = events_until(&mut rx, settles).await;
+    let Some(Event::Snapshot(gap)) = events.last() else {
+        panic!(
+            "the route got OperationFinished, not a gap: {:?}",
+            events.last()
+        );
+    };
+    let cancelled = settled(gap, &op).unwrap();
+    assert_eq!(cancelled.outcome, pb::OperationOutcome::Cancelled as i32);
+    assert_eq!(
+        pb::SessionStatus::try_from(gap.status).unwrap(),
+        pb::SessionStatus::Idle
+    );
+}
