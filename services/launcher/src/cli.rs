@@ -17,6 +17,9 @@ use crate::install::{self, Layout};
 use crate::{Dirs, client, daemon, doctor};
 
 const START_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often `start` asks the new launcher whether its services serve: the
+/// native host's auto-start waits on this (`autostart.first_answer`).
+const START_POLL: Duration = Duration::from_millis(1);
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Shown under `pedelecd --help`.
@@ -335,7 +338,7 @@ async fn start(dirs: &Dirs) -> Result<(), LauncherError> {
                 log_tail(&log_path, 20)
             )));
         }
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        tokio::time::sleep(START_POLL).await;
     }
 }
 
