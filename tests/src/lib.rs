@@ -592,14 +592,10 @@ impl Events {
     /// Reads until the operation `operation_id` is settled, the way a client
     /// must settle it: from its OperationFinished or, when this route fell
     /// behind and missed that event, from the replay-gap snapshot's recent
-    /// operations (session.proto, `Snapshot.recent_operations`). Returns the
-    /// outcome and everything read.
-    pub async fn until_settled(
-        &mut self,
-        operation_id: &str,
-    ) -> (pb::OperationOutcome, Vec<pb::SessionEvent>) {
+    /// operations (session.proto, `Snapshot.recent_operations`). Returns its
+    /// outcome.
+    pub async fn until_settled(&mut self, operation_id: &str) -> pb::OperationOutcome {
         use pb::session_event::Event;
-        let mut seen = Vec::new();
         loop {
             let e = self.next().await;
             let outcome = match &e.event {
@@ -613,11 +609,9 @@ impl Events {
                     .map(|op| op.outcome),
                 _ => None,
             };
-            seen.push(e);
             if let Some(outcome) = outcome {
-                let outcome = pb::OperationOutcome::try_from(outcome)
+                return pb::OperationOutcome::try_from(outcome)
                     .unwrap_or_else(|_| panic!("unknown outcome {outcome}"));
-                return (outcome, seen);
             }
         }
     }
