@@ -6,7 +6,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use pedelec_common::args::{DirArgs, SecretArgs, run_service};
+use pedelec_common::ServiceName;
+use pedelec_common::args::{ServiceArgs, run_service};
 use pedelec_common::env;
 
 /// Pedelec AssetService: files shared between the page and the agent.
@@ -14,9 +15,7 @@ use pedelec_common::env;
 #[command(name = "pedelec-asset", version)]
 struct Args {
     #[command(flatten)]
-    dirs: DirArgs,
-    #[command(flatten)]
-    secret: SecretArgs,
+    service: ServiceArgs,
     /// Largest accepted asset, in bytes.
     #[arg(long, env = env::ASSET_MAX_BYTES, default_value_t = 100 * 1024 * 1024)]
     max_asset_bytes: u64,
@@ -30,13 +29,17 @@ struct Args {
 #[inline]
 pub fn main() -> ExitCode {
     let args = Args::parse();
-    run_service("pedelec-asset", &args.secret, |service_secret| {
-        crate::run(crate::Config {
-            runtime_dir: args.dirs.runtime(),
-            data_dir: args.dirs.data(),
-            max_asset_bytes: args.max_asset_bytes,
-            ticket_ttl: Duration::from_millis(args.ticket_ttl_ms),
-            service_secret,
-        })
-    })
+    run_service(
+        ServiceName::Asset,
+        &args.service,
+        |runtime_dir, data_dir, service_secret| {
+            crate::run(crate::Config {
+                runtime_dir,
+                data_dir,
+                max_asset_bytes: args.max_asset_bytes,
+                ticket_ttl: Duration::from_millis(args.ticket_ttl_ms),
+                service_secret,
+            })
+        },
+    )
 }

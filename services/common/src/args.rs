@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use crate::error::CommonError;
 use crate::secret::ServiceSecret;
-use crate::{DataDir, RuntimeDir};
+use crate::{DataDir, RuntimeDir, ServiceName};
 
 /// The flag `pedelecd` starts every service with.
 pub const SERVICE_SECRET_STDIN: &str = "--service-secret-stdin";
@@ -72,23 +72,36 @@ impl DirArgs {
     }
 }
 
-/// The rest of a service's program once its flags are read: logging, the
-/// service secret, then `serve` with that secret until the service stops, on
-/// the one-thread runtime. A failure is logged as `program` failed and the
-/// process exits 1.
+/// The flags every service takes: its folders and how it gets the service
+/// secret. Flatten into a service's clap arguments.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct ServiceArgs {
+    #[command(flatten)]
+    pub dirs: DirArgs,
+    #[command(flatten)]
+    pub secret: SecretArgs,
+}
+
+/// The rest of `service`'s program once its flags are read: logging, the
+/// service secret, then `serve` with its folders and that secret until the
+/// service stops, on the one-thread runtime. A failure is logged as the
+/// program failed and the process exits 1.
 pub fn run_service<F, E>(
-    program: &str,
-    secret: &SecretArgs,
-    serve: impl FnOnce(Option<ServiceSecret>) -> F,
+    service: ServiceName,
+    args: &ServiceArgs,
+    serve: impl FnOnce(RuntimeDir, DataDir, Option<ServiceSecret>) -> F,
 ) -> ExitCode
 where
     F: Future<Output = Result<(), E>>,
     E: std::fmt::Display,
 {
+    let program = service.binary();
     crate::runtime::block_on(program, async {
         crate::telemetry::init(program);
-        let served = match secret.read() {
-            Ok(secret) => serve(secret).await.map_err(|e| e.to_string()),
+        let served = match args.secret.read() {
+            Ok(secret) => serve(args.dirs.runtime(), args.dirs.data(), secret)
+                .await
+                .map_err(|e| e.to_string()),
             Err(e) => Err(e.to_string()),
         };
         match served {

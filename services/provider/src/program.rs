@@ -5,16 +5,15 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use pedelec_common::args::{DirArgs, SecretArgs, run_service};
+use pedelec_common::ServiceName;
+use pedelec_common::args::{ServiceArgs, run_service};
 
 /// Pedelec's ProviderService: settings, provider CLIs and agent turns, on `provider.sock`.
 #[derive(Parser)]
 #[command(name = "pedelec-provider", version)]
 struct Args {
     #[command(flatten)]
-    dirs: DirArgs,
-    #[command(flatten)]
-    secret: SecretArgs,
+    service: ServiceArgs,
 }
 
 // #[inline]: compiled where it is called; in pedelec-multicall that is 1.4 MB
@@ -22,9 +21,13 @@ struct Args {
 #[inline]
 pub fn main() -> ExitCode {
     let args = Args::parse();
-    run_service("pedelec-provider", &args.secret, |service_secret| {
-        let mut config = crate::Config::new(args.dirs.runtime(), args.dirs.data());
-        config.service_secret = service_secret;
-        crate::run(config)
-    })
+    run_service(
+        ServiceName::Provider,
+        &args.service,
+        |runtime, data, service_secret| {
+            let mut config = crate::Config::new(runtime, data);
+            config.service_secret = service_secret;
+            crate::run(config)
+        },
+    )
 }

@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use clap::Parser;
-use pedelec_common::args::{DirArgs, SecretArgs, run_service};
+use pedelec_common::ServiceName;
+use pedelec_common::args::{ServiceArgs, run_service};
 use pedelec_common::env;
 
 /// Pedelec SessionService: serves session.sock in the runtime directory.
@@ -13,9 +14,7 @@ use pedelec_common::env;
 #[command(version)]
 struct Flags {
     #[command(flatten)]
-    dirs: DirArgs,
-    #[command(flatten)]
-    secret: SecretArgs,
+    service: ServiceArgs,
     /// Milliseconds an auto-end thread may have no attached route before it is ended.
     #[arg(long, env = env::AUTO_END_GRACE_MS)]
     auto_end_grace_ms: Option<u64>,
@@ -30,15 +29,19 @@ struct Flags {
 #[inline]
 pub fn main() -> std::process::ExitCode {
     let flags = Flags::parse();
-    run_service("pedelec-session", &flags.secret, |service_secret| {
-        let mut config = crate::Config::new(flags.dirs.runtime(), flags.dirs.data());
-        config.service_secret = service_secret;
-        if let Some(ms) = flags.auto_end_grace_ms {
-            config.auto_end_grace = Duration::from_millis(ms);
-        }
-        if let Some(ms) = flags.evict_ended_ms {
-            config.evict_ended_after = Duration::from_millis(ms);
-        }
-        crate::run(config)
-    })
+    run_service(
+        ServiceName::Session,
+        &flags.service,
+        |runtime, data, service_secret| {
+            let mut config = crate::Config::new(runtime, data);
+            config.service_secret = service_secret;
+            if let Some(ms) = flags.auto_end_grace_ms {
+                config.auto_end_grace = Duration::from_millis(ms);
+            }
+            if let Some(ms) = flags.evict_ended_ms {
+                config.evict_ended_after = Duration::from_millis(ms);
+            }
+            crate::run(config)
+        },
+    )
 }

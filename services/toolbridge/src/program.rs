@@ -5,16 +5,15 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use pedelec_common::args::{DirArgs, SecretArgs, run_service};
+use pedelec_common::ServiceName;
+use pedelec_common::args::{ServiceArgs, run_service};
 
 /// Pedelec ToolBridgeService: page tools, the first-turn prompt, pending calls.
 #[derive(Parser)]
 #[command(name = "pedelec-toolbridge", version)]
 struct Args {
     #[command(flatten)]
-    dirs: DirArgs,
-    #[command(flatten)]
-    secret: SecretArgs,
+    service: ServiceArgs,
 }
 
 // #[inline]: compiled where it is called; in pedelec-multicall that is 1.4 MB
@@ -22,11 +21,15 @@ struct Args {
 #[inline]
 pub fn main() -> ExitCode {
     let args = Args::parse();
-    run_service("pedelec-toolbridge", &args.secret, |service_secret| {
-        crate::run(crate::Config {
-            runtime_dir: args.dirs.runtime(),
-            data_dir: args.dirs.data(),
-            service_secret,
-        })
-    })
+    run_service(
+        ServiceName::ToolBridge,
+        &args.service,
+        |runtime_dir, data_dir, service_secret| {
+            crate::run(crate::Config {
+                runtime_dir,
+                data_dir,
+                service_secret,
+            })
+        },
+    )
 }
