@@ -234,21 +234,31 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()>
 pub fn replace_file(path: &Path, bytes: &[u8], mode: u32, sync: bool) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
-    let tmp = dir.join(format!(".{name}.{}.tmp", uuid::Uuid::new_v4().simple()));
-    let result = (|| {
+    replace_through_temp(path, |tmp| {
         let mut file = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(mode)
-            .open(&tmp)?;
+            .open(tmp)?;
         file.write_all(bytes)?;
         if sync {
             file.sync_all()?;
         }
-        std::fs::rename(&tmp, path)
-    })();
+        Ok(())
+    })
+}
+
+/// Replaces `path` with what `fill` makes at a fresh temp name in the same
+/// folder, by a rename, so `path` is never seen half made. The temp file is
+/// removed when `fill` or the rename fails.
+pub fn replace_through_temp(
+    path: &Path,
+    fill: impl FnOnce(&Path) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
+    let tmp = dir.join(format!(".{name}.{}.tmp", uuid::Uuid::new_v4().simple()));
+    let result = fill(&tmp).and_then(|()| std::fs::rename(&tmp, path));
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
@@ -258,6 +268,22 @@ pub fn replace_file(path: &Path, bytes: &[u8], mode: u32, sync: bool) -> std::io
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failed_replacement_keeps_the_old_file_and_leaves_no_temp() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("f");
+        std::fs::write(&file, b"old").unwrap();
+        let err = replace_through_temp(&file, |t| {
+            std::fs::write(t, b"half")?;
+            Err(std::io::Error::other("fill failed"))
+        })
+        .unwrap_err();
+        assert_eq!(err.to_string(), "fill failed");
+        assert_eq!(std::fs::read(&file).unwrap(), b"old");
+        let names: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().collect();
+        assert_eq!(names.len(), 1, "a temp file was left: {names:?}");
+    }
 
     #[test]
     fn private_dir_is_created_0700_and_tightened() {

@@ -15,6 +15,7 @@ use pedelec_common::extension::{PEDELEC_EXTENSION_ID, is_valid_id};
 use pedelec_common::install::{
     HOST_CONFIG_FILE, HostConfig, LAUNCHD_LABEL, NATIVE_HOST_NAME, SYSTEMD_UNIT, ServiceManager,
 };
+use pedelec_common::paths::replace_through_temp;
 use serde::{Deserialize, Serialize};
 
 use crate::Dirs;
@@ -542,35 +543,15 @@ fn write_file(path: &Path, content: &Content, mode: u32) -> Result<(), LauncherE
     match content {
         Content::Bytes(bytes) => pedelec_common::paths::write_atomic(path, bytes, mode)
             .map_err(|e| LauncherError::io(path, e)),
-        Content::CopyOf(from) => {
-            let tmp = temp_beside(path);
-            let result = (|| {
-                std::fs::copy(from, &tmp)?;
-                std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode))?;
-                std::fs::File::open(&tmp)?.sync_all()?;
-                std::fs::rename(&tmp, path)
-            })();
-            if result.is_err() {
-                let _ = std::fs::remove_file(&tmp);
-            }
-            result.map_err(|e| LauncherError::io(path, e))
-        }
-        Content::LinkTo(first) => {
-            let tmp = temp_beside(path);
-            let result = std::fs::hard_link(first, &tmp).and_then(|()| std::fs::rename(&tmp, path));
-            if result.is_err() {
-                let _ = std::fs::remove_file(&tmp);
-            }
-            result.map_err(|e| LauncherError::io(path, e))
-        }
+        Content::CopyOf(from) => replace_through_temp(path, |tmp| {
+            std::fs::copy(from, tmp)?;
+            std::fs::set_permissions(tmp, std::fs::Permissions::from_mode(mode))?;
+            std::fs::File::open(tmp)?.sync_all()
+        })
+        .map_err(|e| LauncherError::io(path, e)),
+        Content::LinkTo(first) => replace_through_temp(path, |tmp| std::fs::hard_link(first, tmp))
+            .map_err(|e| LauncherError::io(path, e)),
     }
-}
-
-/// A fresh name in `path`'s folder, renamed over `path` once written.
-fn temp_beside(path: &Path) -> PathBuf {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("bin");
-    dir.join(format!(".{name}.{}.tmp", uuid::Uuid::new_v4().simple()))
 }
 
 /// A command install or uninstall runs, shown as it runs.
