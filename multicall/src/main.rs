@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use pedelec_common::ServiceName;
-use pedelec_launcher::install::NATIVE_HOST;
+use pedelec_common::install::NATIVE_HOST;
 
 /// A program's start: its crate's `program::main`.
 type Program = fn() -> ExitCode;

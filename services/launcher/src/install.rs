@@ -13,16 +13,14 @@ use std::process::{Command, Stdio};
 use pedelec_common::ServiceName;
 use pedelec_common::extension::{PEDELEC_EXTENSION_ID, is_valid_id};
 use pedelec_common::install::{
-    HOST_CONFIG_FILE, HostConfig, LAUNCHD_LABEL, NATIVE_HOST_NAME, SYSTEMD_UNIT, ServiceManager,
+    HOST_CONFIG_FILE, HostConfig, LAUNCHD_LABEL, NATIVE_HOST, NATIVE_HOST_NAME, SYSTEMD_UNIT,
+    ServiceManager,
 };
 use pedelec_common::paths::replace_through_temp;
 use serde::{Deserialize, Serialize};
 
 use crate::Dirs;
 use crate::error::LauncherError;
-
-/// The native-messaging host's binary, which the browsers' manifests name.
-pub const NATIVE_HOST: &str = "pedelec-native-host";
 
 /// The binaries an install copies; `pedelec-agent` too when it was built.
 pub const BINARIES: [&str; 7] = [

@@ -5,6 +5,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
+use pedelec_common::ServiceName;
 
 use crate::cli::{self, Cli};
 
@@ -19,6 +20,7 @@ pub fn main() -> ExitCode {
         return ExitCode::from(crate::error::exit::FAILURE);
     }
     let cli = Cli::parse();
-    pedelec_common::telemetry::init("pedelecd");
-    ExitCode::from(pedelec_common::runtime::block_on("pedelecd", cli::run(cli)))
+    let program = ServiceName::Launcher.binary();
+    pedelec_common::telemetry::init(program);
+    ExitCode::from(pedelec_common::runtime::block_on(program, cli::run(cli)))
 }
