@@ -452,6 +452,17 @@ impl Drop for Launcher {
     }
 }
 
+/// The visible entries of a folder: SessionService keeps a hidden spare
+/// folder and journal file ready for the next create (`paths::SpareDir`),
+/// which are neither workspaces nor records.
+pub fn visible_entries(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
+        .flatten()
+        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+        .count()
+}
+
 pub fn signal(pid: i32, sig: i32) {
     if pid < 0 {
         pedelec_common::process::signal_group(-pid, sig);

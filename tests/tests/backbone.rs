@@ -649,12 +649,7 @@ async fn an_unfinished_app_exit_is_finished_at_the_next_start() {
         code(sessions.get(thread_request(&id)).await),
         "THREAD_NOT_FOUND"
     );
-    assert_eq!(
-        std::fs::read_dir(env.data_dir().join("workspaces"))
-            .unwrap()
-            .count(),
-        0
-    );
+    assert_eq!(visible_entries(&env.data_dir().join("workspaces")), 0);
     assert!(!env.data_dir().join("app-exit").exists());
 }
 
@@ -674,11 +669,7 @@ async fn a_failed_journal_write_is_reported_and_keeps_nothing_half_done() {
     let away = env.data_dir().join("sessions.away");
     std::fs::rename(&journal, &away).unwrap();
     std::fs::write(&journal, b"not a folder").unwrap();
-    let workspaces = || {
-        std::fs::read_dir(env.data_dir().join("workspaces"))
-            .unwrap()
-            .count()
-    };
+    let workspaces = || visible_entries(&env.data_dir().join("workspaces"));
     let workspaces_before = workspaces();
 
     assert_eq!(

@@ -571,10 +571,15 @@ impl Drop for Tmpfs {
 }
 
 /// Fills the file system of `dir` with `<dir>/filler` until it is full.
+/// Fills the disk (again: a second call tops the same file up).
 fn fill(dir: &Path) -> PathBuf {
     use std::io::Write;
     let filler = dir.join("filler");
-    let mut f = std::fs::File::create(&filler).unwrap();
+    let mut f = std::fs::File::options()
+        .append(true)
+        .create(true)
+        .open(&filler)
+        .unwrap();
     let block = vec![0u8; 64 * 1024];
     loop {
         match f.write(&block) {
@@ -638,8 +643,19 @@ async fn a_full_data_disk_is_reported_and_the_last_good_state_kept() {
     let count = threads(&mut sessions).await;
 
     let filler = fill(&env.data_dir());
+    // A record larger than any the journal wrote before: the journal reuses
+    // replaced files' space (paths::RecyclingWriter), so a small record may
+    // still fit on a full disk, and then its create rightly succeeds.
+    let mut manifest = skills();
+    manifest["guidance"] = "g".repeat(16 * 1024).into();
+    let big = pb::CreateSessionRequest {
+        skills: Some(pedelec_common::json::to_struct(
+            manifest.as_object().unwrap(),
+        )),
+        ..thread_with_tools()
+    };
     assert_eq!(
-        code(sessions.create_session(thread_with_tools()).await),
+        code(sessions.create_session(big).await),
         "JOURNAL_WRITE_FAILED"
     );
     assert_eq!(
@@ -647,6 +663,8 @@ async fn a_full_data_disk_is_reported_and_the_last_good_state_kept() {
         count,
         "a refused create kept its thread"
     );
+    // The refused record's file was removed, and with it the space it reused.
+    fill(&env.data_dir());
     assert_eq!(
         code(sessions.send_text(send_text_request(&id, "hello")).await),
         "JOURNAL_WRITE_FAILED"

@@ -189,15 +189,21 @@ pub const SEQ_RESERVATION: u64 = 1024;
 
 pub struct Journal {
     dir: PathBuf,
+    writer: pedelec_common::paths::RecyclingWriter,
 }
 
 impl Journal {
     pub fn new(dir: PathBuf) -> Self {
-        Journal { dir }
+        let writer = pedelec_common::paths::RecyclingWriter::new(dir.clone(), 0o600);
+        Journal { dir, writer }
+    }
+
+    fn file_name(session_id: &str) -> String {
+        format!("{session_id}.json")
     }
 
     fn file(&self, session_id: &str) -> PathBuf {
-        self.dir.join(format!("{session_id}.json"))
+        self.dir.join(Self::file_name(session_id))
     }
 
     /// The record of one thread, if its file exists and reads. Ids are checked
@@ -224,7 +230,15 @@ impl Journal {
 
     pub fn save(&self, record: &ThreadRecord) -> std::io::Result<()> {
         let bytes = serde_json::to_vec_pretty(record).map_err(std::io::Error::other)?;
-        pedelec_common::paths::replace_file(&self.file(&record.session_id), &bytes, 0o600, false)
+        // Without fsync: a record survives a crash of this process (the page
+        // cache keeps it), and a thread's record is written on every change.
+        self.writer
+            .replace(&Self::file_name(&record.session_id), &bytes)
+    }
+
+    /// Makes a spare file for the next new thread's record (blocking).
+    pub fn refill(&self) -> std::io::Result<()> {
+        self.writer.refill()
     }
 
     /// Every readable record, and the files that could not be read (reported by

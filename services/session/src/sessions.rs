@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use pb::session_event::Event;
 use pedelec_common::clients::{ProviderClient, ToolBridgeClient};
+use pedelec_common::paths::SpareDir;
 use pedelec_common::secret::ServiceSecret;
 use pedelec_common::{Clients, Code, CodedError, DataDir, RuntimeDir, ids, json};
 use pedelec_proto::v1 as pb;
@@ -54,6 +55,8 @@ pub struct Sessions {
 pub(crate) struct Inner {
     pub config: Config,
     pub journal: Journal,
+    /// The next managed workspace folder, made ahead of time.
+    workspaces: SpareDir,
     threads: Mutex<HashMap<String, SharedThread>>,
     pub provider: ProviderClient,
     pub tools: ToolBridgeClient,
@@ -110,10 +113,12 @@ impl Sessions {
     pub fn open(config: Config, upstream: Upstream) -> Sessions {
         let Upstream { provider, tools } = upstream;
         let journal = Journal::new(config.data_dir.sessions());
+        let workspaces = SpareDir::new(config.data_dir.workspaces());
         let sessions = Sessions {
             inner: Arc::new(Inner {
                 config,
                 journal,
+                workspaces,
                 threads: Mutex::new(HashMap::new()),
                 provider,
                 tools,
@@ -122,8 +127,24 @@ impl Sessions {
             }),
         };
         sessions.recover();
+        sessions.refill_spares();
         tokio::spawn(crate::tools::follow(sessions.clone()));
         sessions
+    }
+
+    /// Makes the next create's workspace folder and journal file on the
+    /// blocking pool: a new inode can cost most of a millisecond on this
+    /// kind of disk (`paths::RecyclingWriter`), which a create should not wait for.
+    fn refill_spares(&self) {
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || {
+            if let Err(e) = inner.workspaces.refill() {
+                tracing::debug!(error = %e, "no spare workspace folder");
+            }
+            if let Err(e) = inner.journal.refill() {
+                tracing::debug!(error = %e, "no spare journal file");
+            }
+        });
     }
 
     fn recover(&self) {
@@ -428,7 +449,7 @@ impl Sessions {
             Some(path) => (path, false),
             None => {
                 let path = self.inner.config.data_dir.workspaces().join(&session_id);
-                if let Err(e) = pedelec_common::paths::ensure_private_dir(&path) {
+                if let Err(e) = self.inner.workspaces.create(&path) {
                     undo_registration().await;
                     return Err(SessionError::Workspace {
                         path: path.display().to_string(),
@@ -481,6 +502,7 @@ impl Sessions {
         let snapshot = thread.snapshot();
         self.threads()
             .insert(session_id.clone(), Arc::new(Mutex::new(thread)));
+        self.refill_spares();
         tracing::info!(session = %session_id, provider = %profile.provider, "created thread");
         Ok(pb::CreateSessionResponse {
             session_id,

@@ -148,6 +148,7 @@ pub async fn run(cfg: &Config) -> i32 {
         "in_service.to_emit.grpc",
         "in_service.emit_to_client.grpc",
         "breakdown.journal_write",
+        "breakdown.journal_write.fresh_inode",
         "deltas.host",
         "deltas.host.latency_paced",
         "deltas.host.latency_burst",
@@ -537,32 +538,53 @@ async fn grpc_floor(env: &BenchEnv, n: usize) -> Result<Row, String> {
     ))
 }
 
-/// The session journal's write (pedelec_common::paths::replace_file, no
-/// fsync) of a record-sized file over the previous one, on the filesystem of
-/// the temp dirs: SessionService does this on every state change, and a tool
-/// call changes state twice (waiting_tool_result, then running).
+/// The session journal's write (`RecyclingWriter`, no fsync) of a
+/// record-sized file over the previous one, on the filesystem of the temp
+/// dirs: SessionService does this on every state change. Next to it, fewer
+/// samples of the plain replace-by-rename, which makes and deletes an inode
+/// each time (kept short: the deletions slow inode creation on this disk for
+/// a while, and the phases after this one create sessions).
 async fn journal_write(cfg: &Config) -> Result<Vec<Row>, String> {
     let n = cfg.n(2000, 200);
     let dir = tempfile::Builder::new()
         .prefix("pdlj")
         .tempdir_in("/tmp")
         .map_err(|e| e.to_string())?;
-    let file = dir.path().join("thr_0123456789abcdef.json");
+    let name = "thr_0123456789abcdef.json";
+    let file = dir.path().join(name);
     let record = vec![b'x'; 1536];
-    let mut samples = Vec::with_capacity(n);
+    let writer = pedelec_common::paths::RecyclingWriter::new(dir.path().into(), 0o600);
+    let mut recycled = Vec::with_capacity(n);
     for i in 0..n + 20 {
+        let t = Instant::now();
+        writer
+            .replace(name, &record)
+            .map_err(|e| format!("RecyclingWriter::replace: {e}"))?;
+        if i >= 20 {
+            recycled.push(us(t.elapsed()));
+        }
+    }
+    let mut fresh = Vec::with_capacity(n / 10);
+    for i in 0..n / 10 + 20 {
         let t = Instant::now();
         pedelec_common::paths::replace_file(&file, &record, 0o600, false)
             .map_err(|e| format!("replace_file: {e}"))?;
         if i >= 20 {
-            samples.push(us(t.elapsed()));
+            fresh.push(us(t.elapsed()));
         }
     }
-    Ok(vec![Row::latency(
-        "breakdown.journal_write",
-        "breakdown: temp file + write 1.5 KB + rename over the old one, no fsync (the session journal's write)",
-        samples,
-    )])
+    Ok(vec![
+        Row::latency(
+            "breakdown.journal_write",
+            "breakdown: the journal's write of 1.5 KB (a recycled temp file, rename over the old one, no fsync)",
+            recycled,
+        ),
+        Row::latency(
+            "breakdown.journal_write.fresh_inode",
+            "breakdown: the same with a new temp file each time (replace_file), the inode created and the old one deleted",
+            fresh,
+        ),
+    ])
 }
 
 // ---------------------------------------------------------------- pedelecd up
