@@ -424,9 +424,35 @@ impl Sessions {
                 None => Ok(None),
             }
         };
-        let (profile, tool_token) = tokio::join!(resolve, register);
+        // The managed workspace folder is made while the two requests are out
+        // (after one yield, so they are written to their sockets first).
+        let workspace = async {
+            tokio::task::yield_now().await;
+            match &explicit_workspace {
+                Some(path) => Ok((path.clone(), false)),
+                None => {
+                    let path = self.inner.config.data_dir.workspaces().join(&session_id);
+                    match self.inner.workspaces.create(&path) {
+                        Ok(()) => Ok((path, true)),
+                        Err(e) => Err(SessionError::Workspace {
+                            path: path.display().to_string(),
+                            reason: e.to_string(),
+                        }),
+                    }
+                }
+            }
+        };
+        let (profile, tool_token, workspace) = tokio::join!(resolve, register, workspace);
         let registered = matches!(tool_token, Ok(Some(_)));
-        let undo_registration = || async {
+        let made_folder = match &workspace {
+            Ok((path, true)) => Some(path.clone()),
+            _ => None,
+        };
+        // Nothing of a refused create stays: not its workspace, not its tools.
+        let undo = || async {
+            if let Some(folder) = &made_folder {
+                let _ = std::fs::remove_dir_all(folder);
+            }
             if registered {
                 self.drop_tool_calls(session_id.clone(), DropTools::Ended)
                     .await;
@@ -435,30 +461,21 @@ impl Sessions {
         let profile = match profile {
             Ok(resp) => resp.into_inner(),
             Err(status) => {
-                undo_registration().await;
+                undo().await;
                 return Err(upstream(status));
             }
         };
-        let tool_token = tool_token?;
-
+        let (tool_token, (workspace_path, managed_workspace)) = match (tool_token, workspace) {
+            (Ok(token), Ok(workspace)) => (token, workspace),
+            (Err(e), _) | (_, Err(e)) => {
+                undo().await;
+                return Err(e);
+            }
+        };
         let manifest = req
             .skills
             .as_ref()
             .map(|s| serde_json::Value::Object(json::from_struct(s)));
-        let (workspace_path, managed_workspace) = match explicit_workspace {
-            Some(path) => (path, false),
-            None => {
-                let path = self.inner.config.data_dir.workspaces().join(&session_id);
-                if let Err(e) = self.inner.workspaces.create(&path) {
-                    undo_registration().await;
-                    return Err(SessionError::Workspace {
-                        path: path.display().to_string(),
-                        reason: e.to_string(),
-                    });
-                }
-                (path, true)
-            }
-        };
 
         let record = ThreadRecord {
             session_id: session_id.clone(),
@@ -492,11 +509,7 @@ impl Sessions {
             .check_open_threads(&thread.record.origin)
             .and_then(|()| thread.save(&self.inner.journal));
         if let Err(e) = saved {
-            // Nothing of the refused thread stays: not its workspace, not its tools.
-            if managed_workspace {
-                let _ = std::fs::remove_dir_all(&thread.record.workspace_path);
-            }
-            undo_registration().await;
+            undo().await;
             return Err(e);
         }
         let snapshot = thread.snapshot();
@@ -676,6 +689,13 @@ impl Sessions {
                 (key, initial, last, t.notify.subscribe())
             })?;
         tracing::debug!(session = %req.session_id, route = %req.route_id, "route attached");
+        // The first message waits in the channel before the stream is handed
+        // to tonic, so the response's headers and the snapshot go out in one
+        // write (one wake-up of the client, not two). A fresh channel has room.
+        let mut initial = initial.into_iter();
+        if let Some(first) = initial.next() {
+            let _ = tx.try_send(Ok(first));
+        }
         let route = RouteGuard {
             sessions: self.clone(),
             thread: thread.clone(),
@@ -836,7 +856,11 @@ impl Sessions {
     /// the provider keeps between turns (codex's app-server): CancelTurn on a
     /// thread with no running turn does that.
     async fn drop_tool_calls(&self, session_id: String, why: DropTools) {
-        if why == DropTools::Ended {
+        // The two services are asked at once: neither depends on the other.
+        let release = async {
+            if why != DropTools::Ended {
+                return;
+            }
             let mut provider = self.inner.provider.clone();
             let released = provider.cancel_turn(pb::CancelTurnRequest {
                 session_id: session_id.clone(),
@@ -846,19 +870,22 @@ impl Sessions {
             {
                 tracing::warn!(session = %session_id, error = %status.message(), "could not release the provider");
             }
-        }
-        let mut tools = self.inner.tools.clone();
-        let dropped = tools.drop(pb::DropToolsRequest {
-            session_id: session_id.clone(),
-            keep_manifest: why == DropTools::Cancelled,
-        });
-        match tokio::time::timeout(std::time::Duration::from_secs(2), dropped).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(status)) => {
-                tracing::warn!(session = %session_id, error = %status.message(), "could not drop tool calls")
+        };
+        let drop = async {
+            let mut tools = self.inner.tools.clone();
+            let dropped = tools.drop(pb::DropToolsRequest {
+                session_id: session_id.clone(),
+                keep_manifest: why == DropTools::Cancelled,
+            });
+            match tokio::time::timeout(std::time::Duration::from_secs(2), dropped).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(status)) => {
+                    tracing::warn!(session = %session_id, error = %status.message(), "could not drop tool calls")
+                }
+                Err(_) => tracing::warn!(session = %session_id, "dropping tool calls timed out"),
             }
-            Err(_) => tracing::warn!(session = %session_id, "dropping tool calls timed out"),
-        }
+        };
+        tokio::join!(release, drop);
     }
 
     pub async fn reactivate(&self, id: &str, origin: &str) -> Result<pb::Snapshot, SessionError> {
