@@ -274,15 +274,44 @@ fn is_http_url(s: &str) -> bool {
     !host.is_empty() && port.is_none_or(|p| p.parse::<u16>().is_ok())
 }
 
-/// Reads and replaces `settings.json`. Every read goes to the file, so an edit
-/// by hand is seen without a restart; the file is a few hundred bytes.
+/// Reads and replaces `settings.json`. Every read looks at the file, so an
+/// edit by hand is seen without a restart; the file is parsed again only when
+/// its identity, size or times changed (a create asks for the profile, and a
+/// `stat` is a fraction of open, read and parse).
 pub struct SettingsStore {
     path: PathBuf,
     /// The corrupt file last reported, so a broken file is logged once, not on every read.
     reported: Mutex<Option<(std::time::SystemTime, u64)>>,
+    /// The last settings parsed, with the stamp of the file they came from.
+    parsed: Mutex<Option<(FileStamp, Settings)>>,
     /// Held from reading to writing: two partial updates at once must not
     /// each write their change over the same old settings.
     writing: tokio::sync::Mutex<()>,
+}
+
+/// What tells one version of a file from another without reading it: a
+/// replace makes a new inode, an edit in place changes the size or the times.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct FileStamp {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime_ns: i128,
+    ctime_ns: i128,
+}
+
+impl FileStamp {
+    fn of(meta: &std::fs::Metadata) -> FileStamp {
+        use std::os::unix::fs::MetadataExt;
+        let ns = |s: i64, n: i64| i128::from(s) * 1_000_000_000 + i128::from(n);
+        FileStamp {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            len: meta.len(),
+            mtime_ns: ns(meta.mtime(), meta.mtime_nsec()),
+            ctime_ns: ns(meta.ctime(), meta.ctime_nsec()),
+        }
+    }
 }
 
 impl SettingsStore {
@@ -290,6 +319,7 @@ impl SettingsStore {
         SettingsStore {
             path: path.into(),
             reported: Mutex::new(None),
+            parsed: Mutex::new(None),
             writing: tokio::sync::Mutex::new(()),
         }
     }
@@ -301,6 +331,20 @@ impl SettingsStore {
     /// The current settings: empty when the file is missing, and also when it
     /// is unreadable or corrupt (reported in the log).
     pub fn load(&self) -> Settings {
+        let stamp = match std::fs::metadata(&self.path) {
+            Ok(meta) => FileStamp::of(&meta),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Settings::default(),
+            Err(e) => {
+                self.report(&format!("cannot read it: {e}"));
+                return Settings::default();
+            }
+        };
+        let parsed = || self.parsed.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((seen, settings)) = &*parsed()
+            && *seen == stamp
+        {
+            return settings.clone();
+        }
         let bytes = match std::fs::read(&self.path) {
             Ok(bytes) => bytes,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Settings::default(),
@@ -310,7 +354,13 @@ impl SettingsStore {
             }
         };
         match serde_json::from_slice::<SettingsFile>(&bytes) {
-            Ok(file) => file.into(),
+            Ok(file) => {
+                let settings: Settings = file.into();
+                // Replaced between the stat and the read: the next load sees a
+                // new stamp and reads again, so nothing stale is kept.
+                *parsed() = Some((stamp, settings.clone()));
+                settings
+            }
             Err(e) => {
                 self.report(&format!("not valid settings JSON: {e}"));
                 Settings::default()
@@ -411,6 +461,27 @@ mod tests {
         s.profiles
             .insert("claude".into(), profiles(&[("default", level("opus", ""))]));
         s
+    }
+
+    #[test]
+    fn a_hand_edit_is_seen_by_the_next_load_in_place_or_replaced() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("settings.json");
+        let store = SettingsStore::new(&path);
+        assert_eq!(store.load().default_provider, None);
+        std::fs::write(&path, br#"{"defaultProvider":"codex"}"#).unwrap();
+        assert_eq!(store.load().default_provider.as_deref(), Some("codex"));
+        assert_eq!(store.load().default_provider.as_deref(), Some("codex"));
+        // Same size, written in place (an editor that does not replace).
+        std::fs::write(&path, br#"{"defaultProvider":"qwen5"}"#).unwrap();
+        assert_eq!(store.load().default_provider.as_deref(), Some("qwen5"));
+        // Replaced by rename.
+        let other = tmp.path().join("new.json");
+        std::fs::write(&other, br#"{"defaultProvider":"claude"}"#).unwrap();
+        std::fs::rename(&other, &path).unwrap();
+        assert_eq!(store.load().default_provider.as_deref(), Some("claude"));
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(store.load().default_provider, None);
     }
 
     #[test]

@@ -424,52 +424,40 @@ impl Sessions {
                 None => Ok(None),
             }
         };
-        // The managed workspace folder is made while the two requests are out
-        // (after one yield, so they are written to their sockets first).
-        let workspace = async {
-            tokio::task::yield_now().await;
-            match &explicit_workspace {
-                Some(path) => Ok((path.clone(), false)),
-                None => {
-                    let path = self.inner.config.data_dir.workspaces().join(&session_id);
-                    match self.inner.workspaces.create(&path) {
-                        Ok(()) => Ok((path, true)),
-                        Err(e) => Err(SessionError::Workspace {
-                            path: path.display().to_string(),
-                            reason: e.to_string(),
-                        }),
-                    }
-                }
-            }
-        };
-        let (profile, tool_token, workspace) = tokio::join!(resolve, register, workspace);
+        let (profile, tool_token) = tokio::join!(resolve, register);
         let registered = matches!(tool_token, Ok(Some(_)));
-        let made_folder = match &workspace {
-            Ok((path, true)) => Some(path.clone()),
-            _ => None,
-        };
         // Nothing of a refused create stays: not its workspace, not its tools.
-        let undo = || async {
-            if let Some(folder) = &made_folder {
+        let undo = |folder: Option<&Path>| {
+            if let Some(folder) = folder {
                 let _ = std::fs::remove_dir_all(folder);
             }
-            if registered {
-                self.drop_tool_calls(session_id.clone(), DropTools::Ended)
-                    .await;
+            let id = session_id.clone();
+            async move {
+                if registered {
+                    self.drop_tool_calls(id, DropTools::Ended).await;
+                }
             }
         };
         let profile = match profile {
             Ok(resp) => resp.into_inner(),
             Err(status) => {
-                undo().await;
+                undo(None).await;
                 return Err(upstream(status));
             }
         };
-        let (tool_token, (workspace_path, managed_workspace)) = match (tool_token, workspace) {
-            (Ok(token), Ok(workspace)) => (token, workspace),
-            (Err(e), _) | (_, Err(e)) => {
-                undo().await;
-                return Err(e);
+        let tool_token = tool_token?;
+        let (workspace_path, managed_workspace) = match explicit_workspace {
+            Some(path) => (path, false),
+            None => {
+                let path = self.inner.config.data_dir.workspaces().join(&session_id);
+                if let Err(e) = self.inner.workspaces.create(&path) {
+                    undo(None).await;
+                    return Err(SessionError::Workspace {
+                        path: path.display().to_string(),
+                        reason: e.to_string(),
+                    });
+                }
+                (path, true)
             }
         };
         let manifest = req
@@ -509,7 +497,7 @@ impl Sessions {
             .check_open_threads(&thread.record.origin)
             .and_then(|()| thread.save(&self.inner.journal));
         if let Err(e) = saved {
-            undo().await;
+            undo(managed_workspace.then_some(thread.record.workspace_path.as_path())).await;
             return Err(e);
         }
         let snapshot = thread.snapshot();
