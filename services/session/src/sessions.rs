@@ -72,6 +72,10 @@ const RUNTIME_FOLDER: &str = ".pedelec-runtime";
 /// Events an ended thread keeps for routes catching up with its end.
 const ENDED_REPLAY_EVENTS: usize = 64;
 
+/// When the first spare workspace folder and journal file are made after
+/// start; a create before then makes its own.
+const FIRST_SPARES_AFTER: Duration = Duration::from_millis(100);
+
 /// How many events a route takes from the replay buffer at a time.
 const ROUTE_BATCH: usize = 256;
 
@@ -127,7 +131,13 @@ impl Sessions {
             }),
         };
         sessions.recover();
-        sessions.refill_spares();
+        // Not while the other services start too (`up.all_healthy`): a new
+        // inode can cost most of a millisecond of CPU on this kind of disk.
+        let later = sessions.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(FIRST_SPARES_AFTER).await;
+            later.refill_spares();
+        });
         tokio::spawn(crate::tools::follow(sessions.clone()));
         sessions
     }
