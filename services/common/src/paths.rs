@@ -331,7 +331,14 @@ impl SpareDir {
             .mode(0o700)
             .create(&spare)
             .map_err(|e| CommonError::io(&spare, e))?;
-        *self.ready() = Some(spare);
+        let mut ready = self.ready();
+        if ready.is_none() {
+            *ready = Some(spare);
+        } else {
+            // Another refill got there first (two creates close together).
+            drop(ready);
+            let _ = std::fs::remove_dir(spare);
+        }
         Ok(())
     }
 
@@ -503,6 +510,7 @@ mod tests {
         std::fs::create_dir(&leftover).unwrap();
         let spares = SpareDir::new(tmp.path().into());
         assert!(!leftover.exists());
+        spares.refill().unwrap();
         spares.refill().unwrap();
         let spare = spares.ready().clone().unwrap();
         let ino = std::fs::metadata(&spare).unwrap().ino();
