@@ -265,20 +265,6 @@ pub fn replace_through_temp(
     result
 }
 
-/// Replaces files in one folder by rename, like [`replace_file`] without
-/// fsync, but never creates or deletes an inode once warm: the file a rename
-/// replaces is kept (by a hard link taken first) as the next write's temp file.
-///
-/// Why: on ext4 without a journal (this project's VMs) a new inode costs
-/// 0.2–0.9 ms of kernel CPU for as long as recently deleted inodes are near,
-/// because the allocator skips each one it finds, and every plain
-/// replace-by-rename deletes one. A new name still needs a new inode.
-pub struct RecyclingWriter {
-    dir: PathBuf,
-    mode: u32,
-    spares: std::sync::Mutex<Vec<PathBuf>>,
-}
-
 /// Spare files and folders are hidden, so readers of the folder skip them.
 const SPARE_PREFIX: &str = ".spare-";
 
@@ -295,64 +281,18 @@ fn spares_in(dir: &Path) -> impl Iterator<Item = PathBuf> {
         .map(|e| e.path())
 }
 
-/// One empty private folder made ahead of time in `parent`, so that making a
-/// folder on a request's path is a rename (see [`RecyclingWriter`] for why a
-/// new inode can be slow).
-pub struct SpareDir {
-    parent: PathBuf,
-    ready: std::sync::Mutex<Option<PathBuf>>,
-}
-
-impl SpareDir {
-    /// Removes the empty spares a previous run left; none is ready until
-    /// [`SpareDir::refill`].
-    pub fn new(parent: PathBuf) -> Self {
-        for leftover in spares_in(&parent) {
-            let _ = std::fs::remove_dir(leftover);
-        }
-        SpareDir {
-            parent,
-            ready: std::sync::Mutex::new(None),
-        }
-    }
-
-    fn ready(&self) -> std::sync::MutexGuard<'_, Option<PathBuf>> {
-        self.ready.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Makes the spare (0700) if none is ready. Blocking: run it off the
-    /// request path.
-    pub fn refill(&self) -> Result<(), CommonError> {
-        if self.ready().is_some() {
-            return Ok(());
-        }
-        let spare = spare_name(&self.parent);
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&spare)
-            .map_err(|e| CommonError::io(&spare, e))?;
-        let mut ready = self.ready();
-        if ready.is_none() {
-            *ready = Some(spare);
-        } else {
-            // Another refill got there first (two creates close together).
-            drop(ready);
-            let _ = std::fs::remove_dir(spare);
-        }
-        Ok(())
-    }
-
-    /// Makes `path`, a new name in the parent, a private folder as
-    /// [`ensure_private_dir`] does: the spare renamed when one is ready.
-    pub fn create(&self, path: &Path) -> Result<(), CommonError> {
-        let spare = self.ready().take();
-        if let Some(spare) = spare
-            && std::fs::rename(&spare, path).is_err()
-        {
-            let _ = std::fs::remove_dir(spare);
-        }
-        ensure_private_dir(path)
-    }
+/// Replaces files in one folder by rename, like [`replace_file`] without
+/// fsync, but never creates or deletes an inode once warm: the file a rename
+/// replaces is kept (by a hard link taken first) as the next write's temp file.
+///
+/// Why: on ext4 without a journal (this project's VMs) a new inode costs
+/// 0.2–0.9 ms of kernel CPU for as long as recently deleted inodes are near,
+/// because the allocator skips each one it finds, and every plain
+/// replace-by-rename deletes one. A new name still needs a new inode.
+pub struct RecyclingWriter {
+    dir: PathBuf,
+    mode: u32,
+    spares: std::sync::Mutex<Vec<PathBuf>>,
 }
 
 impl RecyclingWriter {
@@ -455,6 +395,66 @@ impl RecyclingWriter {
                 Err(e)
             }
         }
+    }
+}
+
+/// One empty private folder made ahead of time in `parent`, so that making a
+/// folder on a request's path is a rename (see [`RecyclingWriter`] for why a
+/// new inode can be slow).
+pub struct SpareDir {
+    parent: PathBuf,
+    ready: std::sync::Mutex<Option<PathBuf>>,
+}
+
+impl SpareDir {
+    /// Removes the empty spares a previous run left; none is ready until
+    /// [`SpareDir::refill`].
+    pub fn new(parent: PathBuf) -> Self {
+        for leftover in spares_in(&parent) {
+            let _ = std::fs::remove_dir(leftover);
+        }
+        SpareDir {
+            parent,
+            ready: std::sync::Mutex::new(None),
+        }
+    }
+
+    fn ready(&self) -> std::sync::MutexGuard<'_, Option<PathBuf>> {
+        self.ready.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Makes the spare (0700) if none is ready. Blocking: run it off the
+    /// request path.
+    pub fn refill(&self) -> Result<(), CommonError> {
+        if self.ready().is_some() {
+            return Ok(());
+        }
+        let spare = spare_name(&self.parent);
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&spare)
+            .map_err(|e| CommonError::io(&spare, e))?;
+        let mut ready = self.ready();
+        if ready.is_none() {
+            *ready = Some(spare);
+        } else {
+            // Another refill got there first (two creates close together).
+            drop(ready);
+            let _ = std::fs::remove_dir(spare);
+        }
+        Ok(())
+    }
+
+    /// Makes `path`, a new name in the parent, a private folder as
+    /// [`ensure_private_dir`] does: the spare renamed when one is ready.
+    pub fn create(&self, path: &Path) -> Result<(), CommonError> {
+        let spare = self.ready().take();
+        if let Some(spare) = spare
+            && std::fs::rename(&spare, path).is_err()
+        {
+            let _ = std::fs::remove_dir(spare);
+        }
+        ensure_private_dir(path)
     }
 }
 
