@@ -248,6 +248,18 @@ async fn eventually(what: &str, cond: impl Fn() -> bool) {
     panic!("{what} did not happen");
 }
 
+/// The hidden (spare) or the visible entries of a folder.
+fn entries(dir: &std::path::Path, hidden: bool) -> Vec<std::path::PathBuf> {
+    let Ok(listed) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    listed
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with('.') == hidden)
+        .map(|e| e.path())
+        .collect()
+}
+
 fn attach(h: &Harness, id: &str) -> crate::sessions::EventStream {
     h.sessions
         .attach(pb::AttachRequest {
@@ -284,12 +296,8 @@ async fn a_refused_create_leaves_nothing_in_the_bridge() {
     drop(seen);
     let workspaces = h.config.data_dir.workspaces();
     // The hidden spare folder made for the next create is not a workspace.
-    let left = std::fs::read_dir(&workspaces).map_or(0, |d| {
-        d.flatten()
-            .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
-            .count()
-    });
-    assert_eq!(left, 0, "no workspace under {}", workspaces.display());
+    let left = entries(&workspaces, false);
+    assert!(left.is_empty(), "workspaces left: {left:?}");
     assert!(h.sessions.list(None).is_empty());
 }
 
@@ -677,4 +685,26 @@ async fn a_route_that_missed_operation_finished_settles_it_from_the_gap_snapshot
         pb::SessionStatus::try_from(gap.status).unwrap(),
         pb::SessionStatus::Idle
     );
+}
+
+/// A create takes the workspace folder and the record file made ahead of it
+/// (no new inode on its path), and the next pair is made after it.
+#[tokio::test]
+async fn a_create_takes_the_folder_and_file_made_ahead() {
+    use std::os::unix::fs::MetadataExt;
+    let h = harness(|_| {}).await;
+    let (workspaces, journal) = (h.config.data_dir.workspaces(), h.config.data_dir.sessions());
+    let one_spare_each =
+        || entries(&workspaces, true).len() == 1 && entries(&journal, true).len() == 1;
+    eventually("the first spares", one_spare_each).await;
+    let ino = |p: &std::path::Path| std::fs::metadata(p).unwrap().ino();
+    let folder = ino(&entries(&workspaces, true)[0]);
+    let file = ino(&entries(&journal, true)[0]);
+
+    let id = h.create(false).await;
+    let snapshot = h.sessions.get(&id, ORIGIN).unwrap();
+    assert_eq!(ino(std::path::Path::new(&snapshot.workspace_path)), folder);
+    assert_eq!(ino(&journal.join(format!("{id}.json"))), file);
+    eventually("the next spares", one_spare_each).await;
+    assert_ne!(ino(&entries(&workspaces, true)[0]), folder);
 }
