@@ -12,7 +12,7 @@ use pedelec_common::env;
 
 /// Pedelec AssetService: files shared between the page and the agent.
 #[derive(Parser)]
-#[command(name = "pedelec-asset", version)]
+#[command(name = ServiceName::Asset.binary(), version)]
 struct Args {
     #[command(flatten)]
     service: ServiceArgs,

@@ -37,7 +37,7 @@ EXIT CODES
 
 /// pedelecd: starts and supervises the Pedelec services.
 #[derive(Debug, Parser)]
-#[command(name = "pedelecd", version, after_help = AFTER_HELP)]
+#[command(name = ServiceName::Launcher.binary(), version, after_help = AFTER_HELP)]
 pub struct Cli {
     #[command(flatten)]
     pub dirs: DirArgs,

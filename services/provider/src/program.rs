@@ -10,7 +10,7 @@ use pedelec_common::args::{ServiceArgs, run_service};
 
 /// Pedelec's ProviderService: settings, provider CLIs and agent turns, on `provider.sock`.
 #[derive(Parser)]
-#[command(name = "pedelec-provider", version)]
+#[command(name = ServiceName::Provider.binary(), version)]
 struct Args {
     #[command(flatten)]
     service: ServiceArgs,

@@ -11,7 +11,7 @@ use pedelec_common::env;
 
 /// Pedelec SessionService: serves session.sock in the runtime directory.
 #[derive(Parser)]
-#[command(version)]
+#[command(name = ServiceName::Session.binary(), version)]
 struct Flags {
     #[command(flatten)]
     service: ServiceArgs,

@@ -10,7 +10,7 @@ use pedelec_common::args::{ServiceArgs, run_service};
 
 /// Pedelec ToolBridgeService: page tools, the first-turn prompt, pending calls.
 #[derive(Parser)]
-#[command(name = "pedelec-toolbridge", version)]
+#[command(name = ServiceName::ToolBridge.binary(), version)]
 struct Args {
     #[command(flatten)]
     service: ServiceArgs,
