@@ -78,6 +78,9 @@ for dir in sdk extension demo tests/e2e; do
   [ "$(cat "$web_rc")" = ok ] || web_failed+=("$dir")
 done
 printf '\n-- web summary (%ss)\n' "$((SECONDS - web_started))"
+# vitest colours its summary when CI is set (even without a terminal); the
+# counts below are read from plain text.
+sed -i 's/\x1b\[[0-9;]*m//g' "$web_log"
 # vitest: "Tests  N passed (N)"; node --test: "ℹ pass N" / "ℹ fail N".
 grep -E '^ +Tests +[0-9]|^ℹ (pass|fail|skipped) [0-9]' "$web_log" || true
 if [ "${#web_failed[@]}" -gt 0 ]; then

@@ -509,26 +509,36 @@ pub fn processes_using(runtime_dir: &Path) -> Vec<u32> {
 /// own pid is `pid_inside`: a confined agent runs in a pid namespace of its
 /// own, where `$$` is a small number (the last field of `NSpid` in
 /// `/proc/<pid>/status`); for an unconfined one both are the same.
+///
+/// Looked for again for a while: a process that wrote its pid and then
+/// `exec`s has, for a moment inside execve, a new memory map whose
+/// environment is not set up yet, so its `/proc/<pid>/environ` reads empty.
 pub fn host_pid(runtime_dir: &Path, pid_inside: u32) -> u32 {
-    let found: Vec<u32> = processes_using(runtime_dir)
-        .into_iter()
-        .filter(|pid| {
-            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix("NSpid:"))
-                .and_then(|ids| ids.split_whitespace().last())
-                .and_then(|id| id.parse::<u32>().ok())
-                == Some(pid_inside)
-        })
-        .collect();
-    match found[..] {
-        [pid] => pid,
-        _ => panic!(
-            "no single process of {} has pid {pid_inside} in its namespace: {found:?}",
-            runtime_dir.display()
-        ),
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let found: Vec<u32> = processes_using(runtime_dir)
+            .into_iter()
+            .filter(|pid| ns_pid(*pid) == Some(pid_inside))
+            .collect();
+        match found[..] {
+            [pid] => return pid,
+            _ if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+            _ => panic!(
+                "no single process of {} has pid {pid_inside} in its namespace: {found:?}",
+                runtime_dir.display()
+            ),
+        }
     }
+}
+
+/// `pid`'s own pid in its innermost pid namespace.
+fn ns_pid(pid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("NSpid:"))
+        .and_then(|ids| ids.split_whitespace().last())
+        .and_then(|id| id.parse().ok())
 }
 
 /// The process group of `pid` (field 5 of `/proc/<pid>/stat`); a confined
