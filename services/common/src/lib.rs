@@ -2,7 +2,8 @@
 //! connecting over Unix sockets with the peer-uid check, the Pedelec error codes
 //! and their gRPC form, JSON <-> `google.protobuf.Value`, ids and tracing.
 
-// All of Pedelec's unsafe code is the libc calls in `process` and `memory`.
+// All of Pedelec's unsafe code is the libc calls in `process` and `memory`,
+// and `renameat2` in `paths` (no safe wrapper in std).
 #![deny(unsafe_code)]
 
 #[cfg(feature = "clap")]

@@ -4,9 +4,12 @@
 use std::future::Future;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{UnixListener, UnixStream};
 use tonic::service::Routes;
 use tonic::transport::{Channel, Endpoint, Server, Uri};
@@ -167,16 +170,138 @@ fn connector(
     path: PathBuf,
 ) -> impl tower::Service<
     Uri,
-    Response = TokioIo<UnixStream>,
+    Response = TokioIo<CoalescedWrites>,
     Error = std::io::Error,
-    Future = impl Future<Output = std::io::Result<TokioIo<UnixStream>>> + Send,
+    Future = impl Future<Output = std::io::Result<TokioIo<CoalescedWrites>>> + Send,
 > + Clone
 + Send
 + 'static {
     tower::service_fn(move |_: Uri| {
         let path = path.clone();
-        async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
+        async move {
+            let stream = UnixStream::connect(path).await?;
+            Ok::<_, std::io::Error>(TokioIo::new(CoalescedWrites::new(stream)))
+        }
     })
+}
+
+/// A client connection that sends what is written within one scheduler turn
+/// in one `writev`.
+///
+/// Why: hyper's HTTP/2 client writes a unary request's HEADERS as soon as
+/// the stream opens, and its DATA a task later, once the body got send
+/// capacity: two writes, so the server may wake twice for one request
+/// (docs/benchmarks.md, session 7; decisions.md, "Sockets"). Here a flush
+/// first yields once, letting the body's task queue its DATA, and then
+/// writes everything buffered. Writes are buffered up to [`COALESCE_LIMIT`];
+/// beyond it they go out as they come.
+struct CoalescedWrites {
+    inner: UnixStream,
+    buf: Vec<u8>,
+    /// How much of `buf` is written already (a write can be partial).
+    written: usize,
+    /// Whether the pending flush has yielded its turn.
+    yielded: bool,
+}
+
+const COALESCE_LIMIT: usize = 64 << 10;
+
+impl CoalescedWrites {
+    fn new(inner: UnixStream) -> Self {
+        CoalescedWrites {
+            inner,
+            buf: Vec::new(),
+            written: 0,
+            yielded: false,
+        }
+    }
+
+    /// Writes out everything buffered.
+    fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        while self.written < self.buf.len() {
+            let n = ready!(Pin::new(&mut self.inner).poll_write(cx, &self.buf[self.written..]))?;
+            if n == 0 {
+                return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()));
+            }
+            self.written += n;
+        }
+        self.buf.clear();
+        self.written = 0;
+        Poll::Ready(Ok(()))
+    }
+
+    /// Room for more before the buffer must be drained; drains it when full.
+    fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<usize>> {
+        if self.buf.len() >= COALESCE_LIMIT {
+            ready!(self.poll_drain(cx))?;
+        }
+        Poll::Ready(Ok(COALESCE_LIMIT - self.buf.len()))
+    }
+}
+
+impl AsyncRead for CoalescedWrites {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for CoalescedWrites {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let room = ready!(self.poll_room(cx))?;
+        let n = data.len().min(room);
+        self.buf.extend_from_slice(&data[..n]);
+        Poll::Ready(Ok(n))
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let mut room = ready!(self.poll_room(cx))?;
+        let mut taken = 0;
+        for data in bufs {
+            let n = data.len().min(room);
+            self.buf.extend_from_slice(&data[..n]);
+            taken += n;
+            room -= n;
+            if room == 0 {
+                break;
+            }
+        }
+        Poll::Ready(Ok(taken))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        if self.buf.is_empty() {
+            return Poll::Ready(Ok(()));
+        }
+        if !self.yielded {
+            self.yielded = true;
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        ready!(self.poll_drain(cx))?;
+        self.yielded = false;
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        ready!(self.poll_drain(cx))?;
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
 }
 
 /// Connects now; fails at once when nobody serves on `path`.
@@ -230,6 +355,46 @@ pub fn source_chain(e: &dyn std::error::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Nothing reaches the socket before the flush; the flush sends every
+    /// write since the last one together, in order.
+    #[tokio::test]
+    async fn writes_go_out_together_at_the_flush() {
+        use tokio::io::AsyncWriteExt;
+        let (a, b) = UnixStream::pair().unwrap();
+        let mut writer = CoalescedWrites::new(a);
+        writer.write_all(b"HEADERS").await.unwrap();
+        writer.write_all(b"+DATA").await.unwrap();
+        let mut got = [0u8; 64];
+        assert_eq!(
+            b.try_read(&mut got).unwrap_err().kind(),
+            std::io::ErrorKind::WouldBlock,
+            "written before the flush"
+        );
+        writer.flush().await.unwrap();
+        b.readable().await.unwrap();
+        let n = b.try_read(&mut got).unwrap();
+        assert_eq!(&got[..n], b"HEADERS+DATA");
+    }
+
+    /// More than the buffer holds goes out as it comes, whole and in order,
+    /// while the peer reads.
+    #[tokio::test]
+    async fn a_large_write_arrives_whole() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (a, mut b) = UnixStream::pair().unwrap();
+        let sent: Vec<u8> = (0..(COALESCE_LIMIT * 5 + 123)).map(|i| i as u8).collect();
+        let reader = tokio::spawn(async move {
+            let mut got = Vec::new();
+            b.read_to_end(&mut got).await.unwrap();
+            got
+        });
+        let mut writer = CoalescedWrites::new(a);
+        writer.write_all(&sent).await.unwrap();
+        writer.shutdown().await.unwrap();
+        drop(writer);
+        assert_eq!(reader.await.unwrap(), sent);
+    }
 
     #[tokio::test]
     async fn stale_socket_is_replaced_live_one_is_refused() {

@@ -826,14 +826,14 @@ async fn main_phase_inner(cfg: &Config, env: &BenchEnv, launcher: u32) -> Result
         "raw gRPC unary round trip",
         r,
     );
-    let r = lifecycle_host(cfg, &mut host).await;
+    let r = profiled(cfg, "lifecycle_host", lifecycle_host(cfg, &mut host)).await;
     record(
         &mut rows,
         "create_session.host",
         "create/attach/end through the host",
         r,
     );
-    let r = lifecycle_grpc(cfg, &mut sessions).await;
+    let r = profiled(cfg, "lifecycle_grpc", lifecycle_grpc(cfg, &mut sessions)).await;
     record(
         &mut rows,
         "create_session.grpc",
