@@ -94,7 +94,7 @@ pub async fn serve(
 
     // Accept here rather than in tonic: tonic retries a failed accept at once,
     // a busy loop while the process is out of file descriptors.
-    let (conn_tx, conn_rx) = tokio::sync::mpsc::channel::<std::io::Result<UnixStream>>(16);
+    let (conn_tx, conn_rx) = tokio::sync::mpsc::channel::<std::io::Result<CoalescedWrites>>(16);
     let acceptor = tokio::spawn(accept_loop(listener, conn_tx));
     let incoming = tokio_stream::wrappers::ReceiverStream::new(conn_rx);
 
@@ -138,7 +138,7 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 /// server; on an accept error it logs and pauses instead of spinning.
 async fn accept_loop(
     listener: UnixListener,
-    conns: tokio::sync::mpsc::Sender<std::io::Result<UnixStream>>,
+    conns: tokio::sync::mpsc::Sender<std::io::Result<CoalescedWrites>>,
 ) {
     loop {
         let accepted = tokio::select! {
@@ -147,7 +147,9 @@ async fn accept_loop(
         };
         match accepted {
             Ok((stream, _)) => {
-                if peer_is_same_user(&stream) && conns.send(Ok(stream)).await.is_err() {
+                if peer_is_same_user(&stream)
+                    && conns.send(Ok(CoalescedWrites::new(stream))).await.is_err()
+                {
                     return;
                 }
             }
@@ -185,16 +187,19 @@ fn connector(
     })
 }
 
-/// A client connection that sends what is written within one scheduler turn
-/// in one `writev`.
+/// A connection (either end) that sends what is written within one
+/// scheduler turn in one write.
 ///
-/// Why: hyper's HTTP/2 client writes a unary request's HEADERS as soon as
-/// the stream opens, and its DATA a task later, once the body got send
-/// capacity: two writes, so the server may wake twice for one request
-/// (docs/benchmarks.md, session 7; decisions.md, "Sockets"). Here a flush
-/// first yields once, letting the body's task queue its DATA, and then
-/// writes everything buffered. Writes are buffered up to [`COALESCE_LIMIT`];
-/// beyond it they go out as they come.
+/// Why: each write can wake the peer, and on this project's VMs a wake-up
+/// is most of a message's cost. hyper's HTTP/2 client writes a unary
+/// request's HEADERS as soon as the stream opens and its DATA a task later,
+/// once the body got send capacity; a server writes a unary reply and an
+/// event of another stream on the same connection (ToolBridge's `Resolve`
+/// reply and `Settled`, SessionService's `SubmitToolResult` reply and the
+/// attached page's events) as separate writes (docs/decisions.md,
+/// "Sockets"). Here a flush first yields once, letting the other ready
+/// tasks queue their frames, and then writes everything buffered. Writes
+/// are buffered up to [`COALESCE_LIMIT`]; beyond it they go out as they come.
 struct CoalescedWrites {
     inner: UnixStream,
     buf: Vec<u8>,
@@ -236,6 +241,14 @@ impl CoalescedWrites {
             ready!(self.poll_drain(cx))?;
         }
         Poll::Ready(Ok(COALESCE_LIMIT - self.buf.len()))
+    }
+}
+
+impl tonic::transport::server::Connected for CoalescedWrites {
+    type ConnectInfo = <UnixStream as tonic::transport::server::Connected>::ConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.inner.connect_info()
     }
 }
 
