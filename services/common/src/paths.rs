@@ -389,9 +389,13 @@ impl RecyclingWriter {
                 return Ok(());
             }
             // The first write of a name has nothing to swap with; a
-            // filesystem without the swap takes the link and rename below.
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
+            // filesystem (EINVAL) or kernel (ENOSYS) without the swap takes
+            // the link and rename below.
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::ENOENT | libc::EINVAL | libc::ENOSYS)
+                ) => {}
             Err(e) => {
                 self.spares().push(temp);
                 return Err(e);

@@ -390,6 +390,40 @@ mod tests {
         assert_eq!(&got[..n], b"HEADERS+DATA");
     }
 
+    /// The first flush yields its turn (so other tasks can add their frames)
+    /// and sends nothing; the next sends everything written by then in one
+    /// write.
+    #[tokio::test]
+    async fn a_flush_yields_once_and_then_sends_everything() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let mut writer = CoalescedWrites::new(a);
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let mut got = [0u8; 64];
+        let wrote = Pin::new(&mut writer).poll_write(&mut cx, b"HEADERS");
+        assert!(matches!(wrote, Poll::Ready(Ok(7))));
+        assert!(Pin::new(&mut writer).poll_flush(&mut cx).is_pending());
+        assert_eq!(
+            b.try_read(&mut got).unwrap_err().kind(),
+            std::io::ErrorKind::WouldBlock,
+            "sent before the yield"
+        );
+        // What another task queues during the yield joins the same write.
+        let wrote = Pin::new(&mut writer).poll_write(&mut cx, b"+DATA");
+        assert!(matches!(wrote, Poll::Ready(Ok(5))));
+        assert!(matches!(
+            Pin::new(&mut writer).poll_flush(&mut cx),
+            Poll::Ready(Ok(()))
+        ));
+        b.readable().await.unwrap();
+        let n = b.try_read(&mut got).unwrap();
+        assert_eq!(&got[..n], b"HEADERS+DATA");
+        // Nothing buffered: a flush has nothing to wait for.
+        assert!(matches!(
+            Pin::new(&mut writer).poll_flush(&mut cx),
+            Poll::Ready(Ok(()))
+        ));
+    }
+
     /// More than the buffer holds goes out as it comes, whole and in order,
     /// while the peer reads.
     #[tokio::test]
