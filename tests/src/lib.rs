@@ -492,10 +492,11 @@ pub fn processes_using(runtime_dir: &Path) -> Vec<u32> {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
             continue;
         };
-        if pid == std::process::id() {
+        // Not this test, and not init (never a test's, and without an environment).
+        if pid == std::process::id() || pid == 1 {
             continue;
         }
-        if let Ok(env) = std::fs::read(entry.path().join("environ"))
+        if let Some(env) = environ(pid)
             && env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes())
             && alive(pid)
         {
@@ -505,29 +506,56 @@ pub fn processes_using(runtime_dir: &Path) -> Vec<u32> {
     pids
 }
 
+/// How long an empty environment is read again: a process inside `execve`
+/// has, for a moment, its new memory map but not yet its environment, so
+/// `/proc/<pid>/environ` reads empty (3 reads in 300 right after a pid was
+/// written and `exec` followed; once a failure of the confinement test in CI).
+const EXEC_WINDOW: Duration = Duration::from_millis(100);
+
+/// `pid`'s environment (`None` when it cannot be read), read again while a
+/// live user process shows none. Kernel threads have none and are not waited for.
+fn environ(pid: u32) -> Option<Vec<u8>> {
+    let path = format!("/proc/{pid}/environ");
+    let deadline = Instant::now() + EXEC_WINDOW;
+    loop {
+        let env = std::fs::read(&path).ok()?;
+        if !env.is_empty() || is_kernel_thread(pid) || !alive(pid) || Instant::now() >= deadline {
+            return Some(env);
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Whether `pid` is a kernel thread (`PF_KTHREAD` in the flags, field 9 of
+/// `/proc/<pid>/stat`).
+fn is_kernel_thread(pid: u32) -> bool {
+    const PF_KTHREAD: u64 = 0x0020_0000;
+    stat_field(pid, 9).is_some_and(|flags| flags & PF_KTHREAD != 0)
+}
+
+/// Numeric field `n` (1-based, as in proc(5)) of `/proc/<pid>/stat`, from
+/// field 3 on (after the command name, which may hold spaces).
+fn stat_field(pid: u32, n: usize) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(") ")?;
+    rest.split_whitespace().nth(n.checked_sub(3)?)?.parse().ok()
+}
+
 /// The pid, as this test sees it, of the process of `runtime_dir` whose
 /// own pid is `pid_inside`: a confined agent runs in a pid namespace of its
 /// own, where `$$` is a small number (the last field of `NSpid` in
 /// `/proc/<pid>/status`); for an unconfined one both are the same.
-///
-/// Looked for again for a while: a process that wrote its pid and then
-/// `exec`s has, for a moment inside execve, a new memory map whose
-/// environment is not set up yet, so its `/proc/<pid>/environ` reads empty.
 pub fn host_pid(runtime_dir: &Path, pid_inside: u32) -> u32 {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let found: Vec<u32> = processes_using(runtime_dir)
-            .into_iter()
-            .filter(|pid| ns_pid(*pid) == Some(pid_inside))
-            .collect();
-        match found[..] {
-            [pid] => return pid,
-            _ if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
-            _ => panic!(
-                "no single process of {} has pid {pid_inside} in its namespace: {found:?}",
-                runtime_dir.display()
-            ),
-        }
+    let found: Vec<u32> = processes_using(runtime_dir)
+        .into_iter()
+        .filter(|pid| ns_pid(*pid) == Some(pid_inside))
+        .collect();
+    match found[..] {
+        [pid] => pid,
+        _ => panic!(
+            "no single process of {} has pid {pid_inside} in its namespace: {found:?}",
+            runtime_dir.display()
+        ),
     }
 }
 
@@ -544,11 +572,29 @@ fn ns_pid(pid: u32) -> Option<u32> {
 /// The process group of `pid` (field 5 of `/proc/<pid>/stat`); a confined
 /// agent's group is led by its bwrap.
 pub fn pgid_of(pid: u32) -> u32 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    stat.rsplit_once(") ")
-        .and_then(|(_, rest)| rest.split_whitespace().nth(2))
-        .and_then(|f| f.parse().ok())
-        .unwrap_or_else(|| panic!("no process group for pid {pid}: {stat:?}"))
+    stat_field(pid, 5)
+        .and_then(|pgid| u32::try_from(pgid).ok())
+        .unwrap_or_else(|| panic!("no process group for pid {pid}"))
+}
+
+/// The pid a stub wrote to `path` (`echo $$ > path`), once the whole line is
+/// there: the shell creates the file before it writes, so it can be read empty.
+pub async fn read_pid(path: &Path) -> u32 {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        if let Ok(s) = std::fs::read_to_string(path)
+            && s.ends_with('\n')
+            && let Ok(pid) = s.trim().parse()
+        {
+            return pid;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} never written",
+            path.display()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// Polls `cond` every 20 ms until it holds; panics naming `what` after [`PATIENCE`].

@@ -90,12 +90,8 @@ async fn new_thread(sessions: &mut Sessions) -> String {
 
 /// The running agent's pid as the test sees it: the stub writes the pid it
 /// sees, in its own pid namespace when confined (docs/security.md).
-fn agent_pid(env: &TestEnv, id: &str) -> i32 {
-    let inside = std::fs::read_to_string(env.root.path().join(format!("{id}.pid")))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+async fn agent_pid(env: &TestEnv, id: &str) -> i32 {
+    let inside = read_pid(&env.root.path().join(format!("{id}.pid"))).await;
     host_pid(&env.runtime_dir(), inside) as i32
 }
 
@@ -206,7 +202,7 @@ async fn kill_9_of_each_process_mid_turn_with_a_pending_tool_call() {
         };
 
         match &victim {
-            Victim::Agent => signal(agent_pid(&env, &id), libc::SIGKILL),
+            Victim::Agent => signal(agent_pid(&env, &id).await, libc::SIGKILL),
             Victim::Service(service) => {
                 let old = env.service_status(*service).await;
                 signal(old.pid as i32, libc::SIGKILL);
@@ -368,11 +364,7 @@ async fn a_misbehaving_agent_crashes_nothing_and_hangs_no_session() {
         .await
         .unwrap();
     events.until(|e| kind(e) == "status:running").await;
-    wait_until("the agent's pid", || {
-        env.root.path().join(format!("{id}.pid")).exists()
-    })
-    .await;
-    let pid = agent_pid(&env, &id);
+    let pid = agent_pid(&env, &id).await;
     sessions.cancel(thread_request(&id)).await.unwrap();
     let seen = events.until(is_finished).await;
     assert_eq!(

@@ -4,8 +4,7 @@
 
 #![forbid(unsafe_code)]
 
-use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use pedelec_common::ServiceName;
 use pedelec_proto::v1 as pb;
@@ -30,24 +29,6 @@ wait"#,
             child = at("child"),
         ),
     );
-}
-
-async fn read_pid(path: &Path) -> u32 {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        if let Ok(s) = std::fs::read_to_string(path)
-            && s.ends_with('\n')
-            && let Ok(pid) = s.trim().parse()
-        {
-            return pid;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{} never written",
-            path.display()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// Starts a cursor turn that hangs; returns the agent's and its child's pids.

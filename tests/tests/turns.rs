@@ -5,7 +5,6 @@
 #![forbid(unsafe_code)]
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
 use pb::session_event::Event;
 use pedelec_proto::v1 as pb;
@@ -187,23 +186,6 @@ fn error_message(events: &[pb::SessionEvent]) -> (String, String) {
             _ => None,
         })
         .expect("an error event")
-}
-
-async fn read_pid(path: &Path) -> u32 {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        if let Ok(s) = std::fs::read_to_string(path)
-            && let Ok(pid) = s.trim().parse()
-        {
-            return pid;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{} never written",
-            path.display()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 async fn assert_gone(pid: u32, what: &str) {
