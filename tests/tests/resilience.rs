@@ -562,8 +562,8 @@ impl Drop for Tmpfs {
     }
 }
 
-/// Fills the file system of `dir` with `<dir>/filler` until it is full.
-/// Fills the disk (again: a second call tops the same file up).
+/// Fills the file system of `dir` with `<dir>/filler` until it is full; a
+/// second call tops the same file up.
 fn fill(dir: &Path) -> PathBuf {
     use std::io::Write;
     let filler = dir.join("filler");

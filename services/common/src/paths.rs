@@ -317,8 +317,25 @@ impl RecyclingWriter {
         }
     }
 
+    /// The folder written to.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     fn spare_name(&self) -> PathBuf {
         spare_name(&self.dir)
+    }
+
+    /// A new, empty spare file.
+    fn new_spare(&self) -> std::io::Result<(PathBuf, std::fs::File)> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let spare = self.spare_name();
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(self.mode)
+            .open(&spare)?;
+        Ok((spare, file))
     }
 
     fn spares(&self) -> std::sync::MutexGuard<'_, Vec<PathBuf>> {
@@ -329,16 +346,10 @@ impl RecyclingWriter {
     /// creates no inode on its caller's path. Blocking: run it off the
     /// request path.
     pub fn refill(&self) -> std::io::Result<()> {
-        use std::os::unix::fs::OpenOptionsExt;
         if !self.spares().is_empty() {
             return Ok(());
         }
-        let spare = self.spare_name();
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(self.mode)
-            .open(&spare)?;
+        let (spare, _) = self.new_spare()?;
         self.spares().push(spare);
         Ok(())
     }
@@ -361,15 +372,7 @@ impl RecyclingWriter {
         });
         let (temp, mut file) = match reused {
             Some(found) => found,
-            None => {
-                let temp = self.spare_name();
-                let file = std::fs::OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .mode(self.mode)
-                    .open(&temp)?;
-                (temp, file)
-            }
+            None => self.new_spare()?,
         };
         let written = file
             .write_all(bytes)

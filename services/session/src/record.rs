@@ -188,14 +188,15 @@ pub const RECENT_OPERATIONS: usize = 16;
 pub const SEQ_RESERVATION: u64 = 1024;
 
 pub struct Journal {
-    dir: PathBuf,
+    /// Writes the records into the journal's folder (`dir()`).
     writer: pedelec_common::paths::RecyclingWriter,
 }
 
 impl Journal {
     pub fn new(dir: PathBuf) -> Self {
-        let writer = pedelec_common::paths::RecyclingWriter::new(dir.clone(), 0o600);
-        Journal { dir, writer }
+        Journal {
+            writer: pedelec_common::paths::RecyclingWriter::new(dir, 0o600),
+        }
     }
 
     fn file_name(session_id: &str) -> String {
@@ -203,7 +204,7 @@ impl Journal {
     }
 
     fn file(&self, session_id: &str) -> PathBuf {
-        self.dir.join(Self::file_name(session_id))
+        self.writer.dir().join(Self::file_name(session_id))
     }
 
     /// The record of one thread, if its file exists and reads. Ids are checked
@@ -246,7 +247,7 @@ impl Journal {
     pub fn load_all(&self) -> (Vec<ThreadRecord>, Vec<(PathBuf, String)>) {
         let mut records = Vec::new();
         let mut failures = Vec::new();
-        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+        let Ok(entries) = std::fs::read_dir(self.writer.dir()) else {
             return (records, failures);
         };
         for entry in entries.flatten() {

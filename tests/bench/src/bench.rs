@@ -539,7 +539,7 @@ async fn grpc_floor(env: &BenchEnv, n: usize) -> Result<Row, String> {
 }
 
 /// The session journal's write (`RecyclingWriter`, no fsync) of a
-/// record-sized file over the previous one, on the filesystem of the temp
+/// record-sized file in place of the previous one, on the filesystem of the temp
 /// dirs: SessionService does this on every state change. Next to it, fewer
 /// samples of the plain replace-by-rename, which makes and deletes an inode
 /// each time (kept short: the deletions slow inode creation on this disk for
@@ -576,7 +576,7 @@ async fn journal_write(cfg: &Config) -> Result<Vec<Row>, String> {
     Ok(vec![
         Row::latency(
             "breakdown.journal_write",
-            "breakdown: the journal's write of 1.5 KB (a recycled temp file, rename over the old one, no fsync)",
+            "breakdown: the journal's write of 1.5 KB (a recycled temp file, its name swapped with the old one's, no fsync)",
             recycled,
         ),
         Row::latency(
