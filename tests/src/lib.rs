@@ -580,21 +580,16 @@ pub fn pgid_of(pid: u32) -> u32 {
 /// The pid a stub wrote to `path` (`echo $$ > path`), once the whole line is
 /// there: the shell creates the file before it writes, so it can be read empty.
 pub async fn read_pid(path: &Path) -> u32 {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        if let Ok(s) = std::fs::read_to_string(path)
-            && s.ends_with('\n')
-            && let Ok(pid) = s.trim().parse()
-        {
-            return pid;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{} never written",
-            path.display()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let mut pid = None;
+    wait_until(&format!("a pid in {}", path.display()), || {
+        pid = std::fs::read_to_string(path)
+            .ok()
+            .filter(|s| s.ends_with('\n'))
+            .and_then(|s| s.trim().parse().ok());
+        pid.is_some()
+    })
+    .await;
+    pid.expect("wait_until returned")
 }
 
 /// Polls `cond` every 20 ms until it holds; panics naming `what` after [`PATIENCE`].
