@@ -31,11 +31,30 @@ case "$triple" in
     ;;
 esac # musl, macOS and the rest keep the default
 
-# Puts $1 in target/release as $2: a new directory entry, never a write into
-# cargo's own file (hard-linked to deps/, rewritten by the next build).
+# Puts $1 in target/release as $2, without its symbol table: a new directory
+# entry, never a write into cargo's own file (hard-linked to deps/, rewritten
+# by the next build).
 place() {
-  cp "$1" "$release/.$2.new"
+  if ! strip -o "$release/.$2.new" "$1" 2>/dev/null; then
+    cp "$1" "$release/.$2.new"
+  fi
   mv -f "$release/.$2.new" "$release/$2"
+}
+
+# How much of a binary's hot-function list ($2) its new build ($1, with
+# symbols) still has; a list most of whose names are gone no longer orders
+# the binary (docs/decisions.md, "Hot functions first").
+check_hot_list() {
+  nm "$1" 2>/dev/null | awk -v list="$2" '
+    FNR == NR { have[$NF] = 1; next }
+    /^#/ || NF == 0 { next }
+    { total++; if ($1 in have) found++ }
+    END {
+      if (total == 0) exit
+      printf "%s: %d of %d hot functions found\n", list, found, total
+      if (found * 10 < total * 8)
+        printf "warning: %s is out of date; regenerate it with tools/hot-functions.py\n", list
+    }' - "$2" >&2
 }
 
 if [ "$static" = yes ]; then
@@ -51,11 +70,17 @@ if [ "$static" = yes ]; then
   # cli/build.rs (no relocations to apply at each of its many starts), which
   # needs code built for fixed addresses; cargo keeps the two flag sets'
   # artifacts apart (RUSTFLAGS is part of their file names).
-  RUSTFLAGS="-C target-feature=+crt-static" \
+  # These two keep their symbols in target/<triple> (place strips the
+  # copies): the hot-function lists name them, and tools/hot-functions.py
+  # profiles these very files.
+  CARGO_PROFILE_RELEASE_STRIP=false RUSTFLAGS="-C target-feature=+crt-static" \
     cargo build --release --target "$triple" --bin pedelec-multicall
-  RUSTFLAGS="-C target-feature=+crt-static -C relocation-model=static" \
+  CARGO_PROFILE_RELEASE_STRIP=false \
+    RUSTFLAGS="-C target-feature=+crt-static -C relocation-model=static" \
     cargo build --release --target "$triple" --bin pedelec-cli
   multicall="target/$triple/release/pedelec-multicall"
+  check_hot_list "$multicall" multicall/hot-functions.txt
+  check_hot_list "target/$triple/release/pedelec-cli" cli/hot-functions.txt
   place "target/$triple/release/pedelec-cli" pedelec-cli
 else
   cargo build --release --workspace --bins
