@@ -78,6 +78,13 @@ fn main() {
             }
         }
     }
+    // The agent rows start programs in another working directory, so a
+    // relative --release or --noop would name nothing there.
+    for path in [&mut cfg.release, &mut cfg.noop] {
+        if let Ok(absolute) = std::path::absolute(&*path) {
+            *path = absolute;
+        }
+    }
     // Whatever ends the run, nothing it started stays behind.
     let default_hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
