@@ -41,19 +41,31 @@ place() {
   mv -f "$release/.$2.new" "$release/$2"
 }
 
-# How much of a binary's hot-function list ($2) its new build ($1, with
-# symbols) still has; a list most of whose names are gone no longer orders
-# the binary (docs/decisions.md, "Hot functions first").
+# Checks a binary's hot-function list ($2) against its new build ($1, with
+# symbols; docs/decisions.md, "Hot functions first"): warns when most of the
+# list's names are gone (the list no longer orders the binary and must be
+# written again), and fails when the functions it found are not laid out
+# together at the start (the linker did not apply the list).
 check_hot_list() {
-  nm "$1" 2>/dev/null | awk -v list="$2" '
-    FNR == NR { have[$NF] = 1; next }
+  nm -S -t d "$1" | awk -v list="$2" '
+    FNR == NR { if (NF == 4) { addr[$4] = $1 + 0; size[$4] = $2 + 0 } next }
     /^#/ || NF == 0 { next }
-    { total++; if ($1 in have) found++ }
+    {
+      total++
+      if (!($1 in addr)) next
+      found++; code += size[$1]
+      if (lo == "" || addr[$1] < lo) lo = addr[$1]
+      if (addr[$1] + size[$1] > hi) hi = addr[$1] + size[$1]
+    }
     END {
       if (total == 0) exit
-      printf "%s: %d of %d hot functions found\n", list, found, total
+      printf "%s: %d of %d hot functions found, %.2f MiB of code over %.2f MiB\n", list, found, total, code / 1048576, (hi - lo) / 1048576
       if (found * 10 < total * 8)
         printf "warning: %s is out of date; regenerate it with tools/hot-functions.py\n", list
+      else if ((hi - lo) * 4 > code * 5) {
+        printf "error: the linker did not lay out the functions of %s first\n", list
+        exit 1
+      }
     }' - "$2" >&2
 }
 
