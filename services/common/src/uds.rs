@@ -20,6 +20,57 @@ use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
 use crate::ServiceName;
 use crate::error::CommonError;
 
+/// A gRPC service made on its first call. Reflection decodes the descriptor
+/// sets and indexes every symbol when it is built, a good part of a
+/// service's start-up CPU and heap, for a service that only grpcurl users
+/// ever call (docs/decisions.md, "Reflection is built on first use").
+struct BuiltOnFirstCall<S> {
+    built: std::sync::Arc<std::sync::OnceLock<S>>,
+    build: std::sync::Arc<dyn Fn() -> S + Send + Sync>,
+}
+
+impl<S> Clone for BuiltOnFirstCall<S> {
+    fn clone(&self) -> Self {
+        BuiltOnFirstCall {
+            built: self.built.clone(),
+            build: self.build.clone(),
+        }
+    }
+}
+
+impl<S> BuiltOnFirstCall<S> {
+    fn new(build: impl Fn() -> S + Send + Sync + 'static) -> Self {
+        BuiltOnFirstCall {
+            built: Default::default(),
+            build: std::sync::Arc::new(build),
+        }
+    }
+}
+
+impl<S: tonic::server::NamedService> tonic::server::NamedService for BuiltOnFirstCall<S> {
+    const NAME: &'static str = S::NAME;
+}
+
+impl<S, B> tower::Service<tonic::codegen::http::Request<B>> for BuiltOnFirstCall<S>
+where
+    S: tower::Service<tonic::codegen::http::Request<B>> + Clone,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    // tonic's generated servers are always ready; readiness is the built
+    // one's, checked by its own call below.
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: tonic::codegen::http::Request<B>) -> Self::Future {
+        let mut service = self.built.get_or_init(|| (self.build)()).clone();
+        service.call(request)
+    }
+}
+
 /// Binds `path`, replacing a stale socket left by a dead process but refusing
 /// to steal one that still answers. The socket is made 0600.
 pub fn bind(path: &Path) -> Result<UnixListener, CommonError> {
@@ -75,7 +126,7 @@ pub async fn serve(
 
     // Name the served services: otherwise reflection would list every service
     // of the descriptor set on every socket.
-    let reflection = || {
+    let reflection = move || {
         tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(pedelec_proto::v1::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
@@ -84,8 +135,10 @@ pub async fn serve(
             .with_service_name("grpc.reflection.v1.ServerReflection")
             .with_service_name("grpc.reflection.v1alpha.ServerReflection")
     };
-    let reflection_v1 = reflection().build_v1().expect("valid descriptor set");
-    let reflection_v1alpha = reflection().build_v1alpha().expect("valid descriptor set");
+    let reflection_v1 =
+        BuiltOnFirstCall::new(move || reflection().build_v1().expect("valid descriptor set"));
+    let reflection_v1alpha =
+        BuiltOnFirstCall::new(move || reflection().build_v1alpha().expect("valid descriptor set"));
 
     let routes = routes
         .add_service(health)
