@@ -24,25 +24,15 @@ use crate::error::CommonError;
 /// sets and indexes every symbol when it is built, a good part of a
 /// service's start-up CPU and heap, for a service that only grpcurl users
 /// ever call (docs/decisions.md, "Reflection is built on first use").
+#[derive(Clone)]
 struct BuiltOnFirstCall<S> {
-    built: std::sync::Arc<std::sync::OnceLock<S>>,
-    build: std::sync::Arc<dyn Fn() -> S + Send + Sync>,
-}
-
-impl<S> Clone for BuiltOnFirstCall<S> {
-    fn clone(&self) -> Self {
-        BuiltOnFirstCall {
-            built: self.built.clone(),
-            build: self.build.clone(),
-        }
-    }
+    service: std::sync::Arc<std::sync::LazyLock<S, Box<dyn FnOnce() -> S + Send>>>,
 }
 
 impl<S> BuiltOnFirstCall<S> {
-    fn new(build: impl Fn() -> S + Send + Sync + 'static) -> Self {
+    fn new(build: impl FnOnce() -> S + Send + 'static) -> Self {
         BuiltOnFirstCall {
-            built: Default::default(),
-            build: std::sync::Arc::new(build),
+            service: std::sync::Arc::new(std::sync::LazyLock::new(Box::new(build))),
         }
     }
 }
@@ -66,7 +56,7 @@ where
     }
 
     fn call(&mut self, request: tonic::codegen::http::Request<B>) -> Self::Future {
-        let mut service = self.built.get_or_init(|| (self.build)()).clone();
+        let mut service = (**self.service).clone();
         service.call(request)
     }
 }
