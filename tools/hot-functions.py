@@ -4,7 +4,7 @@ Pedelec's release binaries run, in the order the linker should lay them out
 (docs/decisions.md, "Hot functions first"; tools/hot_functions_first.rs passes
 the lists to the linker).
 
-    ./build-release.sh && tools/hot-functions.py && ./build-release.sh
+    ./tests/bench/run.sh --quick && tools/hot-functions.py && ./build-release.sh
 
 It runs the benchmark harness's main workload (`pedelec-bench --only main
 --quick`) with every Pedelec process under valgrind's callgrind, using the
