@@ -44,6 +44,7 @@ fn skills() -> Value {
 pub async fn run(cfg: &Config) -> i32 {
     let started = Instant::now();
     let load_before = loadavg();
+    let steal_before = steal_ms();
     let mut rows: Vec<Row> = Vec::new();
     println!(
         "pedelec-bench: {} run, binaries from {}",
@@ -218,6 +219,7 @@ pub async fn run(cfg: &Config) -> i32 {
         "kernel": std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim(),
         "loadavg_before": load_before,
         "loadavg_after": loadavg(),
+        "steal_ms": steal_before.zip(steal_ms()).map(|(before, after)| after - before),
         "wall_seconds": started.elapsed().as_secs_f64(),
         "failed": failed,
     });
@@ -233,8 +235,14 @@ pub async fn run(cfg: &Config) -> i32 {
         }
     }
     println!(
-        "load average before/after: {load_before} / {}; {:.1} s",
+        "load average before/after: {load_before} / {}; steal {}; {:.1} s",
         loadavg(),
+        steal_before
+            .zip(steal_ms())
+            .map_or("unknown".into(), |(before, after)| format!(
+                "{} ms",
+                after - before
+            )),
         started.elapsed().as_secs_f64()
     );
     if failed.is_empty() {
@@ -276,6 +284,23 @@ fn loadavg() -> String {
         .take(3)
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// Time the hypervisor ran something else while this VM's CPUs wanted to run
+/// (`steal` of `/proc/stat`, all CPUs): what makes one run of this VM slower
+/// than another for the same build.
+fn steal_ms() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let ticks: u64 = stat
+        .lines()
+        .next()?
+        .split_whitespace()
+        .nth(8)?
+        .parse()
+        .ok()?;
+    // SAFETY: sysconf only reads a constant.
+    let per_second = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).ok()?;
+    Some(ticks * 1000 / per_second.max(1))
 }
 
 fn cpu_model() -> String {
