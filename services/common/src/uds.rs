@@ -225,7 +225,7 @@ fn connector(
         let path = path.clone();
         async move {
             let stream = UnixStream::connect(path).await?;
-            Ok::<_, std::io::Error>(TokioIo::new(CoalescedWrites::new(stream)))
+            Ok::<_, std::io::Error>(TokioIo::new(CoalescedWrites::client(stream)))
         }
     })
 }
@@ -243,6 +243,13 @@ fn connector(
 /// "Sockets"). Here a flush first yields once, letting the other ready
 /// tasks queue their frames, and then writes everything buffered. Writes
 /// are buffered up to [`COALESCE_LIMIT`]; beyond it they go out as they come.
+///
+/// A client connection's first flush waits longer: its preface reaches the
+/// buffer two scheduler turns before the first request's HEADERS and DATA,
+/// and sent alone it woke the server once for the preface, once for the
+/// request and once more for the SETTINGS acknowledgement (`pedelec-cli
+/// tool-call` opens a connection for every call). It waits until a DATA
+/// frame is buffered, for at most [`MAX_FIRST_FLUSH_TURNS`] turns.
 struct CoalescedWrites {
     inner: UnixStream,
     buf: Vec<u8>,
@@ -250,9 +257,38 @@ struct CoalescedWrites {
     written: usize,
     /// Whether the pending flush has yielded its turn.
     yielded: bool,
+    /// Turns a client connection's first flush may still wait for its first
+    /// request's DATA; 0 once anything was written, and for servers.
+    first_flush_turns: u8,
 }
 
 const COALESCE_LIMIT: usize = 64 << 10;
+
+/// The most scheduler turns a client connection's first flush waits.
+const MAX_FIRST_FLUSH_TURNS: u8 = 4;
+
+/// The client connection preface of HTTP/2 (RFC 9113 §3.4).
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Whether `buf`, the start of a client connection, holds a whole DATA
+/// frame: the first request's message, after the preface and SETTINGS.
+fn holds_data_frame(buf: &[u8]) -> bool {
+    let Some(mut rest) = buf.strip_prefix(H2_PREFACE) else {
+        return false;
+    };
+    // Each frame: a 9-byte header (24-bit length, type, flags, stream id).
+    while rest.len() >= 9 {
+        let len = usize::from(rest[0]) << 16 | usize::from(rest[1]) << 8 | usize::from(rest[2]);
+        let Some(after) = rest.get(9 + len..) else {
+            return false;
+        };
+        if rest[3] == 0x0 {
+            return true;
+        }
+        rest = after;
+    }
+    false
+}
 
 impl CoalescedWrites {
     fn new(inner: UnixStream) -> Self {
@@ -261,6 +297,15 @@ impl CoalescedWrites {
             buf: Vec::new(),
             written: 0,
             yielded: false,
+            first_flush_turns: 0,
+        }
+    }
+
+    /// The client end of a new connection (see the type's docs).
+    fn client(inner: UnixStream) -> Self {
+        CoalescedWrites {
+            first_flush_turns: MAX_FIRST_FLUSH_TURNS,
+            ..CoalescedWrites::new(inner)
         }
     }
 
@@ -272,6 +317,9 @@ impl CoalescedWrites {
                 return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()));
             }
             self.written += n;
+            // Something went out (a first request too large to hold): the
+            // first flush has nothing left to wait for.
+            self.first_flush_turns = 0;
         }
         self.buf.clear();
         self.written = 0;
@@ -344,6 +392,12 @@ impl AsyncWrite for CoalescedWrites {
         if self.buf.is_empty() {
             return Poll::Ready(Ok(()));
         }
+        if self.first_flush_turns > 0 && !holds_data_frame(&self.buf) {
+            self.first_flush_turns -= 1;
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        self.first_flush_turns = 0;
         if !self.yielded {
             self.yielded = true;
             cx.waker().wake_by_ref();
@@ -465,6 +519,96 @@ mod tests {
             Pin::new(&mut writer).poll_flush(&mut cx),
             Poll::Ready(Ok(()))
         ));
+    }
+
+    /// An HTTP/2 frame header and payload of `kind` on `stream`.
+    fn frame(kind: u8, stream: u8, payload: &[u8]) -> Vec<u8> {
+        let len = payload.len();
+        let mut f = vec![
+            (len >> 16) as u8,
+            (len >> 8) as u8,
+            len as u8,
+            kind,
+            0,
+            0,
+            0,
+            0,
+            stream,
+        ];
+        f.extend_from_slice(payload);
+        f
+    }
+
+    #[test]
+    fn a_data_frame_is_found_only_whole_and_after_the_preface() {
+        let settings = frame(0x4, 0, &[0, 4, 0, 0, 0xff, 0xff]);
+        let headers = frame(0x1, 1, b"hpack bytes");
+        let data = frame(0x0, 1, b"\0\0\0\0\x02hi");
+        let start = [H2_PREFACE, &settings, &headers].concat();
+        assert!(!holds_data_frame(&start));
+        assert!(holds_data_frame(&[&start[..], &data].concat()));
+        // Cut short: the frame is not all there yet.
+        assert!(!holds_data_frame(
+            &[&start[..], &data[..data.len() - 1]].concat()
+        ));
+        // Not the start of a client connection.
+        assert!(!holds_data_frame(&[&settings[..], &data].concat()));
+    }
+
+    /// A client connection's first flush sends nothing until its first
+    /// request's DATA frame is buffered, then all of it in one write.
+    #[tokio::test]
+    async fn a_client_connection_sends_its_preface_with_the_first_request() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let mut writer = CoalescedWrites::client(a);
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let settings = frame(0x4, 0, &[]);
+        let headers = frame(0x1, 1, b"hpack bytes");
+        let data = frame(0x0, 1, b"message");
+        for part in [&[H2_PREFACE, &settings].concat()[..], &headers] {
+            let wrote = Pin::new(&mut writer).poll_write(&mut cx, part);
+            assert!(matches!(wrote, Poll::Ready(Ok(n)) if n == part.len()));
+            assert!(Pin::new(&mut writer).poll_flush(&mut cx).is_pending());
+            let mut got = [0u8; 128];
+            assert_eq!(
+                b.try_read(&mut got).unwrap_err().kind(),
+                std::io::ErrorKind::WouldBlock,
+                "sent before the request's DATA"
+            );
+        }
+        let wrote = Pin::new(&mut writer).poll_write(&mut cx, &data);
+        assert!(matches!(wrote, Poll::Ready(Ok(_))));
+        // Then the usual turn for other tasks, and out.
+        assert!(Pin::new(&mut writer).poll_flush(&mut cx).is_pending());
+        assert!(matches!(
+            Pin::new(&mut writer).poll_flush(&mut cx),
+            Poll::Ready(Ok(()))
+        ));
+        b.readable().await.unwrap();
+        let mut got = [0u8; 128];
+        let n = b.try_read(&mut got).unwrap();
+        assert_eq!(&got[..n], [H2_PREFACE, &settings, &headers, &data].concat());
+    }
+
+    /// Without a request (a connection that is only opened, say) the first
+    /// flush still goes out after a bounded number of turns.
+    #[tokio::test]
+    async fn a_client_connection_without_a_request_flushes_after_a_few_turns() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let mut writer = CoalescedWrites::client(a);
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let wrote = Pin::new(&mut writer).poll_write(&mut cx, H2_PREFACE);
+        assert!(matches!(wrote, Poll::Ready(Ok(_))));
+        let mut turns = 0;
+        while Pin::new(&mut writer).poll_flush(&mut cx).is_pending() {
+            turns += 1;
+            assert!(turns <= MAX_FIRST_FLUSH_TURNS + 1, "the flush kept waiting");
+        }
+        // The first-flush turns, then the usual one.
+        assert_eq!(turns, MAX_FIRST_FLUSH_TURNS + 1);
+        b.readable().await.unwrap();
+        let mut got = [0u8; 64];
+        assert_eq!(b.try_read(&mut got).unwrap(), H2_PREFACE.len());
     }
 
     /// More than the buffer holds goes out as it comes, whole and in order,
