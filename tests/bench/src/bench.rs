@@ -210,6 +210,9 @@ pub async fn run(cfg: &Config) -> i32 {
         .filter(|r| r.error.is_some())
         .map(|r| r.id)
         .collect();
+    let steal = steal_before
+        .zip(steal_ms())
+        .map(|(before, after)| after - before);
     let meta = json!({
         "quick": cfg.quick,
         "unix_time": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
@@ -219,7 +222,7 @@ pub async fn run(cfg: &Config) -> i32 {
         "kernel": std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim(),
         "loadavg_before": load_before,
         "loadavg_after": loadavg(),
-        "steal_ms": steal_before.zip(steal_ms()).map(|(before, after)| after - before),
+        "steal_ms": steal,
         "wall_seconds": started.elapsed().as_secs_f64(),
         "failed": failed,
     });
@@ -237,12 +240,7 @@ pub async fn run(cfg: &Config) -> i32 {
     println!(
         "load average before/after: {load_before} / {}; steal {}; {:.1} s",
         loadavg(),
-        steal_before
-            .zip(steal_ms())
-            .map_or("unknown".into(), |(before, after)| format!(
-                "{} ms",
-                after - before
-            )),
+        steal.map_or("unknown".into(), |ms| format!("{ms} ms")),
         started.elapsed().as_secs_f64()
     );
     if failed.is_empty() {
