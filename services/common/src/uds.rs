@@ -317,6 +317,8 @@ impl CoalescedWrites {
                 return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()));
             }
             self.written += n;
+            #[cfg(test)]
+            tests::WRITES.with(|w| w.set(w.get() + 1));
             // Something went out (a first request too large to hold): the
             // first flush has nothing left to wait for.
             self.first_flush_turns = 0;
@@ -609,6 +611,47 @@ mod tests {
         b.readable().await.unwrap();
         let mut got = [0u8; 64];
         assert_eq!(b.try_read(&mut got).unwrap(), H2_PREFACE.len());
+    }
+
+    std::thread_local! {
+        /// Socket writes by `CoalescedWrites` on this thread: a test counts
+        /// only its own (tests never share a thread at the same time).
+        pub(super) static WRITES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    }
+
+    /// Through the real client stack (tonic, hyper, h2 over `connect`), a
+    /// new connection's preface and its first request leave in one write:
+    /// one wake-up of the server.
+    #[tokio::test]
+    async fn a_new_channel_sends_its_preface_and_first_request_in_one_write() {
+        WRITES.with(|w| w.set(0));
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("peer.sock");
+        let listener = UnixListener::bind(&path).unwrap();
+        let channel = connect(&path).await.unwrap();
+        let (peer, _) = listener.accept().await.unwrap();
+        // Nobody answers: the call only has to leave.
+        let call = tokio::spawn(async move {
+            let request = HealthCheckRequest {
+                service: "pedelec.v1.SessionService".into(),
+            };
+            let _ = HealthClient::new(channel).check(request).await;
+        });
+        let mut got = Vec::new();
+        while !holds_data_frame(&got) {
+            peer.readable().await.unwrap();
+            let mut chunk = [0u8; 4096];
+            match peer.try_read(&mut chunk) {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                read => got.extend_from_slice(&chunk[..read.unwrap()]),
+            }
+        }
+        call.abort();
+        assert_eq!(
+            WRITES.with(|w| w.get()),
+            1,
+            "writes before the request's DATA"
+        );
     }
 
     /// More than the buffer holds goes out as it comes, whole and in order,
