@@ -319,8 +319,7 @@ impl CoalescedWrites {
             self.written += n;
             #[cfg(test)]
             tests::WRITES.with(|w| w.set(w.get() + 1));
-            // Something went out (a first request too large to hold): the
-            // first flush has nothing left to wait for.
+            // Once anything went out there is no first flush left to hold.
             self.first_flush_turns = 0;
         }
         self.buf.clear();
@@ -399,7 +398,6 @@ impl AsyncWrite for CoalescedWrites {
             cx.waker().wake_by_ref();
             return Poll::Pending;
         }
-        self.first_flush_turns = 0;
         if !self.yielded {
             self.yielded = true;
             cx.waker().wake_by_ref();
