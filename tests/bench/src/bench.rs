@@ -210,9 +210,12 @@ pub async fn run(cfg: &Config) -> i32 {
         .filter(|r| r.error.is_some())
         .map(|r| r.id)
         .collect();
+    // Read once: the JSON and the closing line give the same figures.
+    let load_after = loadavg();
     let steal = steal_before
         .zip(steal_ms())
-        .map(|(before, after)| after - before);
+        .map(|(before, after)| after.saturating_sub(before));
+    let wall_seconds = started.elapsed().as_secs_f64();
     let meta = json!({
         "quick": cfg.quick,
         "unix_time": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
@@ -221,9 +224,9 @@ pub async fn run(cfg: &Config) -> i32 {
         "mem_total_kib": mem_total_kib(),
         "kernel": std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim(),
         "loadavg_before": load_before,
-        "loadavg_after": loadavg(),
+        "loadavg_after": load_after,
         "steal_ms": steal,
-        "wall_seconds": started.elapsed().as_secs_f64(),
+        "wall_seconds": wall_seconds,
         "failed": failed,
     });
     let doc = to_json(&rows, meta);
@@ -238,10 +241,8 @@ pub async fn run(cfg: &Config) -> i32 {
         }
     }
     println!(
-        "load average before/after: {load_before} / {}; steal {}; {:.1} s",
-        loadavg(),
+        "load average before/after: {load_before} / {load_after}; steal {}; {wall_seconds:.1} s",
         steal.map_or("unknown".into(), |ms| format!("{ms} ms")),
-        started.elapsed().as_secs_f64()
     );
     if failed.is_empty() {
         0
