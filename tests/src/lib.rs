@@ -453,8 +453,8 @@ impl Drop for Launcher {
 }
 
 /// The visible entries of a folder: SessionService keeps a hidden spare
-/// folder and journal file ready for the next create (`paths::SpareDir`),
-/// which are neither workspaces nor records.
+/// journal file ready for the next create (`paths::RecyclingWriter`), which
+/// is not a record.
 pub fn visible_entries(dir: &Path) -> usize {
     std::fs::read_dir(dir)
         .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))

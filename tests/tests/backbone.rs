@@ -265,12 +265,18 @@ async fn session_lifecycle_errors_and_replay() {
     let id = created.session_id.clone();
     let snapshot = created.snapshot.unwrap();
     assert_eq!(snapshot.status, pb::SessionStatus::Idle as i32);
-    // A managed workspace under the data dir.
-    assert!(
-        std::path::Path::new(&snapshot.workspace_path)
-            .starts_with(env.data_dir().join("workspaces"))
-    );
-    assert!(std::path::Path::new(&snapshot.workspace_path).is_dir());
+    // A managed workspace under the data dir, made on first use (here
+    // OpenWorkspace, as AssetService opens it; else the first operation).
+    let folder = std::path::Path::new(&snapshot.workspace_path);
+    assert!(folder.starts_with(env.data_dir().join("workspaces")));
+    assert!(!folder.exists());
+    let opened = sessions
+        .open_workspace(thread_request(&id))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(opened.workspace_path, snapshot.workspace_path);
+    assert!(folder.is_dir());
 
     // Bad input and ownership.
     let mut no_origin = create_session_request(Some("codex"));
@@ -583,7 +589,8 @@ async fn kill_9_of_each_service_recovers_and_threads_survive() {
     // A killed launcher is no app exit: its services go with it, and the
     // next start brings every thread back with its status and seq, and the
     // managed workspaces with their files.
-    let workspace = PathBuf::from(snapshot(&mut sessions, &active).await.workspace_path);
+    let opened = sessions.open_workspace(thread_request(&active)).await;
+    let workspace = PathBuf::from(opened.unwrap().into_inner().workspace_path);
     std::fs::write(workspace.join("kept.txt"), "still here").unwrap();
     signal(launcher.pid() as i32, libc::SIGKILL);
     let _ = launcher.stop();

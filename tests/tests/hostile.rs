@@ -109,6 +109,10 @@ async fn every_thread_scoped_rpc_from_another_origin_is_denied_and_changes_nothi
         let mut denied: Vec<(&str, String)> = vec![
             ("Get", code(sessions.get(thread.clone()).await)),
             (
+                "OpenWorkspace",
+                code(sessions.open_workspace(thread.clone()).await),
+            ),
+            (
                 "Attach",
                 code(
                     sessions

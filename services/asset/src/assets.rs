@@ -101,12 +101,13 @@ impl Assets {
     }
 
     /// The thread's workspace, after SessionService confirmed that `origin` owns
-    /// the thread and that it has not ended.
+    /// the thread and that it has not ended, and made its folder if it was a
+    /// managed workspace not used before.
     pub async fn workspace(&self, session_id: &str, origin: &str) -> Result<PathBuf, AssetError> {
         let snapshot = self
             .sessions
             .clone()
-            .get(pb::ThreadRequest {
+            .open_workspace(pb::ThreadRequest {
                 session_id: session_id.to_string(),
                 origin: origin.to_string(),
             })

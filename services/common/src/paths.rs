@@ -458,66 +458,6 @@ fn exchange(a: &Path, b: &Path) -> std::io::Result<()> {
     }
 }
 
-/// One empty private folder made ahead of time in `parent`, so that making a
-/// folder on a request's path is a rename (see [`RecyclingWriter`] for why a
-/// new inode can be slow).
-pub struct SpareDir {
-    parent: PathBuf,
-    ready: std::sync::Mutex<Option<PathBuf>>,
-}
-
-impl SpareDir {
-    /// Removes the empty spares a previous run left; none is ready until
-    /// [`SpareDir::refill`].
-    pub fn new(parent: PathBuf) -> Self {
-        for leftover in spares_in(&parent) {
-            let _ = std::fs::remove_dir(leftover);
-        }
-        SpareDir {
-            parent,
-            ready: std::sync::Mutex::new(None),
-        }
-    }
-
-    fn ready(&self) -> std::sync::MutexGuard<'_, Option<PathBuf>> {
-        self.ready.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Makes the spare (0700) if none is ready. Blocking: run it off the
-    /// request path.
-    pub fn refill(&self) -> Result<(), CommonError> {
-        if self.ready().is_some() {
-            return Ok(());
-        }
-        let spare = spare_name(&self.parent);
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&spare)
-            .map_err(|e| CommonError::io(&spare, e))?;
-        let mut ready = self.ready();
-        if ready.is_none() {
-            *ready = Some(spare);
-        } else {
-            // Another refill got there first (two creates close together).
-            drop(ready);
-            let _ = std::fs::remove_dir(spare);
-        }
-        Ok(())
-    }
-
-    /// Makes `path`, a new name in the parent, a private folder as
-    /// [`ensure_private_dir`] does: the spare renamed when one is ready.
-    pub fn create(&self, path: &Path) -> Result<(), CommonError> {
-        let spare = self.ready().take();
-        if let Some(spare) = spare
-            && std::fs::rename(&spare, path).is_err()
-        {
-            let _ = std::fs::remove_dir(spare);
-        }
-        ensure_private_dir(path)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -561,29 +501,6 @@ mod tests {
         writer.replace("a.json", b"4").unwrap();
         assert_eq!(std::fs::read(tmp.path().join("a.json")).unwrap(), b"4");
         assert_eq!(names(tmp.path()).len(), 3);
-    }
-
-    #[test]
-    fn a_spare_folder_becomes_the_new_folder_and_leftovers_go() {
-        let tmp = tempfile::tempdir().unwrap();
-        let leftover = tmp.path().join(format!("{SPARE_PREFIX}old"));
-        std::fs::create_dir(&leftover).unwrap();
-        let spares = SpareDir::new(tmp.path().into());
-        assert!(!leftover.exists());
-        spares.refill().unwrap();
-        spares.refill().unwrap();
-        let spare = spares.ready().clone().unwrap();
-        let ino = std::fs::metadata(&spare).unwrap().ino();
-        let a = tmp.path().join("thr_a");
-        spares.create(&a).unwrap();
-        assert_eq!(std::fs::metadata(&a).unwrap().ino(), ino);
-        assert_eq!(std::fs::metadata(&a).unwrap().mode() & 0o777, 0o700);
-        assert!(!spare.exists());
-        // None ready: made on the spot.
-        let b = tmp.path().join("thr_b");
-        spares.create(&b).unwrap();
-        assert!(b.is_dir());
-        assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 2);
     }
 
     #[test]

@@ -76,6 +76,13 @@ impl SessionService for SessionGrpc {
         Ok(Response::new(self.0.get(&r.session_id, &r.origin)?))
     }
 
+    async fn open_workspace(&self, request: Request<pb::ThreadRequest>) -> Reply<pb::Snapshot> {
+        let r = request.into_inner();
+        Ok(Response::new(
+            self.0.open_workspace(&r.session_id, &r.origin)?,
+        ))
+    }
+
     async fn list(&self, request: Request<pb::ListRequest>) -> Reply<pb::ListResponse> {
         let origin = request.into_inner().origin;
         let sessions = self.0.list(origin.as_deref());

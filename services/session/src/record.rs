@@ -139,6 +139,12 @@ pub struct ThreadRecord {
     pub workspace_path: PathBuf,
     /// True for a workspace Pedelec created (and removes at app exit).
     pub managed_workspace: bool,
+    /// False while a managed workspace's folder is not made yet: it is made
+    /// on first use (the first operation, or AssetService opening it), so a
+    /// thread that is never used costs no folder. Records written before the
+    /// field existed had their folder made at create.
+    #[serde(default = "made")]
+    pub workspace_made: bool,
     pub auto_end_on_disconnect: bool,
     pub created_at_ms: u64,
     pub status: Status,
@@ -186,6 +192,10 @@ pub const RECENT_OPERATIONS: usize = 16;
 /// How many seqs one journal write reserves for events that do not change the
 /// record (chat deltas), so a delta stream is not a stream of file writes.
 pub const SEQ_RESERVATION: u64 = 1024;
+
+fn made() -> bool {
+    true
+}
 
 pub struct Journal {
     /// Writes the records into the journal's folder (`dir()`).
@@ -310,6 +320,7 @@ mod tests {
             effort: String::new(),
             workspace_path: "/tmp".into(),
             managed_workspace: false,
+            workspace_made: true,
             auto_end_on_disconnect: false,
             created_at_ms: 1,
             status: Status::Idle,

@@ -8,7 +8,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use pb::session_event::Event;
 use pedelec_common::clients::{ProviderClient, ToolBridgeClient};
-use pedelec_common::paths::SpareDir;
 use pedelec_common::secret::ServiceSecret;
 use pedelec_common::{Clients, Code, CodedError, DataDir, RuntimeDir, ids, json};
 use pedelec_proto::v1 as pb;
@@ -55,8 +54,6 @@ pub struct Sessions {
 pub(crate) struct Inner {
     pub config: Config,
     pub journal: Journal,
-    /// The next managed workspace folder, made ahead of time.
-    workspaces: SpareDir,
     threads: Mutex<HashMap<String, SharedThread>>,
     pub provider: ProviderClient,
     pub tools: ToolBridgeClient,
@@ -72,8 +69,8 @@ const RUNTIME_FOLDER: &str = ".pedelec-runtime";
 /// Events an ended thread keeps for routes catching up with its end.
 const ENDED_REPLAY_EVENTS: usize = 64;
 
-/// When the first spare workspace folder and journal file are made after
-/// start; a create before then makes its own.
+/// When the first spare journal file is made after start; a create before
+/// then makes its own.
 const FIRST_SPARES_AFTER: Duration = Duration::from_millis(100);
 
 /// How many events a route takes from the replay buffer at a time.
@@ -117,12 +114,10 @@ impl Sessions {
     pub fn open(config: Config, upstream: Upstream) -> Sessions {
         let Upstream { provider, tools } = upstream;
         let journal = Journal::new(config.data_dir.sessions());
-        let workspaces = SpareDir::new(config.data_dir.workspaces());
         let sessions = Sessions {
             inner: Arc::new(Inner {
                 config,
                 journal,
-                workspaces,
                 threads: Mutex::new(HashMap::new()),
                 provider,
                 tools,
@@ -142,15 +137,12 @@ impl Sessions {
         sessions
     }
 
-    /// Makes the next create's workspace folder and journal file on the
-    /// blocking pool: a new inode can cost most of a millisecond on this
-    /// kind of disk (`paths::RecyclingWriter`), which a create should not wait for.
+    /// Makes the next create's journal file on the blocking pool: a new inode
+    /// can cost most of a millisecond on this kind of disk
+    /// (`paths::RecyclingWriter`), which a create should not wait for.
     fn refill_spares(&self) {
         let inner = self.inner.clone();
         tokio::task::spawn_blocking(move || {
-            if let Err(e) = inner.workspaces.refill() {
-                tracing::debug!(error = %e, "no spare workspace folder");
-            }
             if let Err(e) = inner.journal.refill() {
                 tracing::debug!(error = %e, "no spare journal file");
             }
@@ -436,11 +428,9 @@ impl Sessions {
         };
         let (profile, tool_token) = tokio::join!(resolve, register);
         let registered = matches!(tool_token, Ok(Some(_)));
-        // Nothing of a refused create stays: not its workspace, not its tools.
-        let undo = |folder: Option<&Path>| {
-            if let Some(folder) = folder {
-                let _ = std::fs::remove_dir_all(folder);
-            }
+        // Nothing of a refused create stays: not its tools (its managed
+        // workspace is not made yet, and an explicit one is the caller's).
+        let undo = || {
             let id = session_id.clone();
             async move {
                 if registered {
@@ -451,24 +441,19 @@ impl Sessions {
         let profile = match profile {
             Ok(resp) => resp.into_inner(),
             Err(status) => {
-                undo(None).await;
+                undo().await;
                 return Err(upstream(status));
             }
         };
         let tool_token = tool_token?;
+        // A managed workspace is made on first use (`open_workspace`): a
+        // thread that never runs costs no folder, and a create no new inode.
         let (workspace_path, managed_workspace) = match explicit_workspace {
             Some(path) => (path, false),
-            None => {
-                let path = self.inner.config.data_dir.workspaces().join(&session_id);
-                if let Err(e) = self.inner.workspaces.create(&path) {
-                    undo(None).await;
-                    return Err(SessionError::Workspace {
-                        path: path.display().to_string(),
-                        reason: e.to_string(),
-                    });
-                }
-                (path, true)
-            }
+            None => (
+                self.inner.config.data_dir.workspaces().join(&session_id),
+                true,
+            ),
         };
         let manifest = req
             .skills
@@ -484,6 +469,7 @@ impl Sessions {
             effort: profile.effort,
             workspace_path,
             managed_workspace,
+            workspace_made: !managed_workspace,
             auto_end_on_disconnect: req.auto_end_on_disconnect,
             created_at_ms: now_ms(),
             status: Status::Idle,
@@ -507,7 +493,7 @@ impl Sessions {
             .check_open_threads(&thread.record.origin)
             .and_then(|()| thread.save(&self.inner.journal));
         if let Err(e) = saved {
-            undo(managed_workspace.then_some(thread.record.workspace_path.as_path())).await;
+            undo().await;
             return Err(e);
         }
         let snapshot = thread.snapshot();
@@ -892,7 +878,8 @@ impl Sessions {
         let (thread, snapshot) = self.live_thread(id, origin, |t| {
             if t.record.status == Status::Ended {
                 let path = &t.record.workspace_path;
-                if !path.is_dir() {
+                // A managed workspace not made yet is made on first use.
+                if t.record.workspace_made && !path.is_dir() {
                     return Err(SessionError::Workspace {
                         path: path.display().to_string(),
                         reason: "the recorded workspace no longer exists".into(),
@@ -914,6 +901,48 @@ impl Sessions {
 
     pub fn get(&self, id: &str, origin: &str) -> Result<pb::Snapshot, SessionError> {
         Ok(lock(&self.thread(id, origin)?).snapshot())
+    }
+
+    /// The snapshot of a thread whose workspace folder exists: made now if it
+    /// is a managed workspace not made yet (`OpenWorkspace`). An ended
+    /// thread's snapshot is returned as it is.
+    pub fn open_workspace(&self, id: &str, origin: &str) -> Result<pb::Snapshot, SessionError> {
+        let thread = self.thread(id, origin)?;
+        let mut t = lock(&thread);
+        if t.record.status != Status::Ended {
+            self.make_workspace(&mut t)?;
+        }
+        Ok(t.snapshot())
+    }
+
+    /// Makes a managed workspace's folder (private, like the data dir) the
+    /// first time the thread needs it, and records that it was made: from then
+    /// on a missing folder is WORKSPACE_OPEN_FAILED, as for an explicit one.
+    /// Blocking, but one `mkdir`, once per thread.
+    pub(crate) fn make_workspace(&self, t: &mut Thread) -> Result<(), SessionError> {
+        let path = &t.record.workspace_path;
+        let workspace_error = |reason: String| SessionError::Workspace {
+            path: path.display().to_string(),
+            reason,
+        };
+        if t.record.workspace_made {
+            return if path.is_dir() {
+                Ok(())
+            } else {
+                Err(workspace_error(
+                    "the recorded workspace no longer exists".into(),
+                ))
+            };
+        }
+        pedelec_common::paths::ensure_private_dir(path)
+            .map_err(|e| workspace_error(e.to_string()))?;
+        t.record.workspace_made = true;
+        // Not written now if the write fails: the folder exists, and a record
+        // that still says "not made" makes nothing new next time.
+        if let Err(e) = t.save(&self.inner.journal) {
+            tracing::warn!(session = %t.id(), error = %e, "could not record the new workspace");
+        }
+        Ok(())
     }
 
     pub fn list(&self, origin: Option<&str>) -> Vec<pb::SessionSummary> {

@@ -295,7 +295,6 @@ async fn a_refused_create_leaves_nothing_in_the_bridge() {
     assert_eq!(seen.drops, vec![(seen.registered[0].clone(), false)]);
     drop(seen);
     let workspaces = h.config.data_dir.workspaces();
-    // The hidden spare folder made for the next create is not a workspace.
     let left = entries(&workspaces, false);
     assert!(left.is_empty(), "workspaces left: {left:?}");
     assert!(h.sessions.list(None).is_empty());
@@ -391,6 +390,7 @@ async fn end_is_idempotent_and_blocks_operations_until_reactivate() {
 async fn reactivate_needs_the_workspace() {
     let h = harness(|_| {}).await;
     let id = h.create(false).await;
+    h.sessions.open_workspace(&id, ORIGIN).unwrap();
     h.sessions
         .end(&id, ORIGIN, pb::EndReason::Requested)
         .await
@@ -399,6 +399,20 @@ async fn reactivate_needs_the_workspace() {
     let err = h.sessions.reactivate(&id, ORIGIN).await.unwrap_err();
     assert_eq!(err.code(), pedelec_common::Code::WORKSPACE_OPEN_FAILED);
     assert_eq!(h.status(&id), pb::SessionStatus::Ended);
+}
+
+/// A managed workspace that was made and is gone is not made again empty:
+/// opening it, or the next operation, is WORKSPACE_OPEN_FAILED.
+#[tokio::test]
+async fn a_workspace_made_and_gone_is_not_made_again() {
+    let h = harness(|_| {}).await;
+    let id = h.create(false).await;
+    h.sessions.open_workspace(&id, ORIGIN).unwrap();
+    let folder = h.config.data_dir.workspaces().join(&id);
+    std::fs::remove_dir_all(&folder).unwrap();
+    let err = h.sessions.open_workspace(&id, ORIGIN).unwrap_err();
+    assert_eq!(err.code(), pedelec_common::Code::WORKSPACE_OPEN_FAILED);
+    assert!(!folder.exists());
 }
 
 #[tokio::test]
@@ -687,24 +701,58 @@ async fn a_route_that_missed_operation_finished_settles_it_from_the_gap_snapshot
     );
 }
 
-/// A create takes the workspace folder and the record file made ahead of it
-/// (no new inode on its path), and the next pair is made after it.
+/// A create makes no folder: it takes the record file made ahead of it (no
+/// new inode on its path), and the next one is made after it. The managed
+/// workspace is made, private, on first use, and that is recorded: a thread
+/// never used and ended is reactivated without a folder, and one that was used
+/// needs its folder (`reactivate_needs_the_workspace`).
 #[tokio::test]
-async fn a_create_takes_the_folder_and_file_made_ahead() {
-    use std::os::unix::fs::MetadataExt;
+async fn a_create_makes_no_folder_and_takes_the_file_made_ahead() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let h = harness(|_| {}).await;
     let (workspaces, journal) = (h.config.data_dir.workspaces(), h.config.data_dir.sessions());
-    let one_spare_each =
-        || entries(&workspaces, true).len() == 1 && entries(&journal, true).len() == 1;
-    eventually("the first spares", one_spare_each).await;
+    let one_spare = || entries(&journal, true).len() == 1;
+    eventually("the first spare", one_spare).await;
     let ino = |p: &std::path::Path| std::fs::metadata(p).unwrap().ino();
-    let folder = ino(&entries(&workspaces, true)[0]);
     let file = ino(&entries(&journal, true)[0]);
 
     let id = h.create(false).await;
-    let snapshot = h.sessions.get(&id, ORIGIN).unwrap();
-    assert_eq!(ino(std::path::Path::new(&snapshot.workspace_path)), folder);
     assert_eq!(ino(&journal.join(format!("{id}.json"))), file);
-    eventually("the next spares", one_spare_each).await;
-    assert_ne!(ino(&entries(&workspaces, true)[0]), folder);
+    eventually("the next spare", one_spare).await;
+    let folder = workspaces.join(&id);
+    let snapshot = h.sessions.get(&id, ORIGIN).unwrap();
+    assert_eq!(std::path::Path::new(&snapshot.workspace_path), folder);
+    assert!(entries(&workspaces, false).is_empty() && entries(&workspaces, true).is_empty());
+    let record = |id: &str| h.sessions.inner.journal.load(id).unwrap();
+    assert!(!record(&id).workspace_made);
+
+    // Never used, ended and reactivated: still nothing to need.
+    h.sessions
+        .end(&id, ORIGIN, pb::EndReason::Requested)
+        .await
+        .unwrap();
+    h.sessions.reactivate(&id, ORIGIN).await.unwrap();
+    assert!(!folder.exists());
+
+    // First use makes it, private, and the journal says so.
+    h.sessions.open_workspace(&id, ORIGIN).unwrap();
+    let mode = std::fs::metadata(&folder).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o700);
+    assert!(record(&id).workspace_made);
+    // Opening it again changes nothing.
+    std::fs::write(folder.join("kept"), b"x").unwrap();
+    h.sessions.open_workspace(&id, ORIGIN).unwrap();
+    assert!(folder.join("kept").exists());
+}
+
+/// A thread's first operation makes its managed workspace before its agent
+/// starts.
+#[tokio::test]
+async fn the_first_operation_makes_the_workspace() {
+    let h = harness(|_| {}).await;
+    let id = h.create(false).await;
+    let folder = h.config.data_dir.workspaces().join(&id);
+    assert!(!folder.exists());
+    h.sessions.prepare(&id, ORIGIN).unwrap();
+    eventually("the workspace", || folder.is_dir()).await;
 }

@@ -83,10 +83,10 @@ pub async fn run(
     };
     // Before the request is built: a registration may renew the token.
     sessions.tools_ready(&thread).await;
-    let (mut request, wants_tool_block) = {
-        let t = lock(&thread);
-        let r = &t.record;
-        let ours = r
+    let prepared = {
+        let mut t = lock(&thread);
+        let ours = t
+            .record
             .active_operation
             .as_ref()
             .is_some_and(|op| op.operation_id == operation_id);
@@ -94,23 +94,35 @@ pub async fn run(
             // Cancelled (or ended) before this task ran: nothing to start.
             return;
         }
-        let request = pb::RunTurnRequest {
-            session_id: r.session_id.clone(),
-            provider: r.provider.clone(),
-            profile: Some(pb::ResolvedProfile {
+        // The thread's first operation makes its managed workspace.
+        sessions.make_workspace(&mut t).map(|()| {
+            let r = &t.record;
+            let request = pb::RunTurnRequest {
+                session_id: r.session_id.clone(),
                 provider: r.provider.clone(),
-                effort_level: r.effort_level.clone(),
-                model: r.model.clone(),
-                effort: r.effort.clone(),
-                native_tools: false,
-            }),
-            workspace: r.workspace_path.display().to_string(),
-            prompt: String::new(),
-            provider_session_id: r.provider_session_id.clone(),
-            tool_env: tool_env(&sessions, &r.session_id, r.tool_token.as_deref()),
-        };
-        let wants_tool_block = !r.first_turn_done && r.manifest.is_some();
-        (request, wants_tool_block)
+                profile: Some(pb::ResolvedProfile {
+                    provider: r.provider.clone(),
+                    effort_level: r.effort_level.clone(),
+                    model: r.model.clone(),
+                    effort: r.effort.clone(),
+                    native_tools: false,
+                }),
+                workspace: r.workspace_path.display().to_string(),
+                prompt: String::new(),
+                provider_session_id: r.provider_session_id.clone(),
+                tool_env: tool_env(&sessions, &r.session_id, r.tool_token.as_deref()),
+            };
+            let wants_tool_block = !r.first_turn_done && r.manifest.is_some();
+            (request, wants_tool_block)
+        })
+    };
+    let (mut request, wants_tool_block) = match prepared {
+        Ok(prepared) => prepared,
+        Err(e) => {
+            let error = (e.to_coded(), pb::ErrorSource::Core);
+            finish(&sessions, &thread, &operation_id, Err(error));
+            return;
+        }
     };
 
     // A Prepare on a thread that already has a provider session has nothing to do.
