@@ -452,9 +452,9 @@ impl Drop for Launcher {
     }
 }
 
-/// The visible entries of a folder: SessionService keeps a hidden spare
-/// journal file ready for the next create (`paths::RecyclingWriter`), which
-/// is not a record.
+/// The visible entries of a folder: SessionService keeps hidden spare
+/// journal files ready for the next creates (`paths::RecyclingWriter`), which
+/// are not records.
 pub fn visible_entries(dir: &Path) -> usize {
     std::fs::read_dir(dir)
         .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))

@@ -69,7 +69,7 @@ const RUNTIME_FOLDER: &str = ".pedelec-runtime";
 /// Events an ended thread keeps for routes catching up with its end.
 const ENDED_REPLAY_EVENTS: usize = 64;
 
-/// When the first spare journal file is made after start; a create before
+/// When the first spare journal files are made after start; a create before
 /// then makes its own.
 const FIRST_SPARES_AFTER: Duration = Duration::from_millis(100);
 
@@ -137,7 +137,7 @@ impl Sessions {
         sessions
     }
 
-    /// Makes the next create's journal file on the blocking pool: a new inode
+    /// Makes the next creates' journal files on the blocking pool: a new inode
     /// can cost most of a millisecond on this kind of disk
     /// (`paths::RecyclingWriter`), which a create should not wait for.
     fn refill_spares(&self) {
