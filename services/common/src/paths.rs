@@ -295,7 +295,7 @@ fn spares_in(dir: &Path) -> impl Iterator<Item = PathBuf> {
 /// millisecond on this kind of disk) the next write, a replacement that
 /// needs a spare only until its swap returns the old file, finds the other
 /// instead of making an inode on its caller's path (an End right after its
-/// create did that one time in twelve in the bench, session 13).
+/// create, in the bench's loop; docs/decisions.md, "Create").
 pub const READY_SPARES: usize = 2;
 
 pub struct RecyclingWriter {
