@@ -446,8 +446,8 @@ impl Sessions {
             }
         };
         let tool_token = tool_token?;
-        // A managed workspace is made on first use (`open_workspace`): a
-        // thread that never runs costs no folder, and a create no new inode.
+        // A managed workspace is made on first use (`make_workspace`): a
+        // thread that is never used costs no folder, and a create no mkdir.
         let (workspace_path, managed_workspace) = match explicit_workspace {
             Some(path) => (path, false),
             None => (
@@ -937,8 +937,8 @@ impl Sessions {
         pedelec_common::paths::ensure_private_dir(path)
             .map_err(|e| workspace_error(e.to_string()))?;
         t.record.workspace_made = true;
-        // Not written now if the write fails: the folder exists, and a record
-        // that still says "not made" makes nothing new next time.
+        // A failed write only leaves the record saying "not made": the folder
+        // is there, and making it again finds it.
         if let Err(e) = t.save(&self.inner.journal) {
             tracing::warn!(session = %t.id(), error = %e, "could not record the new workspace");
         }
