@@ -123,14 +123,9 @@ impl Assets {
                 std::io::Error::other("SessionService reported no workspace"),
             ));
         }
+        // A folder deleted or replaced behind Pedelec's back is
+        // WORKSPACE_OPEN_FAILED from OpenWorkspace itself.
         let workspace = PathBuf::from(snapshot.workspace_path);
-        // An explicit workspace can be deleted or replaced behind Pedelec's back.
-        if !std::fs::metadata(&workspace).is_ok_and(|md| md.is_dir()) {
-            return Err(AssetError::WorkspaceOpenFailed(format!(
-                "the workspace {} of thread {session_id} is missing or not a folder",
-                workspace.display()
-            )));
-        }
         self.sweep_once(&workspace);
         Ok(workspace)
     }

@@ -26,9 +26,6 @@ pub enum AssetError {
     SessionEnded(String),
     #[error("{0}")]
     InvalidInput(String),
-    /// The thread's workspace folder is gone (or is no folder any more).
-    #[error("{0}")]
-    WorkspaceOpenFailed(String),
     #[error("{0}")]
     PathInvalid(String),
     #[error("no asset at {0}")]
@@ -73,7 +70,6 @@ impl AssetError {
             AssetError::SessionEnded(_) => Code::SESSION_ENDED,
             AssetError::InvalidInput(_) | AssetError::SizeMismatch { .. } => Code::INVALID_INPUT,
             AssetError::PathInvalid(_) => Code::ASSET_PATH_INVALID,
-            AssetError::WorkspaceOpenFailed(_) => Code::WORKSPACE_OPEN_FAILED,
             AssetError::NotFound(_) => Code::ASSET_NOT_FOUND,
             AssetError::TooLarge { .. } => Code::ASSET_TOO_LARGE,
             AssetError::TicketInvalid { .. } => Code::ASSET_TICKET_INVALID,

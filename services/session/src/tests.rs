@@ -424,6 +424,7 @@ async fn a_workspace_made_and_gone_is_not_made_again() {
     assert_eq!(f.error.as_ref().unwrap().code, "WORKSPACE_OPEN_FAILED");
     assert!(h.fakes.seen().turns.is_empty(), "no RunTurn was sent");
     assert!(!folder.exists());
+    h.sessions.send_text(&id, ORIGIN, "again".into()).unwrap();
 }
 
 #[tokio::test]
@@ -765,5 +766,9 @@ async fn the_first_operation_makes_the_workspace() {
     let folder = h.config.data_dir.workspaces().join(&id);
     assert!(!folder.exists());
     h.sessions.prepare(&id, ORIGIN).unwrap();
-    eventually("the workspace", || folder.is_dir()).await;
+    let _turn = h.turn().await;
+    assert!(
+        folder.is_dir(),
+        "RunTurn was sent before the folder was made"
+    );
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use pedelec_proto::v1 as pb;
 use tokio::sync::Notify;
 
-use crate::record::{OpKind, Outcome, Status, UsageRecord};
+use crate::record::{OpKind, Outcome, Status, ThreadRecord, UsageRecord};
 use crate::sessions::{Sessions, SharedThread, lock};
 
 /// What a Prepare sends: enough to make the provider open a session.
@@ -95,26 +95,9 @@ pub async fn run(
             return;
         }
         // The thread's first operation makes its managed workspace.
-        sessions.make_workspace(&mut t).map(|()| {
-            let r = &t.record;
-            let request = pb::RunTurnRequest {
-                session_id: r.session_id.clone(),
-                provider: r.provider.clone(),
-                profile: Some(pb::ResolvedProfile {
-                    provider: r.provider.clone(),
-                    effort_level: r.effort_level.clone(),
-                    model: r.model.clone(),
-                    effort: r.effort.clone(),
-                    native_tools: false,
-                }),
-                workspace: r.workspace_path.display().to_string(),
-                prompt: String::new(),
-                provider_session_id: r.provider_session_id.clone(),
-                tool_env: tool_env(&sessions, &r.session_id, r.tool_token.as_deref()),
-            };
-            let wants_tool_block = !r.first_turn_done && r.manifest.is_some();
-            (request, wants_tool_block)
-        })
+        sessions
+            .make_workspace(&mut t)
+            .map(|()| turn_request(&sessions, &t.record))
     };
     let (mut request, wants_tool_block) = match prepared {
         Ok(prepared) => prepared,
@@ -160,6 +143,28 @@ pub async fn run(
         outcome = stream_turn(&sessions, &thread, &operation_id, kind, request) => outcome,
     };
     finish(&sessions, &thread, &operation_id, outcome);
+}
+
+/// The RunTurn request for the thread's record (its prompt is set later),
+/// and whether the prompt must start with the tool block.
+fn turn_request(sessions: &Sessions, r: &ThreadRecord) -> (pb::RunTurnRequest, bool) {
+    let request = pb::RunTurnRequest {
+        session_id: r.session_id.clone(),
+        provider: r.provider.clone(),
+        profile: Some(pb::ResolvedProfile {
+            provider: r.provider.clone(),
+            effort_level: r.effort_level.clone(),
+            model: r.model.clone(),
+            effort: r.effort.clone(),
+            native_tools: false,
+        }),
+        workspace: r.workspace_path.display().to_string(),
+        prompt: String::new(),
+        provider_session_id: r.provider_session_id.clone(),
+        tool_env: tool_env(sessions, &r.session_id, r.tool_token.as_deref()),
+    };
+    let wants_tool_block = !r.first_turn_done && r.manifest.is_some();
+    (request, wants_tool_block)
 }
 
 async fn render_tool_block(
@@ -376,7 +381,7 @@ async fn wait_for_slow_routes(thread: &SharedThread) -> bool {
 
 /// Adds a turn's usage to the thread's totals. Cumulative reports (codex on
 /// resume) count only what grew since the last report of the same session.
-fn add_usage(record: &mut crate::record::ThreadRecord, usage: &pb::Usage) -> UsageRecord {
+fn add_usage(record: &mut ThreadRecord, usage: &pb::Usage) -> UsageRecord {
     let reported = UsageRecord {
         total: usage.total_tokens,
         input: usage.input_tokens,
