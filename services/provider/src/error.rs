@@ -53,11 +53,17 @@ impl ProviderError {
             ProviderError::SettingsWrite { .. } | ProviderError::Internal(_) => Code::INTERNAL,
         }
     }
+
+    /// The one place a ProviderService error becomes a coded error (and so a
+    /// status); SessionService passes on the same for a profile it resolves.
+    pub fn to_coded(&self) -> CodedError {
+        CodedError::new(self.code(), self.to_string())
+    }
 }
 
 impl From<ProviderError> for tonic::Status {
     fn from(e: ProviderError) -> tonic::Status {
-        CodedError::new(e.code(), e.to_string()).to_status()
+        e.to_coded().to_status()
     }
 }
 

@@ -131,68 +131,95 @@ impl Providers {
         provider: Option<&str>,
         effort_level: Option<&str>,
     ) -> Result<ResolvedProfile, ProviderError> {
-        let level = match effort_level.filter(|l| !l.is_empty()) {
-            None => DEFAULT_LEVEL,
-            Some(l) if catalog::is_effort_level(l) => l,
-            Some(l) => {
-                return Err(ProviderError::invalid(format!(
-                    "effort_level: {l:?} is not an effort level; expected one of {}",
-                    catalog::levels_list()
-                )));
-            }
-        };
-        let settings = self.settings.load();
-        let spec = match provider.filter(|p| !p.is_empty()) {
-            Some(code) => catalog::find(code).ok_or_else(|| ProviderError::ProviderNotFound {
-                code: code.to_string(),
-                expected: catalog::codes_list(),
-            })?,
-            None => {
-                let code = settings
-                    .default_provider
-                    .as_deref()
-                    .ok_or(ProviderError::DefaultProviderNotSet)?;
-                let unavailable = |reason: String| ProviderError::DefaultProviderUnavailable {
-                    provider: code.to_string(),
-                    reason,
-                };
-                // Only a hand-edited settings.json can hold an unknown code.
-                let spec = catalog::find(code)
-                    .ok_or_else(|| unavailable("it is not a known provider".to_string()))?;
-                self.availability
-                    .check_cached(spec)
-                    .await
-                    .map_err(unavailable)?;
-                spec
-            }
-        };
-        let profile = settings
-            .profiles
-            .get(spec.code)
-            .and_then(|p| p.levels.get(level))
-            .cloned()
-            .unwrap_or_default();
-        if spec.needs_model && profile.model.is_empty() {
-            return Err(ProviderError::ModelRequired {
-                provider: spec.code.to_string(),
-                level: level.to_string(),
-            });
+        let level = requested_level(effort_level)?;
+        if let Some(code) = provider.filter(|p| !p.is_empty()) {
+            return profile_of(&self.settings.load(), find_provider(code)?, level);
         }
-        // A named level with no explicit flag value passes the level itself,
-        // so "high" reaches codex/claude/opencode as `high`.
-        let effort = if profile.effort.is_empty() && level != DEFAULT_LEVEL {
-            level.to_string()
-        } else {
-            profile.effort
+        let settings = self.settings.load();
+        let code = settings
+            .default_provider
+            .as_deref()
+            .ok_or(ProviderError::DefaultProviderNotSet)?;
+        let unavailable = |reason: String| ProviderError::DefaultProviderUnavailable {
+            provider: code.to_string(),
+            reason,
         };
-        Ok(ResolvedProfile {
-            provider: spec.code.to_string(),
-            effort_level: level.to_string(),
-            model: profile.model,
-            effort,
-            native_tools: settings::native_tools(&settings, spec),
-        })
+        // Only a hand-edited settings.json can hold an unknown code.
+        let spec = catalog::find(code)
+            .ok_or_else(|| unavailable("it is not a known provider".to_string()))?;
+        self.availability
+            .check_cached(spec)
+            .await
+            .map_err(unavailable)?;
+        profile_of(&settings, spec, level)
     }
+}
+
+/// The profile of a provider named by its code, from settings.json alone: a
+/// named provider is not checked for availability, so this needs nothing of
+/// ProviderService's state. SessionService calls it in its own process, and a
+/// create that names its provider makes no round trip for its profile
+/// (docs/decisions.md, "Create"); ResolveProfile answers the same.
+pub fn resolve_named(
+    settings: &SettingsStore,
+    code: &str,
+    effort_level: Option<&str>,
+) -> Result<ResolvedProfile, ProviderError> {
+    let level = requested_level(effort_level)?;
+    profile_of(&settings.load(), find_provider(code)?, level)
+}
+
+/// The effort level a request names; absent or empty is the default.
+fn requested_level(effort_level: Option<&str>) -> Result<&str, ProviderError> {
+    match effort_level.filter(|l| !l.is_empty()) {
+        None => Ok(DEFAULT_LEVEL),
+        Some(l) if catalog::is_effort_level(l) => Ok(l),
+        Some(l) => Err(ProviderError::invalid(format!(
+            "effort_level: {l:?} is not an effort level; expected one of {}",
+            catalog::levels_list()
+        ))),
+    }
+}
+
+fn find_provider(code: &str) -> Result<&'static catalog::ProviderSpec, ProviderError> {
+    catalog::find(code).ok_or_else(|| ProviderError::ProviderNotFound {
+        code: code.to_string(),
+        expected: catalog::codes_list(),
+    })
+}
+
+/// `spec`'s profile at `level` in `settings`.
+fn profile_of(
+    settings: &Settings,
+    spec: &catalog::ProviderSpec,
+    level: &str,
+) -> Result<ResolvedProfile, ProviderError> {
+    let profile = settings
+        .profiles
+        .get(spec.code)
+        .and_then(|p| p.levels.get(level))
+        .cloned()
+        .unwrap_or_default();
+    if spec.needs_model && profile.model.is_empty() {
+        return Err(ProviderError::ModelRequired {
+            provider: spec.code.to_string(),
+            level: level.to_string(),
+        });
+    }
+    // A named level with no explicit flag value passes the level itself,
+    // so "high" reaches codex/claude/opencode as `high`.
+    let effort = if profile.effort.is_empty() && level != DEFAULT_LEVEL {
+        level.to_string()
+    } else {
+        profile.effort
+    };
+    Ok(ResolvedProfile {
+        provider: spec.code.to_string(),
+        effort_level: level.to_string(),
+        model: profile.model,
+        effort,
+        native_tools: settings::native_tools(settings, spec),
+    })
 }
 
 #[cfg(test)]

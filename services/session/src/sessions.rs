@@ -11,6 +11,7 @@ use pedelec_common::clients::{ProviderClient, ToolBridgeClient};
 use pedelec_common::secret::ServiceSecret;
 use pedelec_common::{Clients, Code, CodedError, DataDir, RuntimeDir, ids, json};
 use pedelec_proto::v1 as pb;
+use pedelec_provider::settings::SettingsStore;
 use tokio::sync::mpsc;
 use tonic::metadata::MetadataValue;
 
@@ -57,6 +58,9 @@ pub(crate) struct Inner {
     threads: Mutex<HashMap<String, SharedThread>>,
     pub provider: ProviderClient,
     pub tools: ToolBridgeClient,
+    /// settings.json, read (never written) to resolve a named provider's
+    /// profile without asking ProviderService (`create`).
+    settings: SettingsStore,
     /// Runs once in [`Sessions::live_thread`] between the lookup and the
     /// locks, so a test can evict the thread exactly there.
     #[cfg(test)]
@@ -114,6 +118,7 @@ impl Sessions {
     pub fn open(config: Config, upstream: Upstream) -> Sessions {
         let Upstream { provider, tools } = upstream;
         let journal = Journal::new(config.data_dir.sessions());
+        let settings = SettingsStore::new(config.data_dir.settings_file());
         let sessions = Sessions {
             inner: Arc::new(Inner {
                 config,
@@ -121,6 +126,7 @@ impl Sessions {
                 threads: Mutex::new(HashMap::new()),
                 provider,
                 tools,
+                settings,
                 #[cfg(test)]
                 pause_after_lookup: Mutex::new(None),
             }),
@@ -407,45 +413,16 @@ impl Sessions {
             Some(path) if !path.is_empty() => Some(self.check_explicit_workspace(path)?),
             _ => None,
         };
-        // The profile (ProviderService) and the manifest (ToolBridgeService)
-        // are asked for at once: two round trips in sequence were most of a
-        // create's time (issue 19). A registration whose create fails after
-        // all is dropped again, so a refused create leaves nothing in the bridge.
+        let profile = self.resolve_profile(&req).await?;
+        // The manifest is checked here, by ToolBridgeService's own parser; the
+        // bridge is given it when the thread's first operation starts
+        // (`tools_ready`). A create then asks no other service when it names
+        // its provider (docs/decisions.md, "Create").
+        let manifest = req.skills.as_ref().map(json::from_struct);
+        if let Some(manifest) = &manifest {
+            crate::tools::check_manifest(manifest).await?;
+        }
         let session_id = ids::new_id("thr");
-        let mut provider = self.inner.provider.clone();
-        let resolve = provider.resolve_profile(pb::ResolveProfileRequest {
-            provider: req.provider.clone().filter(|p| !p.is_empty()),
-            effort_level: req.effort_level.clone().filter(|e| !e.is_empty()),
-        });
-        let register = async {
-            match &req.skills {
-                Some(skills) => {
-                    self.register_tools(&session_id, skills.clone(), String::new())
-                        .await
-                }
-                None => Ok(None),
-            }
-        };
-        let (profile, tool_token) = tokio::join!(resolve, register);
-        let registered = matches!(tool_token, Ok(Some(_)));
-        // Nothing of a refused create stays: not its tools (its managed
-        // workspace is not made yet, and an explicit one is the caller's).
-        let undo = || {
-            let id = session_id.clone();
-            async move {
-                if registered {
-                    self.drop_tool_calls(id, DropTools::Ended).await;
-                }
-            }
-        };
-        let profile = match profile {
-            Ok(resp) => resp.into_inner(),
-            Err(status) => {
-                undo().await;
-                return Err(upstream(status));
-            }
-        };
-        let tool_token = tool_token?;
         // A managed workspace is made on first use (`make_workspace`): a
         // thread that is never used costs no folder, and a create no mkdir.
         let (workspace_path, managed_workspace) = match explicit_workspace {
@@ -455,10 +432,6 @@ impl Sessions {
                 true,
             ),
         };
-        let manifest = req
-            .skills
-            .as_ref()
-            .map(|s| serde_json::Value::Object(json::from_struct(s)));
 
         let record = ThreadRecord {
             session_id: session_id.clone(),
@@ -478,8 +451,8 @@ impl Sessions {
             first_turn_done: false,
             usage: None,
             cumulative_seen: UsageRecord::default(),
-            manifest,
-            tool_token,
+            manifest: manifest.map(serde_json::Value::Object),
+            tool_token: None,
             active_operation: None,
             recent_operations: Vec::new(),
             pending_tool_request: None,
@@ -488,14 +461,9 @@ impl Sessions {
         };
         let mut thread = Thread::new(record, self.inner.config.replay);
         // Checked again: other creates of the origin may have finished while
-        // this one awaited ProviderService and ToolBridge.
-        let saved = self
-            .check_open_threads(&thread.record.origin)
-            .and_then(|()| thread.save(&self.inner.journal));
-        if let Err(e) = saved {
-            undo().await;
-            return Err(e);
-        }
+        // this one awaited ProviderService or the manifest's check.
+        self.check_open_threads(&thread.record.origin)?;
+        thread.save(&self.inner.journal)?;
         let snapshot = thread.snapshot();
         self.threads()
             .insert(session_id.clone(), Arc::new(Mutex::new(thread)));
@@ -507,6 +475,31 @@ impl Sessions {
             effort_level: profile.effort_level,
             snapshot: Some(snapshot),
         })
+    }
+
+    /// The thread's provider and effort profile. A named provider's comes
+    /// from settings.json, read here; the default provider must also be
+    /// installed, which ProviderService checks (and caches).
+    async fn resolve_profile(
+        &self,
+        req: &pb::CreateSessionRequest,
+    ) -> Result<pb::ResolvedProfile, SessionError> {
+        let effort_level = req.effort_level.as_deref().filter(|e| !e.is_empty());
+        match req.provider.as_deref().filter(|p| !p.is_empty()) {
+            Some(code) => pedelec_provider::resolve_named(&self.inner.settings, code, effort_level)
+                .map_err(|e| SessionError::Upstream(e.to_coded())),
+            None => {
+                let request = pb::ResolveProfileRequest {
+                    provider: None,
+                    effort_level: effort_level.map(str::to_string),
+                };
+                let mut provider = self.inner.provider.clone();
+                match provider.resolve_profile(request).await {
+                    Ok(resp) => Ok(resp.into_inner()),
+                    Err(status) => Err(upstream(status)),
+                }
+            }
+        }
     }
 
     /// `LIMIT_EXCEEDED` when `origin` already holds the most open threads

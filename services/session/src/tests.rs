@@ -18,14 +18,15 @@ use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
-use crate::{Config, Sessions, Upstream};
+use crate::{Config, SessionError, Sessions, Upstream};
 
 type Reply<T> = Result<Response<T>, Status>;
 type Events<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 
 const ORIGIN: &str = "https://app.example";
-/// A provider the fake ProviderService refuses to resolve.
-const UNAVAILABLE: &str = "unavailable";
+/// An effort level for which the fake ProviderService answers that the
+/// default provider is not installed.
+const UNINSTALLED: &str = "uninstalled";
 
 /// What the fakes saw, and the turns they are running.
 #[derive(Default)]
@@ -35,6 +36,8 @@ struct Seen {
     /// (session id, keep_manifest) of every Drop.
     drops: Vec<(String, bool)>,
     registered: Vec<String>,
+    /// ResolveProfile calls.
+    resolved: usize,
 }
 
 #[derive(Clone, Default)]
@@ -68,7 +71,8 @@ impl ProviderService for Fakes {
         req: Request<pb::ResolveProfileRequest>,
     ) -> Reply<pb::ResolvedProfile> {
         let req = req.into_inner();
-        if req.provider.as_deref() == Some(UNAVAILABLE) {
+        self.seen().resolved += 1;
+        if req.effort_level.as_deref() == Some(UNINSTALLED) {
             return Err(pedelec_common::status_with_code(
                 pedelec_common::Code::DEFAULT_PROVIDER_UNAVAILABLE,
                 "not installed",
@@ -271,32 +275,114 @@ fn attach(h: &Harness, id: &str) -> crate::sessions::EventStream {
         .unwrap()
 }
 
-/// The profile and the manifest are asked for at once; when the profile is
-/// refused, the registration is dropped again and no workspace is left.
+fn create_request(provider: Option<&str>, effort_level: Option<&str>) -> pb::CreateSessionRequest {
+    pb::CreateSessionRequest {
+        origin: ORIGIN.into(),
+        provider: provider.map(str::to_string),
+        effort_level: effort_level.map(str::to_string),
+        ..Default::default()
+    }
+}
+
+fn code_of(err: SessionError) -> (String, String) {
+    let status = Status::from(err);
+    let code = pedelec_common::code_of_status(&status).unwrap_or_default();
+    (code, status.message().to_string())
+}
+
+/// A create refused by ProviderService (the default provider is not
+/// installed) passes its code on and keeps nothing.
 #[tokio::test]
-async fn a_refused_create_leaves_nothing_in_the_bridge() {
+async fn a_refused_create_keeps_nothing() {
     let h = harness(|_| {}).await;
-    let manifest = serde_json::json!({"tools": []});
     let err = h
         .sessions
-        .create(pb::CreateSessionRequest {
-            origin: ORIGIN.into(),
-            provider: Some(UNAVAILABLE.into()),
-            skills: Some(pedelec_common::json::to_struct(
-                manifest.as_object().unwrap(),
-            )),
-            ..Default::default()
-        })
+        .create(create_request(None, Some(UNINSTALLED)))
         .await
         .unwrap_err();
-    assert!(err.to_string().contains("not installed"), "{err}");
-    let seen = h.fakes.seen();
-    assert_eq!(seen.registered.len(), 1);
-    assert_eq!(seen.drops, vec![(seen.registered[0].clone(), false)]);
-    drop(seen);
-    let workspaces = h.config.data_dir.workspaces();
-    let left = entries(&workspaces, false);
+    let (code, message) = code_of(err);
+    assert_eq!(code, "DEFAULT_PROVIDER_UNAVAILABLE");
+    assert!(message.contains("not installed"), "{message}");
+    assert!(h.fakes.seen().registered.is_empty());
+    let left = entries(&h.config.data_dir.workspaces(), false);
     assert!(left.is_empty(), "workspaces left: {left:?}");
+    assert!(h.sessions.list(None).is_empty());
+}
+
+/// A named provider's profile is read from settings.json in this process;
+/// only the default provider, which must also be installed, is asked of
+/// ProviderService.
+#[tokio::test]
+async fn a_named_providers_profile_comes_from_the_settings_file() {
+    let h = harness(|_| {}).await;
+    let create = |provider, level| h.sessions.create(create_request(provider, level));
+    // Ollama has no model of its own: without settings it needs one.
+    let (code, message) = code_of(create(Some("ollama"), Some("high")).await.unwrap_err());
+    assert_eq!(code, "MODEL_REQUIRED", "{message}");
+    let settings =
+        serde_json::json!({"profiles": {"ollama": {"levels": {"high": {"model": "qwen3:4b"}}}}});
+    std::fs::write(
+        h.config.data_dir.settings_file(),
+        serde_json::to_vec(&settings).unwrap(),
+    )
+    .unwrap();
+    let created = create(Some("ollama"), Some("high")).await.unwrap();
+    assert_eq!(
+        (created.provider.as_str(), created.effort_level.as_str()),
+        ("ollama", "high")
+    );
+    assert_eq!(created.snapshot.unwrap().model, "qwen3:4b");
+    let (code, message) = code_of(create(Some("nope"), None).await.unwrap_err());
+    assert_eq!(code, "PROVIDER_NOT_FOUND");
+    assert!(
+        message.contains("ollama"),
+        "names the known providers: {message}"
+    );
+    let (code, _) = code_of(create(Some("ollama"), Some("extreme")).await.unwrap_err());
+    assert_eq!(code, "INVALID_INPUT");
+    assert_eq!(h.fakes.seen().resolved, 0);
+
+    let created = create(None, None).await.unwrap();
+    assert_eq!(created.provider, "codex");
+    assert_eq!(h.fakes.seen().resolved, 1);
+}
+
+/// A create gives ToolBridge nothing: the thread's first operation registers
+/// its manifest, before the turn starts.
+#[tokio::test]
+async fn the_first_operation_registers_the_tools_not_the_create() {
+    let h = harness(|_| {}).await;
+    let id = h.create(false).await;
+    assert!(h.fakes.seen().registered.is_empty());
+    h.sessions.send_text(&id, ORIGIN, "hi".into()).unwrap();
+    let _turn = h.turn().await;
+    assert_eq!(h.fakes.seen().registered, vec![id]);
+}
+
+/// A bad manifest is refused at create with the bridge's own error (its code
+/// and the JSON pointer of the bad node), with or without patterns to
+/// compile, and nothing is kept.
+#[tokio::test]
+async fn a_bad_manifest_is_refused_at_create_with_the_bridges_error() {
+    let h = harness(|_| {}).await;
+    let bad_pattern = serde_json::json!({"tools": [{
+        "name": "find",
+        "description": "finds",
+        "argsSchema": {"type": "object", "properties": {"q": {"type": "string", "pattern": "("}}}
+    }]});
+    for (manifest, pointer) in [
+        (serde_json::json!({"tools": 5}), "/tools"),
+        (bad_pattern, "/tools/0/argsSchema/properties/q/pattern"),
+    ] {
+        let mut request = create_request(None, None);
+        request.skills = Some(pedelec_common::json::to_struct(
+            manifest.as_object().unwrap(),
+        ));
+        let (code, message) = code_of(h.sessions.create(request).await.unwrap_err());
+        assert_eq!(code, "TOOLS_MANIFEST_INVALID", "{message}");
+        assert!(message.contains(pointer), "{message}");
+    }
+    assert!(h.fakes.seen().registered.is_empty());
     assert!(h.sessions.list(None).is_empty());
 }
 

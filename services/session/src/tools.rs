@@ -13,6 +13,7 @@ use pb::tool_event::Event as ToolEvent;
 use pedelec_common::json;
 use pedelec_proto::v1 as pb;
 
+use crate::SessionError;
 use crate::record::{Status, ToolRequestRecord};
 use crate::sessions::{Sessions, lock};
 
@@ -145,4 +146,28 @@ fn apply(sessions: &Sessions, event: pb::ToolEvent) {
         }
         None => {}
     }
+}
+
+/// A create's manifest, checked by ToolBridgeService's own parser and refused
+/// with the very error the bridge would give (`TOOLS_MANIFEST_INVALID` and the
+/// JSON pointer), so a bad manifest is refused at create although the bridge
+/// learns of it only at the first operation. Compiling the schemas' patterns
+/// is CPU work kept off the runtime thread, as in the bridge.
+pub(crate) async fn check_manifest(
+    manifest: &serde_json::Map<String, serde_json::Value>,
+) -> Result<(), SessionError> {
+    use pedelec_toolbridge::{ToolBridgeError, manifest};
+    let refused = |e: manifest::ManifestError| {
+        SessionError::Upstream(ToolBridgeError::ManifestInvalid(e).to_coded())
+    };
+    if !manifest::has_patterns(manifest) {
+        return manifest::Manifest::parse(manifest)
+            .map(drop)
+            .map_err(refused);
+    }
+    let manifest = manifest.clone();
+    tokio::task::spawn_blocking(move || manifest::Manifest::parse(&manifest).map(drop))
+        .await
+        .map_err(|e| SessionError::Internal(format!("the manifest check failed: {e}")))?
+        .map_err(refused)
 }
