@@ -29,7 +29,9 @@ pub enum SessionError {
     /// A resource bound (sessions per origin) was reached.
     #[error("{0}")]
     Limit(String),
-    /// An error another service reported, passed through with its own code.
+    /// An error under another service's rules, with its own code: reported
+    /// by that service, or found here by its own code (a named provider's
+    /// profile, a create's manifest).
     #[error("{0}")]
     Upstream(CodedError),
     #[error("{0}")]

@@ -331,7 +331,10 @@ impl Sessions {
     }
 
     /// Before a turn starts: ToolBridge knows the thread's manifest and
-    /// token. After a restart of ToolBridge the manifests are registered again
+    /// token. A thread without a token is registered now: its first
+    /// operation registers it (CreateSession only checks the manifest), as
+    /// after a restart of this service (the journal keeps no token). After a
+    /// restart of ToolBridge the manifests are registered again
     /// in the background once this service's Watch reconnects, and the Watch
     /// can learn of the old bridge's end only after the new one serves: a turn
     /// starting first would have every tool call of its agent refused

@@ -241,7 +241,7 @@ pub async fn provider_phase(cfg: &Config) -> Result<Vec<Row>, String> {
     let text: String = (1..=20).map(|i| format!("w{i} ")).collect();
     let script = json!({"mode": "reply", "text": text.trim_end(), "chunks": 20, "delay_ms": 5});
     let mock = Mock::start(&script, &env.rt())?;
-    let home = env.rt().parent().unwrap().join("home");
+    let home = env.root.join("home");
     let codex_home = home.join(".codex");
     std::fs::create_dir_all(&codex_home).map_err(|e| e.to_string())?;
     std::fs::write(
@@ -272,7 +272,7 @@ pub async fn provider_phase(cfg: &Config) -> Result<Vec<Row>, String> {
         .to_string(),
     )
     .map_err(|e| e.to_string())?;
-    let bin = env.rt().parent().unwrap().join("bin");
+    let bin = env.root.join("bin");
     for (cli, name) in [
         (&codex, "codex"),
         (&opencode, "opencode"),
@@ -285,8 +285,7 @@ pub async fn provider_phase(cfg: &Config) -> Result<Vec<Row>, String> {
     let claude_startup = claude_startup(cfg, &env, &home, mock.port)?;
 
     let mut cmd = env.command("pedelecd");
-    let log = std::fs::File::create(env.rt().parent().unwrap().join("launcher.log"))
-        .map_err(|e| e.to_string())?;
+    let log = std::fs::File::create(env.root.join("launcher.log")).map_err(|e| e.to_string())?;
     // opencode offline: no models.dev catalogue fetch (as the tests run it).
     cmd.env("OPENCODE_DISABLE_MODELS_FETCH", "1")
         .env("OPENCODE_DISABLE_AUTOUPDATE", "1")
