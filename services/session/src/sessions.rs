@@ -343,14 +343,18 @@ impl Sessions {
     /// checks the token first, so TOOL_ACCESS_DENIED means it does not know
     /// the thread, which is then registered now. Any other answer (the tool is
     /// not found, the bridge is down) leaves things as they are.
-    pub(crate) async fn tools_ready(&self, thread: &SharedThread) {
+    ///
+    /// A registration that fails is the operation's error: its agent could
+    /// call none of the page's tools.
+    pub(crate) async fn tools_ready(&self, thread: &SharedThread) -> Result<(), SessionError> {
         let (session_id, token) = {
             let t = lock(thread);
             if t.record.manifest.is_none() {
-                return;
+                return Ok(());
             }
             (t.id().to_string(), t.record.tool_token.clone())
         };
+        let registered_before = token.is_some();
         let known = match token.as_deref().map(MetadataValue::try_from) {
             Some(Ok(token)) => {
                 let mut probe = tonic::Request::new(pb::GetToolSpecRequest {
@@ -370,10 +374,13 @@ impl Sessions {
             }
             _ => false,
         };
-        if !known {
-            tracing::info!(session = %lock(thread).id(), "the bridge lost the thread's tools; registering them before the turn");
-            self.reregister_tools(thread).await;
+        if known {
+            return Ok(());
         }
+        if registered_before {
+            tracing::info!(session = %lock(thread).id(), "the bridge lost the thread's tools; registering them before the turn");
+        }
+        self.reregister_tools(thread).await
     }
 
     /// Registers every live manifest again, in the background.
@@ -382,7 +389,7 @@ impl Sessions {
         let sessions = self.clone();
         tokio::spawn(async move {
             for thread in &threads {
-                sessions.reregister_tools(thread).await;
+                sessions.reregister_tools_or_log(thread).await;
             }
         });
     }
@@ -614,15 +621,15 @@ impl Sessions {
         }
     }
 
-    /// After a restart (of this service or of ToolBridgeService), the bridge may
-    /// not know the thread's manifest: register it again, with the same token
-    /// while this service still holds it, else with a new one (the journal
-    /// keeps no token).
-    pub(crate) async fn reregister_tools(&self, thread: &SharedThread) {
+    /// Gives the bridge the thread's manifest: at the thread's first operation,
+    /// and again after a restart (of this service or of ToolBridgeService),
+    /// with the same token while this service still holds it, else with a new
+    /// one (the journal keeps no token).
+    pub(crate) async fn reregister_tools(&self, thread: &SharedThread) -> Result<(), SessionError> {
         let (id, manifest, token) = {
             let t = lock(thread);
             if t.record.status == Status::Ended {
-                return;
+                return Ok(());
             }
             match &t.record.manifest {
                 Some(serde_json::Value::Object(m)) => (
@@ -630,12 +637,19 @@ impl Sessions {
                     json::to_struct(m),
                     t.record.tool_token.clone().unwrap_or_default(),
                 ),
-                _ => return,
+                _ => return Ok(()),
             }
         };
-        match self.register_tools(&id, manifest, token).await {
-            Ok(token) => lock(thread).record.tool_token = token,
-            Err(e) => tracing::warn!(session = %id, error = %e, "could not re-register tools"),
+        let token = self.register_tools(&id, manifest, token).await?;
+        lock(thread).record.tool_token = token;
+        Ok(())
+    }
+
+    /// [`Sessions::reregister_tools`] where nothing waits for it: a failure
+    /// is logged, and the next operation tries again (`tools_ready`).
+    async fn reregister_tools_or_log(&self, thread: &SharedThread) {
+        if let Err(e) = self.reregister_tools(thread).await {
+            tracing::warn!(session = %lock(thread).id(), error = %e, "could not re-register tools");
         }
     }
 
@@ -891,7 +905,7 @@ impl Sessions {
             Ok(t.snapshot())
         })?;
         let snapshot = snapshot?;
-        self.reregister_tools(&thread).await;
+        self.reregister_tools_or_log(&thread).await;
         Ok(snapshot)
     }
 

@@ -38,6 +38,8 @@ struct Seen {
     registered: Vec<String>,
     /// ResolveProfile calls.
     resolved: usize,
+    /// Register answers as a bridge that is down would.
+    refuse_register: bool,
 }
 
 #[derive(Clone, Default)]
@@ -106,6 +108,9 @@ impl ToolBridgeService for Fakes {
         &self,
         req: Request<pb::RegisterToolsRequest>,
     ) -> Reply<pb::RegisterToolsResponse> {
+        if self.seen().refuse_register {
+            return Err(Status::unavailable("the bridge is down"));
+        }
         self.seen().registered.push(req.into_inner().session_id);
         Ok(Response::new(pb::RegisterToolsResponse {
             tool_token: "token".into(),
@@ -355,6 +360,30 @@ async fn the_first_operation_registers_the_tools_not_the_create() {
     let id = h.create(false).await;
     assert!(h.fakes.seen().registered.is_empty());
     h.sessions.send_text(&id, ORIGIN, "hi".into()).unwrap();
+    let _turn = h.turn().await;
+    assert_eq!(h.fakes.seen().registered, vec![id]);
+}
+
+/// When the bridge cannot be given the manifest, the operation fails with
+/// its error before any agent starts (the agent could call none of the
+/// page's tools), and the next operation tries again.
+#[tokio::test]
+async fn an_operation_whose_tools_cannot_be_registered_fails() {
+    let h = harness(|_| {}).await;
+    let id = h.create(false).await;
+    h.fakes.seen().refuse_register = true;
+    let mut rx = attach(&h, &id);
+    h.sessions.send_text(&id, ORIGIN, "hi".into()).unwrap();
+    let events = events_until(&mut rx, is_finished).await;
+    let Some(Event::OperationFinished(f)) = events.last() else {
+        unreachable!()
+    };
+    assert_eq!(f.outcome, pb::OperationOutcome::Failed as i32);
+    assert_eq!(f.error.as_ref().unwrap().code, "CORE_UNAVAILABLE");
+    assert!(h.fakes.seen().turns.is_empty(), "no RunTurn was sent");
+
+    h.fakes.seen().refuse_register = false;
+    h.sessions.send_text(&id, ORIGIN, "again".into()).unwrap();
     let _turn = h.turn().await;
     assert_eq!(h.fakes.seen().registered, vec![id]);
 }

@@ -82,7 +82,7 @@ pub async fn run(
         operation_id: operation_id.clone(),
     };
     // Before the request is built: a registration may renew the token.
-    sessions.tools_ready(&thread).await;
+    let tools_ready = sessions.tools_ready(&thread).await;
     let prepared = {
         let mut t = lock(&thread);
         let ours = t
@@ -95,8 +95,8 @@ pub async fn run(
             return;
         }
         // The thread's first operation makes its managed workspace.
-        sessions
-            .make_workspace(&mut t)
+        tools_ready
+            .and_then(|()| sessions.make_workspace(&mut t))
             .map(|()| turn_request(&sessions, &t.record))
     };
     let (mut request, wants_tool_block) = match prepared {
