@@ -269,6 +269,21 @@ fn entries(dir: &std::path::Path, hidden: bool) -> Vec<std::path::PathBuf> {
         .collect()
 }
 
+/// The error code of the operation that finishes next on `rx`, which must
+/// have failed.
+async fn failed_with(rx: &mut crate::sessions::EventStream) -> String {
+    let events = events_until(rx, is_finished).await;
+    let Some(Event::OperationFinished(f)) = events.last() else {
+        unreachable!()
+    };
+    assert_eq!(f.outcome, pb::OperationOutcome::Failed as i32);
+    f.error
+        .as_ref()
+        .expect("a failed operation's error")
+        .code
+        .clone()
+}
+
 fn attach(h: &Harness, id: &str) -> crate::sessions::EventStream {
     h.sessions
         .attach(pb::AttachRequest {
@@ -353,33 +368,18 @@ async fn a_named_providers_profile_comes_from_the_settings_file() {
 }
 
 /// A create gives ToolBridge nothing: the thread's first operation registers
-/// its manifest, before the turn starts.
+/// its manifest, before the turn starts. When the bridge cannot be given it,
+/// the operation fails with the bridge's error before any agent starts (the
+/// agent could call none of the page's tools), and the next one tries again.
 #[tokio::test]
-async fn the_first_operation_registers_the_tools_not_the_create() {
+async fn the_first_operation_registers_the_tools_or_fails() {
     let h = harness(|_| {}).await;
     let id = h.create(false).await;
     assert!(h.fakes.seen().registered.is_empty());
-    h.sessions.send_text(&id, ORIGIN, "hi".into()).unwrap();
-    let _turn = h.turn().await;
-    assert_eq!(h.fakes.seen().registered, vec![id]);
-}
-
-/// When the bridge cannot be given the manifest, the operation fails with
-/// its error before any agent starts (the agent could call none of the
-/// page's tools), and the next operation tries again.
-#[tokio::test]
-async fn an_operation_whose_tools_cannot_be_registered_fails() {
-    let h = harness(|_| {}).await;
-    let id = h.create(false).await;
     h.fakes.seen().refuse_register = true;
     let mut rx = attach(&h, &id);
     h.sessions.send_text(&id, ORIGIN, "hi".into()).unwrap();
-    let events = events_until(&mut rx, is_finished).await;
-    let Some(Event::OperationFinished(f)) = events.last() else {
-        unreachable!()
-    };
-    assert_eq!(f.outcome, pb::OperationOutcome::Failed as i32);
-    assert_eq!(f.error.as_ref().unwrap().code, "CORE_UNAVAILABLE");
+    assert_eq!(failed_with(&mut rx).await, "CORE_UNAVAILABLE");
     assert!(h.fakes.seen().turns.is_empty(), "no RunTurn was sent");
 
     h.fakes.seen().refuse_register = false;
@@ -531,12 +531,7 @@ async fn a_workspace_made_and_gone_is_not_made_again() {
     // be tried again.
     let mut rx = attach(&h, &id);
     h.sessions.send_text(&id, ORIGIN, "hi".into()).unwrap();
-    let events = events_until(&mut rx, is_finished).await;
-    let Some(Event::OperationFinished(f)) = events.last() else {
-        unreachable!()
-    };
-    assert_eq!(f.outcome, pb::OperationOutcome::Failed as i32);
-    assert_eq!(f.error.as_ref().unwrap().code, "WORKSPACE_OPEN_FAILED");
+    assert_eq!(failed_with(&mut rx).await, "WORKSPACE_OPEN_FAILED");
     assert!(h.fakes.seen().turns.is_empty(), "no RunTurn was sent");
     assert!(!folder.exists());
     h.sessions.send_text(&id, ORIGIN, "again".into()).unwrap();
