@@ -131,10 +131,10 @@ impl Providers {
         provider: Option<&str>,
         effort_level: Option<&str>,
     ) -> Result<ResolvedProfile, ProviderError> {
-        let level = requested_level(effort_level)?;
         if let Some(code) = provider.filter(|p| !p.is_empty()) {
-            return profile_of(&self.settings.load(), find_provider(code)?, level);
+            return resolve_named(&self.settings, code, effort_level);
         }
+        let level = requested_level(effort_level)?;
         let settings = self.settings.load();
         let code = settings
             .default_provider
