@@ -59,8 +59,9 @@ pub(crate) struct Inner {
     pub provider: ProviderClient,
     pub tools: ToolBridgeClient,
     /// settings.json, read (never written) to resolve a named provider's
-    /// profile without asking ProviderService (`create`).
-    settings: SettingsStore,
+    /// profile without asking ProviderService (`create`, the first turn's
+    /// prompt).
+    pub settings: SettingsStore,
     /// Runs once in [`Sessions::live_thread`] between the lookup and the
     /// locks, so a test can evict the thread exactly there.
     #[cfg(test)]

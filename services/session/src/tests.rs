@@ -40,6 +40,8 @@ struct Seen {
     resolved: usize,
     /// Register answers as a bridge that is down would.
     refuse_register: bool,
+    /// `native_tools` of every RenderPrompt.
+    rendered: Vec<bool>,
 }
 
 #[derive(Clone, Default)]
@@ -119,8 +121,9 @@ impl ToolBridgeService for Fakes {
     }
     async fn render_prompt(
         &self,
-        _: Request<pb::RenderPromptRequest>,
+        req: Request<pb::RenderPromptRequest>,
     ) -> Reply<pb::RenderPromptResponse> {
+        self.seen().rendered.push(req.into_inner().native_tools);
         Ok(Response::new(pb::RenderPromptResponse::default()))
     }
     async fn get_tool_spec(&self, _: Request<pb::GetToolSpecRequest>) -> Reply<pb::ToolSpec> {
@@ -305,9 +308,8 @@ fn create_request(provider: Option<&str>, effort_level: Option<&str>) -> pb::Cre
 }
 
 fn code_of(err: SessionError) -> (String, String) {
-    let status = Status::from(err);
-    let code = pedelec_common::code_of_status(&status).unwrap_or_default();
-    (code, status.message().to_string())
+    let coded = err.to_coded();
+    (coded.code, coded.message)
 }
 
 /// A create refused by ProviderService (the default provider is not
@@ -386,6 +388,33 @@ async fn the_first_operation_registers_the_tools_or_fails() {
     h.sessions.send_text(&id, ORIGIN, "again".into()).unwrap();
     let _turn = h.turn().await;
     assert_eq!(h.fakes.seen().registered, vec![id]);
+}
+
+/// The first turn's prompt names the tools as native (MCP) tools or as
+/// pedelec-cli commands as settings.json says at that moment, decided in this
+/// process without asking ProviderService.
+#[tokio::test]
+async fn the_first_prompt_follows_the_settings_of_the_moment() {
+    let h = harness(|_| {}).await;
+    // codex (the fake's default) takes MCP tools unless kept on the shell.
+    for (turns, shell_tools_only) in [(1, false), (2, true)] {
+        if shell_tools_only {
+            std::fs::write(
+                h.config.data_dir.settings_file(),
+                br#"{"shellToolsOnly": ["codex"]}"#,
+            )
+            .unwrap();
+        }
+        let id = h.create(false).await;
+        h.sessions.send_text(&id, ORIGIN, "hi".into()).unwrap();
+        eventually("the turn's RunTurn", || h.fakes.seen().turns.len() == turns).await;
+    }
+    let seen = h.fakes.seen();
+    assert_eq!(seen.rendered, [true, false]);
+    assert_eq!(
+        seen.resolved, 2,
+        "one ResolveProfile per default-provider create, none for the prompts"
+    );
 }
 
 /// A bad manifest is refused at create with the bridge's own error (its code

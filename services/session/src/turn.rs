@@ -172,22 +172,18 @@ async fn render_tool_block(
     request: &pb::RunTurnRequest,
 ) -> Result<String, CodedError> {
     let (session_id, workspace) = (&request.session_id, &request.workspace);
-    // Whether this provider's turns get the tools through MCP is
-    // ProviderService's decision (its table and settings): ask it.
+    // Whether this provider's turns get the tools through MCP follows
+    // ProviderService's table and the settings of the moment: its own
+    // function answers in this process, as for a create.
     let native_tools = match &request.profile {
         Some(p) => {
-            sessions
-                .inner
-                .provider
-                .clone()
-                .resolve_profile(pb::ResolveProfileRequest {
-                    provider: Some(p.provider.clone()),
-                    effort_level: Some(p.effort_level.clone()),
-                })
-                .await
-                .map_err(|s| CodedError::from_status(&s, Code::CORE_UNAVAILABLE))?
-                .into_inner()
-                .native_tools
+            pedelec_provider::resolve_named(
+                &sessions.inner.settings,
+                &p.provider,
+                Some(&p.effort_level),
+            )
+            .map_err(|e| e.to_coded())?
+            .native_tools
         }
         None => false,
     };

@@ -75,23 +75,27 @@ pub fn processes_using(runtime_dir: &Path) -> Vec<u32> {
 pub struct BenchEnv {
     pub root: PathBuf,
     pub bin: PathBuf,
-    /// PEDELEC_RUNTIME_DIR, on a tmpfs where there is one (`runtime_parent`).
+    /// PEDELEC_RUNTIME_DIR, on a tmpfs where there is one (`runtime_dir`).
     rt: PathBuf,
 }
 
-/// Where runtime dirs go: on a memory file system, as an installed Pedelec's
-/// (`$XDG_RUNTIME_DIR/pedelec`, a tmpfs on a systemd machine). Under /tmp on
-/// this VM's journal-less ext4, the sockets, pid files and logs of the `up`
-/// phase's hundred starts left over a thousand recently deleted inodes, and
-/// every new record file of the phases after it scanned past them
-/// (docs/benchmarks.md, "Session 14"). The data dir stays on disk, as installed.
-fn runtime_parent() -> &'static Path {
-    let shm = Path::new("/dev/shm");
-    let writable = tempfile::Builder::new()
-        .prefix("pdlw")
-        .tempdir_in(shm)
-        .is_ok();
-    if writable { shm } else { Path::new("/tmp") }
+/// A runtime dir on a memory file system, as an installed Pedelec's
+/// (`$XDG_RUNTIME_DIR/pedelec`, a tmpfs on a systemd machine); under /tmp where
+/// `/dev/shm` is not writable. Under /tmp on this VM's journal-less ext4, the
+/// sockets, pid files and logs of the `up` phase's hundred starts left over a
+/// thousand recently deleted inodes, and every new record file of the phases
+/// after it scanned past them (docs/benchmarks.md, "Session 14"). The data
+/// dir stays on disk, as installed.
+fn runtime_dir() -> Result<PathBuf, String> {
+    let make = |parent: &str| {
+        tempfile::Builder::new()
+            .prefix("pdlr")
+            .tempdir_in(parent)
+            .map(tempfile::TempDir::keep)
+    };
+    make("/dev/shm")
+        .or_else(|_| make("/tmp"))
+        .map_err(|e| format!("runtime dir: {e}"))
 }
 
 const BINARIES: [&str; 7] = [
@@ -116,11 +120,7 @@ impl BenchEnv {
         for dir in ["data", "home", "bin"] {
             std::fs::create_dir_all(root.join(dir)).map_err(|e| e.to_string())?;
         }
-        let rt = tempfile::Builder::new()
-            .prefix("pdlr")
-            .tempdir_in(runtime_parent())
-            .map_err(|e| format!("runtime dir: {e}"))?
-            .keep();
+        let rt = runtime_dir()?;
         ROOTS.lock().unwrap().push(rt.clone());
         RUNTIME_DIRS.lock().unwrap().push(rt.clone());
         let bin = root.join("bin");
