@@ -7,14 +7,19 @@
 # - pedelecd, the four services and the native host are one executable,
 #   pedelec-multicall, put in target/release once under each program's name
 #   (hard links): the six processes then share its code pages.
-# - On Linux with glibc's static library (libc.a) it and pedelec-cli are
-#   statically linked: no dynamic loader to run at each start (pedelec-cli
-#   starts once per tool call) and no shared C library mapped into each
-#   process. Rust applies +crt-static to proc-macro crates too unless the
-#   build names a --target, so these two are built for the host triple into
-#   target/<triple>/release. pedelec-agent, the bench and the test programs
+# - On Linux with glibc's static library (libc.a) it is statically linked,
+#   and so is pedelec-cli (against musl where it can, below): no dynamic
+#   loader to run at each start (pedelec-cli starts once per tool call) and
+#   no shared C library mapped into each process. Rust applies +crt-static
+#   to proc-macro crates too unless the build names a --target, so these two
+#   are built for a named triple into target/<triple>/release. pedelec-agent, the bench and the test programs
 #   stay dynamic (pedelec-agent resolves host names, which static glibc can
 #   only do through the shared NSS modules of the same glibc version).
+# - pedelec-cli is built against musl where Rust's musl target is installed
+#   (or rustup can add it): glibc's start-up probes the CPU with dozens of
+#   `cpuid` instructions, each a trap to the hypervisor on a VM, at every one
+#   of the CLI's starts (docs/decisions.md, "pedelec-cli on musl"). Without
+#   it, pedelec-cli is a static glibc program as above.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -30,6 +35,24 @@ case "$triple" in
     fi
     ;;
 esac # musl, macOS and the rest keep the default
+
+# pedelec-cli's target: the host's musl twin where its standard library is
+# there or can be added; otherwise the host, static when libc.a is there.
+cli_triple=$triple
+cli_static=$static
+case "$triple" in
+  *-linux-gnu)
+    musl=${triple%-gnu}-musl
+    if [ -d "$(rustc --print sysroot)/lib/rustlib/$musl/lib" ] ||
+      { command -v rustup >/dev/null &&
+        timeout 300 rustup target add "$musl" >/dev/null 2>&1; }; then
+      cli_triple=$musl
+      cli_static=yes
+    else
+      echo "note: no Rust target $musl (rustup target add failed); pedelec-cli links glibc" >&2
+    fi
+    ;;
+esac
 
 # Puts $1 in target/release as $2, without its symbol table: a new directory
 # entry, never a write into cargo's own file (hard-linked to deps/, rewritten
@@ -87,16 +110,19 @@ if [ "$static" = yes ]; then
   # profiles these very files.
   CARGO_PROFILE_RELEASE_STRIP=false RUSTFLAGS="-C target-feature=+crt-static" \
     cargo build --release --target "$triple" --bin pedelec-multicall
-  CARGO_PROFILE_RELEASE_STRIP=false \
-    RUSTFLAGS="-C target-feature=+crt-static -C relocation-model=static" \
-    cargo build --release --target "$triple" --bin pedelec-cli
   multicall="target/$triple/release/pedelec-multicall"
   check_hot_list "$multicall" multicall/hot-functions.txt
-  check_hot_list "target/$triple/release/pedelec-cli" cli/hot-functions.txt
-  place "target/$triple/release/pedelec-cli" pedelec-cli
 else
   cargo build --release --workspace --bins
   multicall="$release/pedelec-multicall"
+fi
+
+if [ "$cli_static" = yes ]; then
+  CARGO_PROFILE_RELEASE_STRIP=false \
+    RUSTFLAGS="-C target-feature=+crt-static -C relocation-model=static" \
+    cargo build --release --target "$cli_triple" --bin pedelec-cli
+  check_hot_list "target/$cli_triple/release/pedelec-cli" cli/hot-functions.txt
+  place "target/$cli_triple/release/pedelec-cli" pedelec-cli
 fi
 
 # One copy, then each name a hard link to it.

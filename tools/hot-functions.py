@@ -102,7 +102,10 @@ def main() -> int:
         return 2
     built = ROOT / "target" / host_triple() / "release"
     multicall = built / "pedelec-multicall"
-    cli = built / "pedelec-cli"
+    # build-release.sh builds pedelec-cli for the host's musl twin where it
+    # can, else for the host: the newer of the two is the one it shipped.
+    clis = list(ROOT.glob("target/*-*/release/pedelec-cli"))  # target/<triple>/...
+    cli = max(clis, key=lambda p: p.stat().st_mtime) if clis else built / "pedelec-cli"
     release = ROOT / "target" / "release"
     for needed in [multicall, cli, release / "pedelec-bench", ROOT / "target/bench/noop-static"]:
         if not needed.exists():

@@ -4,7 +4,13 @@
 
 use clap::{Args, Parser, Subcommand};
 use pedelec_cli::admin::{AdminCommand, Secrets, SettingChange};
+use pedelec_cli::arena::{ArenaFirst, CLI_ARENA_BYTES};
 use pedelec_cli::tools::{ToolCommand, ToolContext};
+
+/// A tool call's allocations come from a bump arena, not musl's allocator
+/// (module `arena`).
+#[global_allocator]
+static ALLOCATOR: ArenaFirst<CLI_ARENA_BYTES> = ArenaFirst::new();
 
 /// Shown under `tool-spec --help` and `tool-call --help`.
 const TOOL_AFTER_HELP: &str = "\
