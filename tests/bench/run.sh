@@ -19,4 +19,11 @@ if ! cc -static -O2 -o "$noop" tests/bench/noop.c 2>/dev/null; then
   noop=target/release/pedelec-bench-noop
 fi
 
-exec target/release/pedelec-bench --noop "$noop" --out target/bench/results.json "$@"
+# The floor under any start: no C library at all (x86_64 and aarch64 only;
+# the row is left out where it does not build).
+bare=()
+if cc -static -nostdlib -O2 -o target/bench/noop-bare tests/bench/noop-bare.c 2>/dev/null; then
+  bare=(--noop-bare target/bench/noop-bare)
+fi
+
+exec target/release/pedelec-bench --noop "$noop" "${bare[@]}" --out target/bench/results.json "$@"

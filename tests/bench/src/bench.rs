@@ -57,9 +57,19 @@ pub async fn run(cfg: &Config) -> i32 {
         &mut rows,
         "floor.spawn_static",
         "spawn+exit of a trivial static binary",
-        spawn_floor(cfg),
+        spawn_floor(cfg, "floor.spawn_static", &cfg.noop),
     )
     .await;
+    if let Some(bare) = &cfg.noop_bare {
+        phase(
+            cfg,
+            &mut rows,
+            "floor.spawn_bare",
+            "spawn+exit of a static binary with no C library",
+            spawn_floor(cfg, "floor.spawn_bare", bare),
+        )
+        .await;
+    }
     phase(
         cfg,
         &mut rows,
@@ -182,6 +192,7 @@ pub async fn run(cfg: &Config) -> i32 {
         "rss.after_burst",
         "pss.after_burst",
         "floor.spawn_static",
+        "floor.spawn_bare",
         "floor.uds_echo",
         "floor.grpc_unary",
         "floor.frame_echo",
@@ -390,22 +401,27 @@ async fn profiled<T>(cfg: &Config, name: &str, fut: impl std::future::Future<Out
 
 // ---------------------------------------------------------------- floors
 
-async fn spawn_floor(cfg: &Config) -> Result<Vec<Row>, String> {
-    if !cfg.noop.exists() {
-        return Err(format!("{} missing", cfg.noop.display()));
+/// Spawn+exit of `program`, as the CLI rows spawn `pedelec-cli`.
+async fn spawn_floor(
+    cfg: &Config,
+    id: &'static str,
+    program: &std::path::Path,
+) -> Result<Vec<Row>, String> {
+    if !program.exists() {
+        return Err(format!("{} missing", program.display()));
     }
     let n = cfg.n(1000, 100);
     let mut samples = Vec::with_capacity(n);
     for i in 0..n + 20 {
-        let (d, _, _) = timed_output(tokio::process::Command::new(&cfg.noop)).await?;
+        let (d, _, _) = timed_output(tokio::process::Command::new(program)).await?;
         // The first runs warm the page cache; they are not part of the figure.
         if i >= 20 {
             samples.push(us(d));
         }
     }
     Ok(vec![Row::latency(
-        "floor.spawn_static",
-        format!("spawn+exit of {}", cfg.noop.display()),
+        id,
+        format!("spawn+exit of {}", program.display()),
         samples,
     )])
 }
@@ -1370,10 +1386,10 @@ async fn tool_calls(
         Row::latency("in_service.emit_to_client.grpc", "breakdown: event stamped -> received on the Attach stream (journal write under the thread lock, route task, stream)", call_grpc.emit_to_client)
             .floor("floor.grpc_unary"),
         Row::latency("tool_call.cli_help", "breakdown: spawn+exit of `pedelec-cli --help` (binary start, no runtime)", cli_help)
-            .floor("floor.spawn_static"),
+            .floor("floor.spawn_bare"),
         Row::latency("tool_call.cli_unreachable", "breakdown: `pedelec-cli tool-call` with no service to reach (start, runtime, failed connect, error JSON)", cli_unreachable)
             .target(Target::Latency { p50: 550.0, p99: None }, "p50 ≤ 0.55 ms")
-            .floor("floor.spawn_static"),
+            .floor("floor.spawn_bare"),
     ])
 }
 

@@ -22,6 +22,9 @@ pub struct Config {
     pub release: PathBuf,
     /// The trivial static program for the spawn floor.
     pub noop: PathBuf,
+    /// `--noop-bare PROGRAM`: a no-op with no C library, for the floor under
+    /// any program's start (`floor.spawn_bare`; the row is left out without it).
+    pub noop_bare: Option<PathBuf>,
     pub out: PathBuf,
     /// `--profile DIR`: record perf profiles of the hot loops there.
     pub profile: Option<PathBuf>,
@@ -36,7 +39,7 @@ impl Config {
     }
 }
 
-const USAGE: &str = "usage: pedelec-bench [--quick] [--release DIR] [--noop PROGRAM] [--out FILE] [--profile DIR] [--only PREFIX]";
+const USAGE: &str = "usage: pedelec-bench [--quick] [--release DIR] [--noop PROGRAM] [--noop-bare PROGRAM] [--out FILE] [--profile DIR] [--only PREFIX]";
 
 fn main() {
     let argv0 = std::env::args().next().unwrap_or_default();
@@ -58,6 +61,7 @@ fn main() {
     let mut cfg = Config {
         quick: false,
         noop: release.join("pedelec-bench-noop"),
+        noop_bare: None,
         out: PathBuf::from("target/bench/results.json"),
         profile: None,
         only: None,
@@ -69,6 +73,7 @@ fn main() {
             "--quick" => cfg.quick = true,
             "--release" => cfg.release = it.next().map(PathBuf::from).unwrap_or_default(),
             "--noop" => cfg.noop = it.next().map(PathBuf::from).unwrap_or_default(),
+            "--noop-bare" => cfg.noop_bare = it.next().map(PathBuf::from),
             "--out" => cfg.out = it.next().map(PathBuf::from).unwrap_or_default(),
             "--profile" => cfg.profile = it.next().map(PathBuf::from),
             "--only" => cfg.only = it.next(),
@@ -80,7 +85,10 @@ fn main() {
     }
     // The agent rows start programs in another working directory, so a
     // relative --release or --noop would name nothing there.
-    for path in [&mut cfg.release, &mut cfg.noop] {
+    for path in [&mut cfg.release, &mut cfg.noop]
+        .into_iter()
+        .chain(cfg.noop_bare.as_mut())
+    {
         if let Ok(absolute) = std::path::absolute(&*path) {
             *path = absolute;
         }
