@@ -54,6 +54,13 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
 cargo test --workspace --no-fail-fast -- --test-threads="${PEDELEC_TEST_THREADS:-2}" 2>&1 | tee "$log" || status=$?
+# What is installed is the release build (build-release.sh, made by the
+# benchmark step above: the one static executable, and pedelec-cli on musl
+# with its own allocator), not the debug build the tests above ran: the tests
+# that run pedelec-cli, the real agent CLIs' among them, run again on it.
+step "tests on the release build: tools, real agent CLIs"
+PEDELEC_BIN_DIR="$root/target/release" cargo test -p pedelec-tests --test tools --test agents_real \
+  --no-fail-fast -- --test-threads="${PEDELEC_TEST_THREADS:-2}" 2>&1 | tee -a "$log" || status=$?
 # Totals of the Rust tests; the closing line adds the web suites' (below).
 read -r rust_passed rust_failed rust_skipped < <(awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) g += $i } }
      END { printf "%d %d %d\n", p, f, g }' "$log")
