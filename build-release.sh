@@ -12,9 +12,10 @@
 #   loader to run at each start (pedelec-cli starts once per tool call) and
 #   no shared C library mapped into each process. Rust applies +crt-static
 #   to proc-macro crates too unless the build names a --target, so these two
-#   are built for a named triple into target/<triple>/release. pedelec-agent, the bench and the test programs
-#   stay dynamic (pedelec-agent resolves host names, which static glibc can
-#   only do through the shared NSS modules of the same glibc version).
+#   are built for a named triple into target/<triple>/release. pedelec-agent,
+#   the bench and the test programs stay dynamic (pedelec-agent resolves host
+#   names, which static glibc can only do through the shared NSS modules of
+#   the same glibc version).
 # - pedelec-cli is built against musl where Rust's musl target is installed
 #   (or rustup can add it): glibc's start-up probes the CPU with dozens of
 #   `cpuid` instructions, each a trap to the hypervisor on a VM, at every one
@@ -49,7 +50,7 @@ case "$triple" in
       cli_triple=$musl
       cli_static=yes
     else
-      echo "note: no Rust target $musl (rustup target add failed); pedelec-cli links glibc" >&2
+      echo "note: no Rust target $musl, and rustup could not add it; pedelec-cli links glibc" >&2
     fi
     ;;
 esac

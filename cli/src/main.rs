@@ -7,8 +7,8 @@ use pedelec_cli::admin::{AdminCommand, Secrets, SettingChange};
 use pedelec_cli::arena::{ArenaFirst, CLI_ARENA_BYTES};
 use pedelec_cli::tools::{ToolCommand, ToolContext};
 
-/// A tool call's allocations come from a bump arena, not musl's allocator
-/// (module `arena`).
+/// Small allocations come from an arena with a free list per size, not from
+/// musl's allocator (module `arena`).
 #[global_allocator]
 static ALLOCATOR: ArenaFirst<CLI_ARENA_BYTES> = ArenaFirst::new();
 
