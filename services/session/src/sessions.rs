@@ -627,6 +627,8 @@ impl Sessions {
     /// with the same token while this service still holds it, else with a new
     /// one (the journal keeps no token).
     pub(crate) async fn reregister_tools(&self, thread: &SharedThread) -> Result<(), SessionError> {
+        let registering = lock(thread).registering.clone();
+        let _one_at_a_time = registering.lock().await;
         let (id, manifest, token) = {
             let t = lock(thread);
             if t.record.status == Status::Ended {

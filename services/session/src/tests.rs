@@ -36,6 +36,8 @@ struct Seen {
     /// (session id, keep_manifest) of every Drop.
     drops: Vec<(String, bool)>,
     registered: Vec<String>,
+    /// The tool token every Register carried ("" for none).
+    register_tokens: Vec<String>,
     /// ResolveProfile calls.
     resolved: usize,
     /// Register answers as a bridge that is down would.
@@ -113,9 +115,18 @@ impl ToolBridgeService for Fakes {
         if self.seen().refuse_register {
             return Err(Status::unavailable("the bridge is down"));
         }
-        self.seen().registered.push(req.into_inner().session_id);
+        let req = req.into_inner();
+        let mut seen = self.seen();
+        seen.registered.push(req.session_id);
+        seen.register_tokens.push(req.tool_token.clone());
+        // As the real bridge: the token given, else a new one.
+        let tool_token = if req.tool_token.is_empty() {
+            format!("minted-{}", seen.register_tokens.len())
+        } else {
+            req.tool_token
+        };
         Ok(Response::new(pb::RegisterToolsResponse {
-            tool_token: "token".into(),
+            tool_token,
             tool_count: 0,
         }))
     }
@@ -388,6 +399,31 @@ async fn the_first_operation_registers_the_tools_or_fails() {
     h.sessions.send_text(&id, ORIGIN, "again".into()).unwrap();
     let _turn = h.turn().await;
     assert_eq!(h.fakes.seen().registered, vec![id]);
+}
+
+/// Two registrations of a thread at once (its first turn, and the Watch's
+/// re-registration of every thread just after start-up) give the bridge one
+/// token, the one the thread keeps: the second carries the first's.
+#[tokio::test]
+async fn registrations_at_once_agree_on_one_token() {
+    let h = harness(|_| {}).await;
+    let id = h.create(false).await;
+    let thread = h.sessions.thread_unchecked(&id).unwrap();
+    let (a, b) = tokio::join!(
+        h.sessions.reregister_tools(&thread),
+        h.sessions.reregister_tools(&thread)
+    );
+    a.unwrap();
+    b.unwrap();
+    let kept = crate::sessions::lock(&thread).record.tool_token.clone();
+    let sent = h.fakes.seen().register_tokens.clone();
+    assert_eq!(sent.len(), 2);
+    assert_eq!(sent[0], "", "the first registration asks for a token");
+    assert_eq!(kept.as_deref(), Some("minted-1"));
+    assert_eq!(
+        sent[1], "minted-1",
+        "the second gives the bridge the same token"
+    );
 }
 
 /// The first turn's prompt names the tools as native (MCP) tools or as

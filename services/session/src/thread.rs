@@ -40,6 +40,13 @@ pub struct Thread {
     pub route_generation: u64,
     /// Signalled to stop the running operation's task (cancel or end).
     pub stop_operation: Arc<Notify>,
+    /// Held across a registration with ToolBridge, from reading the token to
+    /// storing the bridge's answer (`Sessions::reregister_tools`): two at once
+    /// (the first turn's, and the Watch's re-registration of every thread
+    /// just after start-up) would both send no token, the bridge would mint
+    /// two, and the agent could get the one the bridge no longer holds (every
+    /// tool call refused, TOOL_ACCESS_DENIED). The second now sends the first's.
+    pub registering: Arc<tokio::sync::Mutex<()>>,
     /// The assistant message being streamed now, if any, and how many
     /// messages the running operation has had (for their ids).
     open_message: Option<String>,
@@ -58,6 +65,7 @@ impl Thread {
             progress: Arc::new(Notify::new()),
             route_generation: 0,
             stop_operation: Arc::new(Notify::new()),
+            registering: Arc::default(),
             open_message: None,
             messages: 0,
         }
