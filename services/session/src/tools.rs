@@ -20,7 +20,8 @@ use crate::sessions::{Sessions, lock};
 /// Watches ToolBridgeService for as long as the process lives, reconnecting
 /// after the bridge restarts. Each (re)connection registers every live manifest
 /// again with its token: a restarted bridge (or this service after a restart)
-/// may not have them, and registering twice is harmless.
+/// may not have them. Registering twice is harmless: registrations of one
+/// thread take turns, so the second sends the token the first one stored.
 pub async fn follow(sessions: Sessions) {
     let mut delay = Duration::from_millis(20);
     loop {
