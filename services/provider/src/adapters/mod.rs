@@ -3,7 +3,7 @@
 //! For each provider this module builds the command line of one turn ([`CommandLine`]) and turns
 //! the CLI's stdout, a stream of JSON lines, into [`Event`]s. Nothing here spawns processes or
 //! does I/O, so every rule can be tested against the captured transcripts in
-//! `shared/fixtures/provider-transcripts/`.
+//! `tests/fixtures/provider-transcripts/`.
 //!
 //! Driving a turn, in short:
 //!

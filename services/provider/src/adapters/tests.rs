@@ -145,8 +145,7 @@ fn no_parser_panics_on_odd_input() {
 /// test in its adapter; this catches a new fixture file that nobody wired up.
 #[test]
 fn every_fixture_is_known() {
-    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/fixtures/provider-transcripts");
+    let dir = super::testutil::transcripts_dir();
     let mut names: Vec<String> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())

@@ -4,14 +4,15 @@ use std::path::PathBuf;
 
 use super::{Decoder, Event, Provider};
 
-/// A captured transcript from `shared/fixtures/provider-transcripts/` (the repo is checked out
-/// beside `shared/`).
+/// Where the captured transcripts live: `tests/fixtures/provider-transcripts/` at the
+/// repository's root (its README says how they were captured).
+pub fn transcripts_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/provider-transcripts")
+}
+
+/// A captured transcript: the stdout of a real agent CLI run against the mock model.
 pub fn fixture(name: &str) -> Vec<u8> {
-    read(
-        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../../../shared/fixtures/provider-transcripts")
-            .join(name),
-    )
+    read(transcripts_dir().join(name))
 }
 
 /// A hand-written transcript from `src/adapters/testdata/`.
