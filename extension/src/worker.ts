@@ -1,6 +1,6 @@
 // MV3 service worker entry: all logic is in Hub (tested with a fake chrome).
 import type { ChromeApi } from "./chrome-api.js";
-import { Hub } from "./hub.js";
+import { Hub } from "./hub/index.js";
 
 declare const chrome: ChromeApi;
 

@@ -1,5 +1,5 @@
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { Hub } from "../src/hub.js";
+import { Hub } from "../src/hub/index.js";
 import { APPROVED_ORIGINS_KEY } from "../../sdk/src/protocol/bridge.js";
 import { call, EXT_ID, FakeChrome, HostFailure, NO_REPLY, settle, snapshot, start, type FakePort } from "./fake-chrome.js";
 
