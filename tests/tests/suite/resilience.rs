@@ -4,8 +4,6 @@
 //! endless line, exits mid-line), and a full disk under the data dir.
 //! `docs/reliability.md` lists each case with what was observed.
 
-#![forbid(unsafe_code)]
-
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 

@@ -3,8 +3,6 @@
 //! `.tools/pip`) with the `grpc.default_authority` override, against a real
 //! SessionService: a create, a List and a coded error.
 
-#![forbid(unsafe_code)]
-
 use std::path::PathBuf;
 use std::process::Command;
 

@@ -3,8 +3,6 @@
 //! a runtime dir someone else made or left open to every user.
 //! `docs/reliability.md` lists each case with the test that checks it.
 
-#![forbid(unsafe_code)]
-
 use std::os::unix::fs::PermissionsExt;
 
 use pb::submit_tool_result_request::Outcome;

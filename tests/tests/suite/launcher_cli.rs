@@ -2,8 +2,6 @@
 //! refused second start, the status table, a clean stop, a start over stale
 //! sockets left by a killed launcher.
 
-#![forbid(unsafe_code)]
-
 use pedelec_common::ServiceName;
 use pedelec_tests::*;
 

@@ -2,8 +2,6 @@
 //! folder, length-prefixed JSON frames on stdin/stdout, against the real
 //! services on a temp runtime dir, with a stub `pedelec-agent` as the provider.
 
-#![forbid(unsafe_code)]
-
 use std::time::{Duration, Instant};
 
 use pedelec_proto::v1 as pb;

@@ -2,8 +2,6 @@
 //! during a turn ends promptly without SIGKILLing services, and a
 //! ProviderService killed with SIGKILL has its agents ended on restart.
 
-#![forbid(unsafe_code)]
-
 use std::time::Instant;
 
 use pedelec_common::ServiceName;

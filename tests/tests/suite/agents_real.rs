@@ -7,8 +7,6 @@
 //! `tests/run.sh` installs them (`npm ci`) and exports `PEDELEC_AGENTS_BIN`.
 //! Each CLI gets its own test fn, so cargo runs the three in parallel.
 
-#![forbid(unsafe_code)]
-
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -6,8 +6,6 @@
 //! also what left its process group (pid namespace when confined, a cgroup
 //! in both modes).
 
-#![forbid(unsafe_code)]
-
 use std::path::{Path, PathBuf};
 
 use pb::session_event::Event;

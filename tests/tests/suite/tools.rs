@@ -3,8 +3,6 @@
 //! plays the agent with the real `pedelec-cli`, and the page through
 //! SessionService. Covers the round trip and every bad input of the tools issue.
 
-#![forbid(unsafe_code)]
-
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

@@ -2,8 +2,6 @@
 //! against the sockets: reflection lists every service, and a session can be
 //! created, read and ended from JSON on the command line.
 
-#![forbid(unsafe_code)]
-
 use std::process::Command;
 
 use pedelec_common::ServiceName;

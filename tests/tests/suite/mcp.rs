@@ -2,8 +2,6 @@
 //! agent CLI on its stdio, the page answers through the real native host, and
 //! everything between is the real services.
 
-#![forbid(unsafe_code)]
-
 use std::time::{Duration, Instant};
 
 use pedelec_common::ServiceName;

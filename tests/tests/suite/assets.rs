@@ -2,8 +2,6 @@
 //! over real HTTP/1.1 to the loopback transfer server (a small hand-written
 //! client, so every byte on the wire is the test's own).
 
-#![forbid(unsafe_code)]
-
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 

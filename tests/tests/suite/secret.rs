@@ -6,8 +6,6 @@
 //! ([`TestEnv::capture_service_secret`]), so they can check that the right
 //! one is admitted and that it is nowhere else.
 
-#![forbid(unsafe_code)]
-
 use std::path::Path;
 use std::process::{Command, Stdio};
 
