@@ -9,27 +9,18 @@
 import { spawnSync } from "node:child_process";
 import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { join } from "node:path";
-import { chromium } from "playwright-core";
-import { buildDir, chromiumPath, extensionDir, servePages } from "./harness.mjs";
+import { buildDir, extensionWorker, installHost, launchBrowser, servePages } from "./harness.mjs";
 
 const runs = Number(process.argv[2] ?? 5);
 const base = mkdtempSync("/tmp/pdl-bench-");
 const env = { PEDELEC_RUNTIME_DIR: join(base, "run"), PEDELEC_HOME: join(base, "home"), HOME: join(base, "user"), PEDELEC_BIN_DIR: buildDir };
 mkdirSync(env.HOME, { recursive: true });
-// Registered the one way there is (docs/install.md): `pedelecd install` into the temp HOME.
-const installed = spawnSync(join(buildDir, "pedelecd"), ["install", "--no-login-start", "--user-data-dir", join(base, "profile")], { env: { ...process.env, ...env }, encoding: "utf8" });
-if (installed.status !== 0) throw new Error(`pedelecd install: ${installed.stdout}${installed.stderr}`);
+installHost(buildDir, env, join(base, "profile"));
 const site = await servePages();
-const ctx = await chromium.launchPersistentContext(join(base, "profile"), {
-  executablePath: chromiumPath,
-  headless: true,
-  env: { ...process.env, ...env },
-  ignoreDefaultArgs: ["--disable-extensions"],
-  args: ["--no-sandbox", `--disable-extensions-except=${extensionDir}`, `--load-extension=${extensionDir}`, "--no-first-run"],
-});
+const ctx = await launchBrowser(join(base, "profile"), { ...process.env, ...env });
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 try {
-  const sw = ctx.serviceWorkers()[0] ?? (await ctx.waitForEvent("serviceworker"));
+  const sw = await extensionWorker(ctx);
   await sw.evaluate((o) => globalThis.pedelecHub.approve(o), site.origin);
   const page = await ctx.newPage();
   await page.goto(`${site.origin}/`);

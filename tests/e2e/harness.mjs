@@ -1,10 +1,26 @@
-// Shared set-up of the browser suite (TESTING.md §1, §2, §4): real Chromium
+// The browser suite's one set of helpers (docs/testing.md): real Chromium
 // (Debian's), the unpacked built extension, the real native host registered in
-// the temp profile by `pedelecd install` (into a temp HOME), the real pedelecd on temp dirs, and the real codex/claude
-// CLIs (tests/agents) against the mock model server. Only the model is mocked.
+// the temp profile by `pedelecd install` (into a temp HOME), the real pedelecd
+// on temp dirs, and the real codex/claude CLIs (tests/agents) against the mock
+// model server. Only the model is mocked. Every test file and script here
+// imports what it needs from this file.
 import { spawn, spawnSync } from "node:child_process";
 import { createServer } from "node:http";
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
+import {
+  chmodSync,
+  copyFileSync,
+  existsSync,
+  linkSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  readlinkSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, extname, join, normalize, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -13,6 +29,7 @@ import { chromium } from "playwright-core";
 const here = dirname(fileURLToPath(import.meta.url));
 export const repo = resolve(here, "../..");
 export const demoDist = join(repo, "demo/dist");
+export const sdkDist = join(repo, "sdk/dist");
 export const extensionDir = join(repo, "extension/dist");
 export const buildDir = resolve(process.env.PEDELEC_BIN_DIR ?? join(repo, "target/debug"));
 export const agentsBin = resolve(process.env.PEDELEC_AGENTS_BIN ?? join(repo, "tests/agents/node_modules/.bin"));
@@ -21,7 +38,7 @@ export const artifacts = join(repo, "target/e2e");
 export const EXTENSION_ID = "ekeclpceddngodnkncegoclkkeknaacb";
 export const POPUP_URL = `chrome-extension://${EXTENSION_ID}/popup.html`;
 export const CLI = join(buildDir, "pedelec-cli");
-/** Ceilings for hangs, never performance assertions (TESTING.md §4). Real CLIs on 2 shared cores are slow to start. */
+/** Ceilings for hangs, never performance assertions. Real CLIs on 2 shared cores are slow to start. */
 export const STEP_MS = 90_000;
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -45,18 +62,35 @@ export function withTimeout(promise, what, ms = STEP_MS) {
   ]);
 }
 
-export function checkBuilt() {
+/**
+ * Throws, naming the command that builds it, when something the suite runs is
+ * missing. By default the binaries, the extension, the demo and the agent CLIs;
+ * `sdk`: the SDK's build too (pages that import it directly).
+ */
+export function checkBuilt({ demo = true, agents = true, sdk = false } = {}) {
   const missing = [];
   for (const bin of ["pedelec-native-host", "pedelecd", "pedelec-cli", "pedelec-session", "pedelec-provider", "pedelec-asset", "pedelec-toolbridge"]) {
     if (!existsSync(join(buildDir, bin))) missing.push(`${bin} in ${buildDir} (cargo build --workspace --bins)`);
   }
   if (!existsSync(join(extensionDir, "manifest.json"))) missing.push("extension/dist (npm --prefix extension run build)");
-  if (!existsSync(join(demoDist, "app.js"))) missing.push("demo/dist (npm --prefix demo run build)");
-  for (const cli of ["codex", "claude"]) if (!existsSync(join(agentsBin, cli))) missing.push(`${cli} in ${agentsBin} (npm install in tests/agents)`);
+  if (demo && !existsSync(join(demoDist, "app.js"))) missing.push("demo/dist (npm --prefix demo run build)");
+  if (sdk && !existsSync(join(sdkDist, "index.js"))) missing.push("sdk/dist (npm --prefix sdk run build)");
+  if (agents) for (const cli of ["codex", "claude"]) if (!existsSync(join(agentsBin, cli))) missing.push(`${cli} in ${agentsBin} (npm install in tests/agents)`);
   if (missing.length) throw new Error(`not built: ${missing.join("; ")}`);
 }
 
 // ---- the mock model server (tests/agents/mock-model-server.mjs) ----
+
+/**
+ * Writes codex's config.toml into `codexHome` for a run against the mock on
+ * `port`: tests/agents/codex-mock-config.toml, the one copy, with its
+ * MOCK_BASE_URL filled in.
+ */
+export function writeCodexConfig(codexHome, port) {
+  const template = readFileSync(join(repo, "tests/agents/codex-mock-config.toml"), "utf8");
+  mkdirSync(codexHome, { recursive: true });
+  writeFileSync(join(codexHome, "config.toml"), template.replaceAll("MOCK_BASE_URL", `http://127.0.0.1:${port}/v1`));
+}
 
 export async function startMock() {
   const child = spawn("/usr/bin/node", [join(repo, "tests/agents/mock-model-server.mjs")], { stdio: ["ignore", "pipe", "inherit"], detached: true });
@@ -98,24 +132,126 @@ export async function startMock() {
   };
 }
 
-// ---- pages on 127.0.0.1: the demo (which bundles the SDK) ----
+// ---- pages on 127.0.0.1 ----
 
-const TYPES = { ".html": "text/html; charset=utf-8", ".js": "text/javascript", ".css": "text/css", ".map": "application/json" };
+const TYPES = { ".html": "text/html; charset=utf-8", ".js": "text/javascript", ".css": "text/css", ".map": "application/json", ".json": "application/json" };
 
-/** Serves demo/dist on a fresh 127.0.0.1 port; each call is another origin. */
-export function servePages() {
+/**
+ * Serves files on a fresh 127.0.0.1 port; each call is another origin. By
+ * default the demo (demo/dist, which bundles the SDK); `root` served under the
+ * path `under` otherwise, and `index`, when given, as the HTML at "/".
+ */
+export function servePages({ root = demoDist, under = "/", index = null } = {}) {
   const server = createServer((req, res) => {
     const path = new URL(req.url ?? "/", "http://x").pathname;
-    const file = normalize(join(demoDist, path === "/" ? "index.html" : path));
-    if (file.startsWith(demoDist + "/") && existsSync(file) && statSync(file).isFile()) {
-      res.writeHead(200, { "content-type": TYPES[extname(file)] ?? "application/octet-stream", "cache-control": "no-store" }).end(readFileSync(file));
+    if (index !== null && path === "/") {
+      res.writeHead(200, { "content-type": TYPES[".html"], "cache-control": "no-store" }).end(index);
       return;
+    }
+    if (path.startsWith(under)) {
+      const rel = path.slice(under.length);
+      const file = normalize(join(root, rel === "" ? "index.html" : rel));
+      if (file.startsWith(root + "/") && existsSync(file) && statSync(file).isFile()) {
+        res.writeHead(200, { "content-type": TYPES[extname(file)] ?? "application/octet-stream", "cache-control": "no-store" }).end(readFileSync(file));
+        return;
+      }
     }
     res.writeHead(404).end();
   });
   return new Promise((r) =>
     server.listen(0, "127.0.0.1", () => r({ server, port: server.address().port, origin: `http://127.0.0.1:${server.address().port}`, close: () => server.close() })),
   );
+}
+
+// ---- binaries, the host's registration, Chromium ----
+
+/**
+ * A private bin dir: the built binaries (hard links, else copies) plus a stub
+ * `pedelec-agent`, because ProviderService looks for the agent beside its own
+ * executable first. Made beside the build dir so hard links work. The stub
+ * answers "hello", or on a prompt with "@@tool" calls the page's
+ * get_current_page tool through pedelec-cli and reports the answer.
+ */
+export function privateBinDir(from = buildDir) {
+  let dir;
+  try {
+    dir = mkdtempSync(join(dirname(from), ".e2e-bin-"));
+  } catch {
+    dir = mkdtempSync(join(tmpdir(), "pdl-e2e-bin-"));
+  }
+  for (const name of readdirSync(from)) {
+    if (!(name === "pedelecd" || name.startsWith("pedelec-")) || name.includes(".") || name === "pedelec-agent") continue;
+    try {
+      linkSync(join(from, name), join(dir, name));
+    } catch {
+      copyFileSync(join(from, name), join(dir, name));
+      chmodSync(join(dir, name), 0o755);
+    }
+  }
+  const agent = join(dir, "pedelec-agent");
+  writeFileSync(
+    agent,
+    `#!/bin/sh
+[ "$1" = "--version" ] && echo "pedelec-agent 0.0.0-stub" && exit 0
+prompt=$(/bin/cat)
+echo '{"type":"session","id":"stub-session"}'
+case "$prompt" in
+  *"@@tool"*)
+    out=$("${join(dir, "pedelec-cli")}" --thread-id "$PEDELEC_THREAD_ID" tool-call get_current_page '{}')
+    esc=$(printf '%s' "$out" | /bin/sed 's/\\\\/\\\\\\\\/g; s/"/\\\\"/g' | /usr/bin/tr -d '\\n')
+    echo '{"type":"chat_delta","text":"Page: "}'
+    printf '{"type":"chat","text":"Page: %s"}\\n' "$esc"
+    echo '{"type":"usage","input":10,"output":5}'
+    ;;
+  *) echo '{"type":"chat","text":"hello"}' ;;
+esac
+`,
+  );
+  chmodSync(agent, 0o755);
+  return dir;
+}
+
+/**
+ * Registers the native host in the Chromium profile `profile` the one way
+ * there is (docs/install.md): `pedelecd install` from `bin`, into the HOME of
+ * `env` (merged over this process's environment).
+ */
+export function installHost(bin, env, profile) {
+  const r = spawnSync(join(bin, "pedelecd"), ["install", "--no-login-start", "--user-data-dir", profile], { env: { ...process.env, ...env }, encoding: "utf8", timeout: 60_000 });
+  if (r.status !== 0) throw new Error(`pedelecd install: ${r.stdout}${r.stderr}`);
+}
+
+/**
+ * Debian's Chromium, headless, on the persistent profile `profile` with the
+ * environment `env` (complete: the browser and the native hosts it starts see
+ * exactly this); with the unpacked extension unless `extension` is false;
+ * `args`: extra flags.
+ */
+export function launchBrowser(profile, env, { extension = true, args = [] } = {}) {
+  return chromium.launchPersistentContext(profile, {
+    executablePath: chromiumPath,
+    headless: true,
+    env,
+    viewport: { width: 1280, height: 800 },
+    ignoreDefaultArgs: ["--disable-extensions"],
+    args: [
+      "--no-sandbox",
+      "--disable-gpu",
+      ...(extension ? [`--disable-extensions-except=${extensionDir}`, `--load-extension=${extensionDir}`] : []),
+      "--disable-background-networking",
+      "--disable-component-update",
+      "--disable-sync",
+      "--no-first-run",
+      ...args,
+    ],
+  });
+}
+
+/** The extension's service worker in `context` (waits for it); checks the manifest key gave the fixed id. */
+export async function extensionWorker(context) {
+  const worker = context.serviceWorkers()[0] ?? (await withTimeout(context.waitForEvent("serviceworker"), "extension service worker"));
+  if (new URL(worker.url()).host !== EXTENSION_ID) throw new Error(`unexpected extension id: ${worker.url()}`);
+  return worker;
 }
 
 // ---- one world: temp dirs, pedelecd, Chromium with the extension ----
@@ -161,24 +297,8 @@ export async function startWorld(t, mock, options = {}) {
     DISABLE_AUTOUPDATER: "1",
     DISABLE_TELEMETRY: "1",
   };
-  for (const d of [env.PEDELEC_HOME, env.XDG_CONFIG_HOME, env.XDG_DATA_HOME, env.XDG_STATE_HOME, env.XDG_CACHE_HOME, env.CODEX_HOME]) mkdirSync(d, { recursive: true });
-  writeFileSync(
-    join(env.CODEX_HOME, "config.toml"),
-    `model = "gpt-5.5"
-model_provider = "mock"
-[model_providers.mock]
-name = "mock"
-base_url = "http://127.0.0.1:${mock.port}/v1"
-wire_api = "responses"
-request_max_retries = 0
-stream_max_retries = 0
-[analytics]
-enabled = false
-[features]
-plugins = false
-apps = false
-`,
-  );
+  for (const d of [env.PEDELEC_HOME, env.XDG_CONFIG_HOME, env.XDG_DATA_HOME, env.XDG_STATE_HOME, env.XDG_CACHE_HOME]) mkdirSync(d, { recursive: true });
+  writeCodexConfig(env.CODEX_HOME, mock.port);
   const fullEnv = { ...process.env, ...env };
   for (const k of ["OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_AUTH_TOKEN"]) delete fullEnv[k];
 
@@ -218,38 +338,15 @@ apps = false
   // The temp HOME's install (docs/install.md): the binaries under it, the host
   // registered in this profile. The one registration code path start.sh uses too.
   world.installedBin = join(home, ".local/lib/pedelec/bin");
-  if (extension) {
-    const installed = world.pedelecd("install", "--no-login-start", "--user-data-dir", profile);
-    if (installed.status !== 0) throw new Error(`pedelecd install: ${installed.stdout}${installed.stderr}`);
-  } else {
-    mkdirSync(profile, { recursive: true });
-  }
+  if (extension) installHost(buildDir, fullEnv, profile);
+  else mkdirSync(profile, { recursive: true });
   const browserEnv = { ...fullEnv };
   if (options.installedOnly) for (const k of Object.keys(browserEnv)) if (k.startsWith("PEDELEC_")) delete browserEnv[k];
   world.browserEnv = browserEnv;
-  context = await chromium.launchPersistentContext(profile, {
-    executablePath: chromiumPath,
-    headless: true,
-    env: browserEnv,
-    viewport: { width: 1280, height: 800 },
-    ignoreDefaultArgs: ["--disable-extensions"],
-    args: [
-      "--no-sandbox",
-      "--disable-gpu",
-      ...(extension ? [`--disable-extensions-except=${extensionDir}`, `--load-extension=${extensionDir}`] : []),
-      "--disable-background-networking",
-      "--disable-component-update",
-      "--disable-sync",
-      "--no-first-run",
-      ...(options.args ?? []),
-    ],
-  });
+  context = await launchBrowser(profile, browserEnv, { extension, args: options.args });
   world.context = context;
   world.cleanup = cleanup;
-  if (extension) {
-    world.worker = context.serviceWorkers()[0] ?? (await withTimeout(context.waitForEvent("serviceworker"), "extension service worker"));
-    if (new URL(world.worker.url()).host !== EXTENSION_ID) throw new Error(`unexpected extension id: ${world.worker.url()}`);
-  }
+  if (extension) world.worker = await extensionWorker(context);
   /** The current worker (a stopped or reloaded one is replaced). */
   world.currentWorker = async () => {
     const w = context.serviceWorkers().find((x) => x.url().startsWith(`chrome-extension://${EXTENSION_ID}/`));
@@ -272,19 +369,31 @@ apps = false
   return world;
 }
 
-export function hostPids(runtimeDir) {
+/** Pids of the processes for which `match(pid)` is true; a process that goes meanwhile, or is not ours to read, is skipped. */
+export function pidsWhere(match) {
   const pids = [];
   for (const entry of readdirSafe("/proc")) {
     if (!/^\d+$/.test(entry)) continue;
     try {
-      const cmd = readFileSync(`/proc/${entry}/cmdline`, "utf8").split("\0")[0];
-      if (!cmd.endsWith("/pedelec-native-host")) continue;
-      if (readFileSync(`/proc/${entry}/environ`, "utf8").split("\0").includes(`PEDELEC_RUNTIME_DIR=${runtimeDir}`)) pids.push(Number(entry));
+      if (match(entry)) pids.push(Number(entry));
     } catch {
-      // gone meanwhile
+      // gone meanwhile, or not ours
     }
   }
   return pids;
+}
+
+/** Pids of the native hosts started for the runtime dir `runtimeDir` (how a world's hosts are told apart). */
+export function hostPids(runtimeDir) {
+  return pidsWhere((pid) => {
+    const cmd = readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0")[0];
+    return cmd.endsWith("/pedelec-native-host") && readFileSync(`/proc/${pid}/environ`, "utf8").split("\0").includes(`PEDELEC_RUNTIME_DIR=${runtimeDir}`);
+  });
+}
+
+/** Pids of the processes running the executable `exe`. */
+export function pidsOf(exe) {
+  return pidsWhere((pid) => readlinkSync(`/proc/${pid}/exe`) === exe);
 }
 
 function readdirSafe(dir) {
@@ -297,9 +406,9 @@ function readdirSafe(dir) {
 
 /**
  * Waits for the extension's approval UI (headless Chromium opens openPopup()'s
- * popup as a DevTools target Playwright does not list as a page, TESTING.md
- * §1), then answers in the same popup.html opened as a page, as a user would
- * from the toolbar. Returns the popup page (closed by the caller or left open).
+ * popup as a DevTools target Playwright does not list as a page), then answers
+ * in the same popup.html opened as a page, as a user would from the toolbar.
+ * Returns the popup page (closed by the caller or left open).
  */
 export async function answerApproval(world, page, origin, action) {
   const cdp = await world.context.newCDPSession(page);

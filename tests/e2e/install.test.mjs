@@ -5,25 +5,11 @@
 // user starts from the desktop.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { readFileSync, readdirSync, readlinkSync } from "node:fs";
+import { readFileSync, readlinkSync } from "node:fs";
 import { join } from "node:path";
-import { checkBuilt, inPage, servePages, startMock, startWorld, until } from "./harness.mjs";
+import { checkBuilt, inPage, pidsOf, servePages, startMock, startWorld, until } from "./harness.mjs";
 
 const T = { timeout: 240_000 };
-
-/** Pids of the processes running `exe` (by /proc/<pid>/exe). */
-function pidsOf(exe) {
-  const pids = [];
-  for (const entry of readdirSync("/proc")) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      if (readlinkSync(`/proc/${entry}/exe`) === exe) pids.push(Number(entry));
-    } catch {
-      // gone meanwhile, or not ours
-    }
-  }
-  return pids;
-}
 
 test("the installed host, found through the profile install wrote, starts the daemon with no PEDELEC_* in the browser's environment", T, async (t) => {
   checkBuilt();

@@ -7,7 +7,7 @@ import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { copyFileSync, mkdirSync } from "node:fs";
 import { join } from "node:path";
-import { artifacts, checkBuilt, EXTENSION_ID, repo, servePages, shot, startMock, startWorld, STEP_MS } from "./harness.mjs";
+import { artifacts, checkBuilt, EXTENSION_ID, POPUP_URL, repo, servePages, shot, startMock, startWorld, STEP_MS } from "./harness.mjs";
 
 const OPTIONS_URL = `chrome-extension://${EXTENSION_ID}/options.html`;
 const OLLAMA_KEY = "ollama-secret-key-1234";
@@ -148,7 +148,7 @@ test("options page: change the default provider, an Ollama profile and the keys;
   // The popup links to the page (Chrome focuses an options tab already open, so none is).
   await page.close();
   const popup = await w.context.newPage();
-  await popup.goto(`chrome-extension://${EXTENSION_ID}/popup.html`);
+  await popup.goto(POPUP_URL);
   const opened = w.context.waitForEvent("page", { predicate: (p) => p.url() === OPTIONS_URL, timeout: STEP_MS });
   await popup.click("#open-settings");
   await opened;

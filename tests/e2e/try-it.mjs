@@ -8,7 +8,7 @@ import { spawn, spawnSync } from "node:child_process";
 import { chmodSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { chromium } from "playwright-core";
-import { agentsBin, artifacts, chromiumPath, POPUP_URL, repo, startMock, toolCommand, until } from "./harness.mjs";
+import { agentsBin, artifacts, chromiumPath, POPUP_URL, repo, shot, startMock, toolCommand, until, writeCodexConfig } from "./harness.mjs";
 
 const debug = process.argv.includes("--debug");
 const bin = join(repo, debug ? "target/debug" : "target/release");
@@ -17,11 +17,7 @@ const mock = await startMock();
 const agents = join(home, "agents");
 mkdirSync(agents);
 symlinkSync(join(agentsBin, "codex"), join(agents, "codex"));
-mkdirSync(join(home, ".codex"), { recursive: true });
-writeFileSync(
-  join(home, ".codex/config.toml"),
-  `model = "gpt-5.5"\nmodel_provider = "mock"\n[model_providers.mock]\nname = "mock"\nbase_url = "http://127.0.0.1:${mock.port}/v1"\nwire_api = "responses"\nrequest_max_retries = 0\nstream_max_retries = 0\n[analytics]\nenabled = false\n[features]\nplugins = false\napps = false\n`,
-);
+writeCodexConfig(join(home, ".codex"), mock.port);
 const wrapper = join(home, "headless-chromium");
 writeFileSync(wrapper, `#!/bin/sh\nexec ${chromiumPath} --headless=new --no-sandbox --disable-gpu --remote-debugging-port=9339 "$@"\n`);
 chmodSync(wrapper, 0o755);
@@ -61,8 +57,7 @@ try {
   await page.fill("#prompt", "Please add 3 to the counter");
   await page.press("#prompt", "Enter");
   await page.waitForFunction(() => document.querySelector(".msg-row.assistant .bubble.done") && document.getElementById("status")?.textContent === "idle", null, { timeout: 120_000 });
-  mkdirSync(artifacts, { recursive: true });
-  await page.screenshot({ path: join(artifacts, "try-it-after-tool-call.png") });
+  await shot(page, "try-it-after-tool-call");
   console.log(`counter: ${await page.textContent("#counter")}; screenshot ${join(artifacts, "try-it-after-tool-call.png")}`);
   await browser.close().catch(() => undefined);
 } finally {
