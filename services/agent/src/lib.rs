@@ -17,7 +17,7 @@ pub mod tools;
 
 use std::path::PathBuf;
 
-use pedelec_common::{RuntimeDir, ServiceName};
+use pedelec_common::RuntimeDir;
 use serde_json::{Value as Json, json};
 use tokio::io::AsyncReadExt;
 
@@ -74,7 +74,8 @@ pub struct Config {
     pub tavily_endpoint: String,
     pub thread_id: Option<String>,
     pub tool_token: Option<String>,
-    pub toolbridge_socket: PathBuf,
+    /// Where ToolBridgeService's socket is (page tools).
+    pub runtime: RuntimeDir,
     pub ca_file: Option<PathBuf>,
 }
 
@@ -94,7 +95,7 @@ impl Config {
                 .unwrap_or_else(|| tools::web::DEFAULT_ENDPOINT.to_string()),
             thread_id: var(ENV_THREAD_ID),
             tool_token: var(ENV_TOOL_TOKEN),
-            toolbridge_socket: RuntimeDir::from_env().socket(ServiceName::ToolBridge),
+            runtime: RuntimeDir::from_env(),
             ca_file: var(ENV_CA_FILE).map(PathBuf::from),
             args,
         }
@@ -158,7 +159,7 @@ pub async fn run_turn(config: &Config, prompt: &str, out: &mut Output) -> Result
         })?;
     let page = match (&config.thread_id, &config.tool_token) {
         (Some(thread), Some(token)) => {
-            Some(tools::page::PageTools::connect(&config.toolbridge_socket, thread, token).await?)
+            Some(tools::page::PageTools::connect(&config.runtime, thread, token).await?)
         }
         _ => None,
     };
