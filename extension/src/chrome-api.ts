@@ -1,5 +1,7 @@
-// The slice of the chrome.* API the worker uses, as plain interfaces: the real
-// `chrome` object satisfies them, and the tests pass a fake.
+// The slices of the chrome.* API the extension uses, as plain interfaces: the
+// real `chrome` object satisfies them, and the tests pass a fake. `ChromeApi`
+// is the worker's; `PageRuntime` is what the content script and the
+// extension's own pages use to reach the worker.
 
 export type ChromeEvent<F extends (...args: never[]) => void> = {
   addListener(listener: F): void;
@@ -44,4 +46,11 @@ export type ChromeApi = {
     remove(windowId: number): Promise<void>;
     onRemoved?: ChromeEvent<(windowId: number) => void>;
   };
+};
+
+/** chrome.runtime as the content script and the extension's pages use it: a port to the worker. */
+export type PageRuntime = {
+  connect(info: { name: string }): Port;
+  lastError?: { message?: string } | undefined;
+  getURL?(path: string): string;
 };

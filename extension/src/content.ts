@@ -15,14 +15,8 @@ import {
   type TransferRequest,
   type TransferResult,
 } from "../../sdk/src/protocol/bridge.js";
+import type { PageRuntime, Port } from "./chrome-api.js";
 
-type RuntimePort = {
-  postMessage(message: unknown): void;
-  disconnect(): void;
-  onMessage: { addListener(f: (message: unknown) => void): void };
-  onDisconnect: { addListener(f: () => void): void };
-};
-type Runtime = { connect(info: { name: string }): RuntimePort; lastError?: { message?: string }; getURL?(path: string): string };
 
 /**
  * The hidden extension frame that moves asset bodies (docs/sdk-extension.md
@@ -100,8 +94,8 @@ class TransferFrame {
   }
 }
 
-export function installBridge(win: Window, runtime: Runtime): void {
-  const ports = new Map<string, RuntimePort>();
+export function installBridge(win: Window, runtime: PageRuntime): void {
+  const ports = new Map<string, Port>();
   const transferUrl = typeof runtime.getURL === "function" && typeof MessageChannel !== "undefined" ? runtime.getURL(TRANSFER_PAGE) : null;
   let frame: TransferFrame | null = null;
 
@@ -121,7 +115,7 @@ export function installBridge(win: Window, runtime: Runtime): void {
         return;
       case "connect": {
         if (ports.has(clientId)) return;
-        let port: RuntimePort;
+        let port: Port;
         try {
           port = runtime.connect({ name: SDK_PORT_NAME });
         } catch (e) {
@@ -174,5 +168,5 @@ export function installBridge(win: Window, runtime: Runtime): void {
   });
 }
 
-declare const chrome: { runtime?: Partial<Runtime> } | undefined;
-if (typeof chrome !== "undefined" && typeof chrome?.runtime?.connect === "function") installBridge(window, chrome.runtime as Runtime);
+declare const chrome: { runtime?: Partial<PageRuntime> } | undefined;
+if (typeof chrome !== "undefined" && typeof chrome?.runtime?.connect === "function") installBridge(window, chrome.runtime as PageRuntime);

@@ -11,10 +11,10 @@ import {
   type WorkerToOptions,
 } from "../../sdk/src/protocol/bridge.js";
 import type { FullSettingsResult, KeyChange, MaskedKey, ProviderCode, ProviderInfo } from "../../sdk/src/protocol/native.js";
+import type { PageRuntime, Port } from "./chrome-api.js";
 import { EFFORT_LEVELS, availabilityText, formFromSettings, keyLabel, updateFromForm, type KeyName, type SettingsForm } from "./options-model.js";
 
-type OptionsPort = { postMessage(m: unknown): void; onMessage: { addListener(f: (m: unknown) => void): void }; onDisconnect: { addListener(f: () => void): void } };
-declare const chrome: { runtime: { connect(info: { name: string }): OptionsPort } };
+declare const chrome: { runtime: PageRuntime };
 
 class OptionsError extends Error {
   constructor(readonly error: BridgeError) {
@@ -22,12 +22,12 @@ class OptionsError extends Error {
   }
 }
 
-let port: OptionsPort | null = null;
+let port: Port | null = null;
 let nextRequestId = 1;
 const pending = new Map<number, { resolve: (r: unknown) => void; reject: (e: OptionsError) => void }>();
 
 /** The worker's port, reopened when the worker was stopped (MV3 workers sleep). */
-function workerPort(): OptionsPort {
+function workerPort(): Port {
   if (port) return port;
   const p = chrome.runtime.connect({ name: OPTIONS_PORT_NAME });
   p.onMessage.addListener((m) => {

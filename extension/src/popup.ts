@@ -1,10 +1,9 @@
 // The action popup and the approval window (same page): host and Core state,
 // origins waiting for approval, approved origins (revocable), live sessions.
 import { POPUP_PORT_NAME, type PopupState, type PopupToWorker, type WorkerToPopup } from "../../sdk/src/protocol/bridge.js";
+import type { PageRuntime } from "./chrome-api.js";
 
-declare const chrome: {
-  runtime: { connect(info: { name: string }): { postMessage(m: unknown): void; onMessage: { addListener(f: (m: unknown) => void): void } }; openOptionsPage(): Promise<void> };
-};
+declare const chrome: { runtime: PageRuntime & { openOptionsPage(): Promise<void> } };
 
 const port = chrome.runtime.connect({ name: POPUP_PORT_NAME });
 const send = (msg: PopupToWorker) => port.postMessage(msg);

@@ -8,15 +8,11 @@
 // handed to the embedding page's origin (a single use) is fetched, so the
 // frame is no general proxy into the loopback interface.
 import { TRANSFER_NAMESPACE, TRANSFER_PORT_NAME, type FrameReply, type FrameRequest, type TransferCheck, type TransferCheckResult } from "../../sdk/src/protocol/bridge.js";
+import type { PageRuntime, Port } from "./chrome-api.js";
 
-type RuntimePort = {
-  postMessage(message: unknown): void;
-  onMessage: { addListener(f: (message: unknown) => void): void };
-  onDisconnect: { addListener(f: () => void): void };
-};
-declare const chrome: { runtime: { connect(info: { name: string }): RuntimePort } };
+declare const chrome: { runtime: PageRuntime };
 
-let worker: RuntimePort | null = null;
+let worker: Port | null = null;
 let nextCheck = 1;
 const checks = new Map<number, (r: TransferCheckResult) => void>();
 

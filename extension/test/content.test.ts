@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { installBridge } from "../src/content.js";
-import { BRIDGE_NAMESPACE } from "../../sdk/src/protocol/bridge.js";
+import { BRIDGE_NAMESPACE, EXTENSION_ID, SDK_PORT_NAME } from "../../sdk/src/protocol/bridge.js";
 import { FakePort, settle } from "./fake-chrome.js";
 
 type Listener = (e: MessageEvent) => void;
@@ -58,7 +58,7 @@ describe("content script bridge", () => {
     send("c1", { kind: "connect" });
     send("c2", { kind: "connect" });
     await settle();
-    expect(workerEnds.map((p) => p.name)).toEqual(["pedelec-sdk", "pedelec-sdk"]);
+    expect(workerEnds.map((p) => p.name)).toEqual([SDK_PORT_NAME, SDK_PORT_NAME]);
     send("c1", { kind: "request", requestId: 1, call: { method: "status", params: {} } });
     await settle();
     expect(workerEnds[0]!.received).toEqual([{ kind: "request", requestId: 1, call: { method: "status", params: {} } }]);
@@ -119,13 +119,13 @@ describe("content script bridge", () => {
 });
 
 describe("manifest", () => {
-  it("has the fixed key (id ekeclpceddngodnkncegoclkkeknaacb), the bridge content script and the native permission", async () => {
+  it("has the fixed key (giving EXTENSION_ID), the bridge content script and the native permission", async () => {
     const { readFileSync } = await import("node:fs");
     const { createHash } = await import("node:crypto");
     const manifest = JSON.parse(readFileSync(new URL("../static/manifest.json", import.meta.url), "utf8"));
     const digest = createHash("sha256").update(Buffer.from(manifest.key, "base64")).digest("hex").slice(0, 32);
     const id = [...digest].map((c) => String.fromCharCode("a".charCodeAt(0) + parseInt(c, 16))).join("");
-    expect(id).toBe("ekeclpceddngodnkncegoclkkeknaacb");
+    expect(id).toBe(EXTENSION_ID);
     expect(manifest.manifest_version).toBe(3);
     expect(manifest.permissions).toEqual(expect.arrayContaining(["nativeMessaging", "storage"]));
     expect(manifest.content_scripts).toEqual([{ matches: ["http://*/*", "https://*/*"], js: ["content.js"], all_frames: true, run_at: "document_start" }]);

@@ -5,8 +5,8 @@ import type { ChromeApi, ChromeEvent, MessageSender, Port } from "../src/chrome-
 // @ts-expect-error plain ESM script without types
 import { validate } from "../../sdk/scripts/schema-check.mjs";
 import type { EventFrame, Snapshot } from "../../sdk/src/protocol/native.js";
+import { EXTENSION_ID, NATIVE_HOST_NAME, OPTIONS_PORT_NAME, POPUP_PORT_NAME, SDK_PORT_NAME, TRANSFER_PAGE, TRANSFER_PORT_NAME } from "../../sdk/src/protocol/bridge.js";
 
-export const EXT_ID = "ekeclpceddngodnkncegoclkkeknaacb";
 const schema = JSON.parse(readFileSync(new URL("../../protocol/native-messaging.schema.json", import.meta.url), "utf8"));
 
 export const tick = () => new Promise<void>((r) => setTimeout(r, 0));
@@ -211,12 +211,12 @@ export class FakeChrome implements ChromeApi {
   windowsCreateFails = false;
 
   runtime = {
-    id: EXT_ID,
+    id: EXTENSION_ID,
     lastError: undefined as { message?: string } | undefined,
     onConnect: new FakeEvent<(port: Port) => void>(),
     onConnectExternal: new FakeEvent<(port: Port) => void>(),
     connectNative: (name: string): Port => {
-      if (name !== "dev.pedelec.host") throw new Error(`unexpected host ${name}`);
+      if (name !== NATIVE_HOST_NAME) throw new Error(`unexpected host ${name}`);
       const [worker, host] = FakePort.pair("native");
       if (!this.hostInstalled) {
         this.runtime.lastError = { message: "Specified native messaging host not found." };
@@ -227,7 +227,7 @@ export class FakeChrome implements ChromeApi {
       }
       return worker;
     },
-    getURL: (path: string) => `chrome-extension://${EXT_ID}/${path}`,
+    getURL: (path: string) => `chrome-extension://${EXTENSION_ID}/${path}`,
   };
   storage = {
     local: {
@@ -259,28 +259,28 @@ export class FakeChrome implements ChromeApi {
   }
 
   /** A page frame (content script) connects; returns the page's end. */
-  connectPage(origin: string | undefined, name = "pedelec-sdk"): FakePort {
+  connectPage(origin: string | undefined, name = SDK_PORT_NAME): FakePort {
     const [page, worker] = FakePort.pair(name, { origin, url: origin ? `${origin}/app` : "about:blank", tab: { id: 1 }, frameId: 0 });
     this.runtime.onConnect.fire(worker);
     return page;
   }
 
   /** The transfer frame (transfer.html), or something else claiming its port name. */
-  connectTransfer(url = `chrome-extension://${EXT_ID}/transfer.html`, id: string = EXT_ID): FakePort {
-    const [frame, worker] = FakePort.pair("pedelec-transfer", { id, origin: new URL(url).origin, url });
+  connectTransfer(url = `chrome-extension://${EXTENSION_ID}/${TRANSFER_PAGE}`, id: string = EXTENSION_ID): FakePort {
+    const [frame, worker] = FakePort.pair(TRANSFER_PORT_NAME, { id, origin: new URL(url).origin, url });
     this.runtime.onConnect.fire(worker);
     return frame;
   }
 
   /** The options page (options.html), or a web page claiming its port name. */
-  connectOptions(sender: MessageSender = { id: EXT_ID, origin: `chrome-extension://${EXT_ID}`, url: `chrome-extension://${EXT_ID}/options.html` }): FakePort {
-    const [options, worker] = FakePort.pair("pedelec-options", sender);
+  connectOptions(sender: MessageSender = { id: EXTENSION_ID, origin: `chrome-extension://${EXTENSION_ID}`, url: `chrome-extension://${EXTENSION_ID}/options.html` }): FakePort {
+    const [options, worker] = FakePort.pair(OPTIONS_PORT_NAME, sender);
     this.runtime.onConnect.fire(worker);
     return options;
   }
 
   connectPopup(): FakePort {
-    const [popup, worker] = FakePort.pair("pedelec-popup", { id: EXT_ID, origin: `chrome-extension://${EXT_ID}`, url: `chrome-extension://${EXT_ID}/popup.html` });
+    const [popup, worker] = FakePort.pair(POPUP_PORT_NAME, { id: EXTENSION_ID, origin: `chrome-extension://${EXTENSION_ID}`, url: `chrome-extension://${EXTENSION_ID}/popup.html` });
     this.runtime.onConnect.fire(worker);
     return popup;
   }

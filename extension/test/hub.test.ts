@@ -1,7 +1,8 @@
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { Hub } from "../src/hub/index.js";
-import { APPROVED_ORIGINS_KEY } from "../../sdk/src/protocol/bridge.js";
-import { call, EXT_ID, FakeChrome, HostFailure, NO_REPLY, settle, snapshot, start, type FakePort } from "./fake-chrome.js";
+import { APPROVED_ORIGINS_KEY, EXTENSION_ID, NATIVE_PROTOCOL_VERSION, POPUP_PORT_NAME, TRANSFER_PORT_NAME } from "../../sdk/src/protocol/bridge.js";
+import { CLIENT_NAME } from "../src/native-link.js";
+import { call, FakeChrome, HostFailure, NO_REPLY, settle, snapshot, start, type FakePort } from "./fake-chrome.js";
 
 const ORIGIN = "https://app.example";
 let chrome: FakeChrome;
@@ -69,7 +70,7 @@ describe("routes", () => {
       { kind: "response", requestId: 1, ok: true, result: settings },
       { kind: "response", requestId: 2, ok: true, result: { ...settings, defaultProvider: "ollama" } },
     ]);
-    const own = `chrome-extension://${EXT_ID}`;
+    const own = `chrome-extension://${EXTENSION_ID}`;
     expect(chrome.host.of("get_full_settings").map((f) => f.origin)).toEqual([own]);
     expect(chrome.host.of("update_settings").map((f) => [f.origin, f.payload])).toEqual([[own, { defaultProvider: "ollama", tavilyApiKey: { action: "clear" } }]]);
 
@@ -94,7 +95,7 @@ describe("routes", () => {
     const popup = chrome.connectPopup();
     await settle();
     expect(popup.of("state")).toHaveLength(1);
-    const fake = chrome.connectPage("https://evil.example", "pedelec-popup");
+    const fake = chrome.connectPage("https://evil.example", POPUP_PORT_NAME);
     await settle();
     expect(fake.closed).toBe(true);
   });
@@ -135,7 +136,7 @@ describe("transfer frame", () => {
   });
 
   it("accepts the transfer port only from the extension's own page", async () => {
-    const fake = chrome.connectPage("https://evil.example", "pedelec-transfer");
+    const fake = chrome.connectPage("https://evil.example", TRANSFER_PORT_NAME);
     await settle();
     expect(fake.closed).toBe(true);
   });
@@ -150,7 +151,7 @@ describe("native port", () => {
     const r = await call(p, "status");
     expect(r.result).toEqual({ approved: false, origin: ORIGIN, appConnected: true });
     expect(chrome.host.frames.map((f) => f.type)).toEqual(["hello", "ping"]);
-    expect(chrome.host.frames[0]!.payload).toEqual({ protocolVersion: 2, client: "pedelec-extension/0.1.0" });
+    expect(chrome.host.frames[0]!.payload).toEqual({ protocolVersion: NATIVE_PROTOCOL_VERSION, client: CLIENT_NAME });
     expect(chrome.openPopupCalls + chrome.windowsCreated.length).toBe(0);
   });
 
@@ -298,7 +299,7 @@ describe("approval", () => {
     const p = await page();
     const r = start(p, "list_providers");
     await settle();
-    expect(chrome.windowsCreated).toEqual([{ url: `chrome-extension://ekeclpceddngodnkncegoclkkeknaacb/popup.html?approve=${encodeURIComponent(ORIGIN)}`, id: 100 }]);
+    expect(chrome.windowsCreated).toEqual([{ url: `chrome-extension://${EXTENSION_ID}/popup.html?approve=${encodeURIComponent(ORIGIN)}`, id: 100 }]);
     chrome.windows.onRemoved.fire(100);
     await settle();
     expect(r()?.error.code).toBe("APPROVAL_REJECTED");

@@ -1,6 +1,7 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { Pedelec, PedelecError, defineTool } from "../src/index.js";
 import { fail, installPage, settle, snapshot, standardHandlers, type FakeExtension, type FakeWindow } from "./fake-bridge.js";
+import { BRIDGE_NAMESPACE } from "../src/protocol/bridge.js";
 
 let page: ReturnType<typeof installPage>;
 let ext: FakeExtension;
@@ -302,7 +303,7 @@ describe("the route", () => {
     session.onChat((t) => chats.push(t));
     const clientId = [...ext.clients][0]!;
     const frame = { type: "event", sessionId: "thr_1", seq: 1, at: 1, event: { type: "chat", operationId: "op_1", messageId: "m", text: "spoof" } };
-    win.postFromElsewhere({ ns: "pedelec-sdk/1", dir: "to-page", clientId, msg: { kind: "event", frame, toolOwner: false } });
+    win.postFromElsewhere({ ns: BRIDGE_NAMESPACE, dir: "to-page", clientId, msg: { kind: "event", frame, toolOwner: false } });
     win.postMessage({ ns: "other", dir: "to-page", clientId, msg: { kind: "event", frame, toolOwner: false } }, "*");
     await settle();
     expect(chats).toEqual([]);

@@ -23,7 +23,7 @@ import {
 } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, extname, join, normalize, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
+import { fileURLToPath, pathToFileURL } from "node:url";
 import { chromium } from "playwright-core";
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -35,7 +35,15 @@ export const buildDir = resolve(process.env.PEDELEC_BIN_DIR ?? join(repo, "targe
 export const agentsBin = resolve(process.env.PEDELEC_AGENTS_BIN ?? join(repo, "tests/agents/node_modules/.bin"));
 export const chromiumPath = process.env.PEDELEC_CHROMIUM ?? "/usr/bin/chromium";
 export const artifacts = join(repo, "target/e2e");
-export const EXTENSION_ID = "ekeclpceddngodnkncegoclkkeknaacb";
+/**
+ * The constants the page, the extension and the host agree on, from their one
+ * home (sdk/src/protocol/bridge.ts) as the SDK's build has it; the demo this
+ * suite serves is built from that same sdk/dist.
+ */
+const bridge = await import(pathToFileURL(join(sdkDist, "protocol/bridge.js")).href).catch((e) => {
+  throw new Error(`not built: sdk/dist (npm --prefix sdk run build): ${e.message}`);
+});
+export const { EXTENSION_ID, NATIVE_HOST_NAME, BRIDGE_NAMESPACE, SDK_PORT_NAME, OPTIONS_PORT_NAME, TRANSFER_PAGE } = bridge;
 export const POPUP_URL = `chrome-extension://${EXTENSION_ID}/popup.html`;
 export const CLI = join(buildDir, "pedelec-cli");
 /** Ceilings for hangs, never performance assertions. Real CLIs on 2 shared cores are slow to start. */

@@ -7,7 +7,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync, readlinkSync } from "node:fs";
 import { join } from "node:path";
-import { checkBuilt, inPage, pidsOf, servePages, startMock, startWorld, until } from "./harness.mjs";
+import { checkBuilt, inPage, NATIVE_HOST_NAME, pidsOf, servePages, startMock, startWorld, until } from "./harness.mjs";
 
 const T = { timeout: 240_000 };
 
@@ -20,7 +20,7 @@ test("the installed host, found through the profile install wrote, starts the da
   const w = await startWorld(t, mock, { installedOnly: true });
 
   assert.deepEqual(Object.keys(w.browserEnv).filter((k) => k.startsWith("PEDELEC_")), [], "the browser gets no PEDELEC_* variable");
-  const manifest = JSON.parse(readFileSync(join(w.profile, "NativeMessagingHosts/dev.pedelec.host.json"), "utf8"));
+  const manifest = JSON.parse(readFileSync(join(w.profile, `NativeMessagingHosts/${NATIVE_HOST_NAME}.json`), "utf8"));
   assert.equal(manifest.path, join(w.installedBin, "pedelec-native-host"), "the profile's manifest names the installed host");
   const config = JSON.parse(readFileSync(join(w.installedBin, "pedelec-host.json"), "utf8"));
   assert.equal(config.runtimeDir, w.env.PEDELEC_RUNTIME_DIR, "the host config names the installer's socket folder");

@@ -6,7 +6,24 @@ import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { existsSync, mkdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
-import { answerApproval, approvalUiOpen, checkBuilt, inPage, servePages, shot, sleep, startMock, startWorld, toolCommand, until, withTimeout, STEP_MS } from "./harness.mjs";
+import {
+  answerApproval,
+  approvalUiOpen,
+  BRIDGE_NAMESPACE,
+  checkBuilt,
+  EXTENSION_ID,
+  inPage,
+  servePages,
+  shot,
+  sleep,
+  startMock,
+  startWorld,
+  toolCommand,
+  TRANSFER_PAGE,
+  until,
+  withTimeout,
+  STEP_MS,
+} from "./harness.mjs";
 
 let mock;
 let site;
@@ -390,20 +407,20 @@ test("9 a second origin cannot resume or drive the first origin's session (THREA
   const r = await inPage(other, (d, sid) => d.client.resumeSession(sid), id);
   assert.equal(r.error?.code, "THREAD_ACCESS_DENIED");
   // Nor drive it: a raw bridge request (what a hostile page could post) for send_text and end.
-  const raw = await other.evaluate(async (sid) => {
+  const raw = await other.evaluate(async ({ sid, ns }) => {
     const clientId = "raw-" + Math.random();
     const replies = [];
     window.addEventListener("message", (e) => {
       const d = e.data;
-      if (d?.ns === "pedelec-sdk/1" && d.dir === "to-page" && d.clientId === clientId && d.msg.kind === "response") replies.push(d.msg);
+      if (d?.ns === ns && d.dir === "to-page" && d.clientId === clientId && d.msg.kind === "response") replies.push(d.msg);
     });
-    const post = (msg) => window.postMessage({ ns: "pedelec-sdk/1", dir: "to-extension", clientId, msg }, "*");
+    const post = (msg) => window.postMessage({ ns, dir: "to-extension", clientId, msg }, "*");
     post({ kind: "connect" });
     post({ kind: "request", requestId: 1, call: { method: "send_text", params: { sessionId: sid, text: "hijack" } } });
     post({ kind: "request", requestId: 2, call: { method: "end", params: { sessionId: sid } } });
     for (let i = 0; i < 100 && replies.length < 2; i++) await new Promise((r) => setTimeout(r, 50));
     return replies.map((r) => [r.requestId, r.ok, r.error?.code]).sort();
-  }, id);
+  }, { sid: id, ns: BRIDGE_NAMESPACE });
   assert.deepEqual(raw, [[1, false, "INVALID_INPUT"], [2, false, "INVALID_INPUT"]]);
   // The demo shows the error with its code.
   await other.evaluate((sid) => localStorage.setItem("pedelec-demo-session", JSON.stringify({ sessionId: sid, provider: "codex" })), id);
@@ -651,7 +668,7 @@ test("14 (public origin) assets with the page marked public: upload and read wor
   const { page } = await assetsScenario(t, w, pub.origin, "14-public");
   assert.notEqual(await directLoopbackFetch(page, mock.port), "answered", "a public page's direct loopback fetch is subject to LNA");
   // The bodies went through the extension's transfer frame.
-  assert.ok(page.frames().some((f) => f.url() === "chrome-extension://ekeclpceddngodnkncegoclkkeknaacb/transfer.html"), "the transfer frame is in the page");
+  assert.ok(page.frames().some((f) => f.url() === `chrome-extension://${EXTENSION_ID}/${TRANSFER_PAGE}`), "the transfer frame is in the page");
 });
 
 // 15 -----------------------------------------------------------------------

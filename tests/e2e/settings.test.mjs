@@ -7,7 +7,7 @@ import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { copyFileSync, mkdirSync } from "node:fs";
 import { join } from "node:path";
-import { artifacts, checkBuilt, EXTENSION_ID, POPUP_URL, repo, servePages, shot, startMock, startWorld, STEP_MS } from "./harness.mjs";
+import { artifacts, checkBuilt, EXTENSION_ID, OPTIONS_PORT_NAME, POPUP_URL, repo, SDK_PORT_NAME, servePages, shot, startMock, startWorld, STEP_MS } from "./harness.mjs";
 
 const OPTIONS_URL = `chrome-extension://${EXTENSION_ID}/options.html`;
 const OLLAMA_KEY = "ollama-secret-key-1234";
@@ -163,9 +163,9 @@ test("a web page cannot reach the settings: the options port is refused, the bri
   // 127.0.0.1 pages may connect to the worker directly (externally_connectable):
   // the options port name does not make it the options page.
   const outcome = await page.evaluate(
-    (id) =>
+    ({ id, name }) =>
       new Promise((resolve) => {
-        const port = chrome.runtime.connect(id, { name: "pedelec-options" });
+        const port = chrome.runtime.connect(id, { name });
         const got = [];
         port.onMessage.addListener((m) => got.push(m));
         port.onDisconnect.addListener(() => resolve({ disconnected: true, got }));
@@ -181,14 +181,14 @@ test("a web page cannot reach the settings: the options port is refused, the bri
         }
         setTimeout(() => resolve({ disconnected: false, got }), 10_000);
       }),
-    EXTENSION_ID,
+    { id: EXTENSION_ID, name: OPTIONS_PORT_NAME },
   );
   assert.deepEqual(outcome, { disconnected: true, got: [] });
   // A route of its own (as the SDK's, same port name): no such bridge methods.
   const replies = await page.evaluate(
-    (id) =>
+    ({ id, name }) =>
       new Promise((resolve) => {
-        const port = chrome.runtime.connect(id, { name: "pedelec-sdk" });
+        const port = chrome.runtime.connect(id, { name });
         const got = [];
         port.onMessage.addListener((m) => {
           if (m.kind !== "response") return;
@@ -198,7 +198,7 @@ test("a web page cannot reach the settings: the options port is refused, the bri
         port.postMessage({ kind: "request", requestId: 1, call: { method: "get_full_settings", params: {} } });
         port.postMessage({ kind: "request", requestId: 2, call: { method: "update_settings", params: { tavilyApiKey: { action: "clear" } } } });
       }),
-    EXTENSION_ID,
+    { id: EXTENSION_ID, name: SDK_PORT_NAME },
   );
   assert.deepEqual(replies, [
     { requestId: 1, ok: false, code: "SDK_PROTOCOL_ERROR" },

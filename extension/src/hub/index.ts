@@ -18,7 +18,6 @@ import { RouteCalls, isPageOrigin, post, type Route } from "./routes.js";
 import { Sessions } from "./sessions.js";
 import { TransferTickets } from "./tickets.js";
 
-
 export type HubOptions = {
   approvalTimeoutMs?: number;
   /** Delays between native reconnect attempts; the last one repeats. */
