@@ -119,7 +119,7 @@ export function keyLabel(key: MaskedKey): string {
   return key.set ? key.masked : "not set";
 }
 
-/** The availability line of a provider row: the seeds' `error` when it is unavailable. */
+/** The availability line of a provider row: list_providers' `error` when it is unavailable. */
 export function availabilityText(provider: ProviderInfo): string {
   return provider.available ? "available" : `unavailable: ${provider.error ?? "no reason given"}`;
 }

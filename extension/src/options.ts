@@ -1,4 +1,4 @@
-// The options page ("Desktop Settings" of the seeds): every setting, edited in
+// The options page (the extension's settings page): every setting, edited in
 // place and saved through the worker, which asks the native host with the
 // extension's own origin (get_full_settings / update_settings). Keys are shown
 // masked; the page can replace or clear them but never reads them.

@@ -120,7 +120,7 @@ export class Pedelec {
     this.#building++;
     try {
       const r = await connection.call("resume_session", { sessionId });
-      // The attach snapshot is lifecycle state, not the session record (seeds).
+      // The attach snapshot is lifecycle state, not the session record.
       return this.#adopt(connection, {
         sessionId: r.sessionId,
         provider: "",
@@ -227,7 +227,7 @@ function manifest(options: CreateSessionOptions): { payload: CreateSessionPayloa
   if (options.provider !== undefined) {
     if (typeof options.provider !== "string" || options.provider === "") throw new PedelecError("INVALID_INPUT", "provider must be a non-empty string");
     payload.provider = options.provider;
-    // Seeds: a provider alone means its "default" effort profile.
+    // A provider alone means its "default" effort profile (sdk/README.md, createSession).
     payload.effortLevel = "default";
   }
   if (options.effortLevel !== undefined) {

@@ -1,7 +1,7 @@
 // One SDK route: the page's side of window.postMessage ⇄ content script ⇄
 // chrome.runtime port ⇄ service worker. A Connection lives until its port
-// closes; then every handle bound to it is detached (seeds: a handle never
-// migrates to a new route silently).
+// closes; then every handle bound to it is detached (a handle never migrates
+// to a new route silently).
 import { PedelecError } from "./errors.js";
 import {
   BRIDGE_NAMESPACE,

@@ -204,8 +204,8 @@ export class PedelecSession {
 
   #usable(allowEnded = false): PedelecError | null {
     // Core no longer knows the thread (lost at a re-attach, e.g. after a Core
-    // restart): say so, as the seeds do for resume() — "use resumeSession"
-    // would only lead to the same THREAD_NOT_FOUND.
+    // restart): say so, as resume() does — "use resumeSession" would only
+    // lead to the same THREAD_NOT_FOUND.
     if (this.#detached?.code === "THREAD_NOT_FOUND") return new PedelecError("THREAD_NOT_FOUND", this.#detached.message, { sessionId: this.sessionId });
     if (this.#detached) return new PedelecError("EXTENSION_DISCONNECTED", "this session handle is detached; use pedelec.resumeSession(sessionId)", { sessionId: this.sessionId });
     if (this.#ended && !allowEnded) return new PedelecError("SESSION_ENDED", "the session has ended", { sessionId: this.sessionId });

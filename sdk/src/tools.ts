@@ -1,5 +1,5 @@
 // Tools a page exposes to the agent: the Pedelec Tool Args Schema subset
-// (seeds; DESIGN.md §5) and the TypeScript type of the arguments it describes.
+// (sdk/README.md, "Tools") and the TypeScript type of the arguments it describes.
 
 type Meta = {
   readonly description?: string;

@@ -55,7 +55,7 @@ describe("the protocol module", () => {
     expect(validate(schema, { id: 1, type: "hello", payload: { protocolVersion: 1 } }, "Request")).not.toEqual([]);
   });
 
-  it("one list of error codes: DESIGN §7 plus the protocol v2 codes, no duplicates", () => {
+  it("one list of error codes: the browser's, the host's and the services', no duplicates", () => {
     expect(new Set(ALL_CODES).size).toBe(ALL_CODES.length);
     expect(ALL_CODES.length).toBe(BROWSER_CODES.length + HOST_CODES.length + SERVICE_CODES.length);
     for (const c of ["PROTOCOL_MISMATCH", "TOOL_REQUEST_NOT_PENDING", "APPROVAL_TIMEOUT", "SDK_BRIDGE_TIMEOUT", "ASSET_INVALID_JSON", "CORE_RESTARTED"]) {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Debian's chromium (unbranded, so --load-extension works); never Playwright's
-# own browser download (TESTING.md §1). Installs it when missing.
+# own browser download (docs/testing.md). Installs it when missing.
 set -euo pipefail
 if [ -x "${PEDELEC_CHROMIUM:-/usr/bin/chromium}" ]; then exit 0; fi
 echo "chromium missing: installing Debian's package" >&2

@@ -1,4 +1,4 @@
-// Issue 14: the real Chromium reaches the host `pedelecd install` installed,
+// The real Chromium reaches the host `pedelecd install` installed (docs/install.md),
 // through the NativeMessagingHosts/ folder install wrote into the profile, and
 // that host finds (here: starts) the daemon through its host config alone —
 // the browser's environment has no PEDELEC_* variable, as for a browser the

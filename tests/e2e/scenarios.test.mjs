@@ -1,7 +1,8 @@
-// The browser suite of issue 13: the seeds' behaviour end to end in Debian's
-// Chromium with the unpacked extension, the real native host, pedelecd on temp
-// dirs and the real codex / claude CLIs against the mock model server. Each
-// test is one scenario of the issue and starts its own world (harness.mjs).
+// The browser suite: what docs/sdk-extension.md documents, end to end in
+// Debian's Chromium with the unpacked extension, the real native host,
+// pedelecd on temp dirs and the real codex / claude CLIs against the mock
+// model server. Each test is one numbered scenario (the list is in
+// docs/sdk-extension.md, "Tests") and starts its own world (harness.mjs).
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { existsSync, mkdirSync, rmSync } from "node:fs";

@@ -1,6 +1,6 @@
-// The extension's options page (issue 17, "Desktop Settings" of the seeds) in
-// Debian's Chromium with the unpacked extension, the real native host and
-// pedelecd on temp dirs (harness.mjs): what the page saves is what the real
+// The extension's options page (its settings page) in Debian's Chromium with
+// the unpacked extension, the real native host and pedelecd on temp dirs
+// (harness.mjs): what the page saves is what the real
 // `pedelec-cli settings get` reads back; keys are only ever shown masked; a
 // web page cannot reach the settings through the worker.
 import { after, before, test } from "node:test";

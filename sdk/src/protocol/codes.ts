@@ -1,5 +1,6 @@
-// Every error code a page can see (DESIGN.md §7, plus the protocol v2 codes).
-// One list, shared by the SDK, the extension and the tests.
+// Every error code a page can see: the browser's own, the native host's and the
+// services' (services/common/src/codes.rs is the Rust side's list; see
+// docs/native-messaging.md). One list, shared by the SDK, the extension and the tests.
 
 /** Codes made in the browser: by the SDK or by the extension. */
 export const BROWSER_CODES = [

@@ -1,6 +1,9 @@
-// The seeds' own examples (their SDK documentation), changed only in the import
-// specifier, run against the fake bridge. They import the package by its name,
-// i.e. the built dist/ through package.json "exports", as an application would.
+// Checks the behaviour docs/sdk-extension.md and sdk/README.md document for a
+// page's use of the SDK, through usage examples written as a page would write
+// them (minimal use, approval and providers, the generic onTool handler, the
+// persistent lifecycle with resume, error handling), run against the fake
+// bridge. They import the package by its name, i.e. the built dist/ through
+// package.json "exports", as an application would.
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { Pedelec, defineTool, type PedelecSession } from "@pedelec/sdk";
 import { fail, installPage, settle, standardHandlers, type FakeExtension } from "./fake-bridge.js";
@@ -73,8 +76,8 @@ beforeEach(() => {
 });
 afterEach(() => page.uninstall());
 
-describe("the seeds' examples, with the import changed to @pedelec/sdk", () => {
-  it("Minimal Example", async () => {
+describe("the documented behaviour, used as a page would through @pedelec/sdk", () => {
+  it("minimal use, as in sdk/README.md's quick start", async () => {
     const pedelec = new Pedelec();
 
     const session = await pedelec.createSession({
