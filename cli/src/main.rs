@@ -416,7 +416,7 @@ mod tests {
         assert!(!e.use_stderr());
         let text = e.render().to_string();
         for needle in [
-            "PEDELEC_TOOL_TOKEN",
+            pedelec_common::env::TOOL_TOKEN,
             "\"ok\":true",
             "Exit codes",
             "tool-call",

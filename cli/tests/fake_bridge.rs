@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use pedelec_common::json::{from_value, to_struct, to_value};
-use pedelec_common::{Code, CodedError, ServiceName, uds};
+use pedelec_common::{Code, CodedError, ServiceName, env, uds};
 use pedelec_proto::v1::tool_bridge_service_server::{ToolBridgeService, ToolBridgeServiceServer};
 use pedelec_proto::v1::*;
 use serde_json::{Value as Json, json};
@@ -125,14 +125,14 @@ impl ToolBridgeService for Fake {
 fn cli(runtime_dir: &Path, token: Option<&str>, args: &[&str], stdin: Option<&str>) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_pedelec-cli"));
     cmd.args(args)
-        .env("PEDELEC_RUNTIME_DIR", runtime_dir)
-        .env("PEDELEC_THREAD_ID", THREAD)
-        .env_remove("PEDELEC_TOOL_TOKEN")
+        .env(env::RUNTIME_DIR, runtime_dir)
+        .env(env::THREAD_ID, THREAD)
+        .env_remove(env::TOOL_TOKEN)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     if let Some(t) = token {
-        cmd.env("PEDELEC_TOOL_TOKEN", t);
+        cmd.env(env::TOOL_TOKEN, t);
     }
     let mut child = cmd.spawn().unwrap();
     let mut pipe = child.stdin.take().unwrap();
@@ -252,7 +252,7 @@ async fn cli_against_a_fake_bridge() {
         // Help goes to stdout with exit 0.
         let out = cli(rd, tok, &["--help"], None);
         assert_eq!(out.status.code(), Some(0));
-        assert!(String::from_utf8_lossy(&out.stdout).contains("PEDELEC_TOOL_TOKEN"));
+        assert!(String::from_utf8_lossy(&out.stdout).contains(env::TOOL_TOKEN));
 
         // Rough timing of tool-spec, process start to exit (not a benchmark).
         let mut times: Vec<Duration> = (0..50)

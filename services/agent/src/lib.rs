@@ -17,7 +17,7 @@ pub mod tools;
 
 use std::path::PathBuf;
 
-use pedelec_common::RuntimeDir;
+use pedelec_common::{RuntimeDir, env};
 use serde_json::{Value as Json, json};
 use tokio::io::AsyncReadExt;
 
@@ -28,19 +28,6 @@ use output::Output;
 pub const DEFAULT_ENDPOINT: &str = "http://127.0.0.1:11434";
 /// Rounds of tool calls a turn may take before it stops with an error.
 pub const DEFAULT_MAX_TOOL_ROUNDS: u32 = 16;
-
-/// The environment ProviderService hands over (never argv: keys must not
-/// show in a process listing).
-pub const ENV_ENDPOINT: &str = "PEDELEC_OLLAMA_ENDPOINT";
-pub const ENV_OLLAMA_KEY: &str = "PEDELEC_OLLAMA_API_KEY";
-pub const ENV_TAVILY_KEY: &str = "PEDELEC_TAVILY_API_KEY";
-/// Overrides Tavily's URL (tests point it at a mock).
-pub const ENV_TAVILY_ENDPOINT: &str = "PEDELEC_TAVILY_ENDPOINT";
-/// A PEM file of extra CA certificates trusted for https endpoints (a private
-/// CA or a corporate proxy), on top of the Mozilla roots.
-pub const ENV_CA_FILE: &str = "PEDELEC_AGENT_CA_FILE";
-pub const ENV_THREAD_ID: &str = "PEDELEC_THREAD_ID";
-pub const ENV_TOOL_TOKEN: &str = "PEDELEC_TOOL_TOKEN";
 
 /// The command line (parsed by main.rs).
 #[derive(Debug, Clone, clap::Parser)]
@@ -60,7 +47,7 @@ pub struct Args {
     #[arg(long)]
     pub session_id: Option<String>,
     /// Rounds of tool calls allowed in one turn.
-    #[arg(long, env = "PEDELEC_AGENT_MAX_TOOL_ROUNDS", default_value_t = DEFAULT_MAX_TOOL_ROUNDS)]
+    #[arg(long, env = env::AGENT_MAX_TOOL_ROUNDS, default_value_t = DEFAULT_MAX_TOOL_ROUNDS)]
     pub max_tool_rounds: u32,
 }
 
@@ -80,6 +67,8 @@ pub struct Config {
 }
 
 impl Config {
+    /// The rest from the environment ProviderService hands over ([`env`];
+    /// never argv: keys must not show in a process listing).
     pub fn from_env(args: Args) -> Config {
         let var = |k: &str| {
             std::env::var(k)
@@ -88,15 +77,15 @@ impl Config {
                 .filter(|v| !v.is_empty())
         };
         Config {
-            endpoint: var(ENV_ENDPOINT).unwrap_or_else(|| DEFAULT_ENDPOINT.to_string()),
-            ollama_key: var(ENV_OLLAMA_KEY),
-            tavily_key: var(ENV_TAVILY_KEY),
-            tavily_endpoint: var(ENV_TAVILY_ENDPOINT)
+            endpoint: var(env::OLLAMA_ENDPOINT).unwrap_or_else(|| DEFAULT_ENDPOINT.to_string()),
+            ollama_key: var(env::OLLAMA_API_KEY),
+            tavily_key: var(env::TAVILY_API_KEY),
+            tavily_endpoint: var(env::TAVILY_ENDPOINT)
                 .unwrap_or_else(|| tools::web::DEFAULT_ENDPOINT.to_string()),
-            thread_id: var(ENV_THREAD_ID),
-            tool_token: var(ENV_TOOL_TOKEN),
+            thread_id: var(env::THREAD_ID),
+            tool_token: var(env::TOOL_TOKEN),
             runtime: RuntimeDir::from_env(),
-            ca_file: var(ENV_CA_FILE).map(PathBuf::from),
+            ca_file: var(env::AGENT_CA_FILE).map(PathBuf::from),
             args,
         }
     }
@@ -164,7 +153,7 @@ pub async fn run_turn(config: &Config, prompt: &str, out: &mut Output) -> Result
         _ => None,
     };
     let http = http::Http::new(config.ca_file.as_deref())
-        .map_err(|reason| AgentError::Usage(format!("{ENV_CA_FILE}: {reason}")))?;
+        .map_err(|reason| AgentError::Usage(format!("{}: {reason}", env::AGENT_CA_FILE)))?;
     let web = config.tavily_key.as_ref().map(|key| tools::web::WebSearch {
         http: http.clone(),
         endpoint: config.tavily_endpoint.clone(),

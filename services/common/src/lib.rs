@@ -83,6 +83,20 @@ pub mod env {
     pub const TOOL_TOKEN: &str = "PEDELEC_TOOL_TOKEN";
     /// The `pedelec-cli` named in the agent's prompt, when not beside the bridge.
     pub const CLI: &str = "PEDELEC_CLI";
+    /// pedelec-agent: the Ollama server (set by ProviderService from the
+    /// settings; never argv, so keys do not show in a process listing).
+    pub const OLLAMA_ENDPOINT: &str = "PEDELEC_OLLAMA_ENDPOINT";
+    /// pedelec-agent: the hosted Ollama's API key.
+    pub const OLLAMA_API_KEY: &str = "PEDELEC_OLLAMA_API_KEY";
+    /// pedelec-agent: the Tavily API key; web search is offered only with it.
+    pub const TAVILY_API_KEY: &str = "PEDELEC_TAVILY_API_KEY";
+    /// pedelec-agent: Tavily's URL (tests point it at a mock).
+    pub const TAVILY_ENDPOINT: &str = "PEDELEC_TAVILY_ENDPOINT";
+    /// pedelec-agent: a PEM file of extra CA certificates trusted for https
+    /// endpoints (a private CA or a corporate proxy), on top of the Mozilla roots.
+    pub const AGENT_CA_FILE: &str = "PEDELEC_AGENT_CA_FILE";
+    /// pedelec-agent: rounds of tool calls one turn may take.
+    pub const AGENT_MAX_TOOL_ROUNDS: &str = "PEDELEC_AGENT_MAX_TOOL_ROUNDS";
     /// More extension ids the native host and the asset transfer server
     /// accept (comma-separated), e.g. a Web Store build or a developer's own key.
     pub const ALLOWED_EXTENSIONS: &str = "PEDELEC_ALLOWED_EXTENSIONS";
