@@ -1,5 +1,7 @@
-//! Codex turns through `codex app-server` (JSON-RPC, one JSON object per line
-//! on stdio; shared/recipes/codex-app-server.md has the verified facts).
+//! Codex turns through `codex app-server`: JSON-RPC 2.0 without the
+//! `jsonrpc` field, one JSON object per line on its stdin and stdout; a
+//! client sends `initialize`, then `initialized`, before anything else.
+//! Verified against the pinned codex 0.171.0 ([`MIN_VERSION`]).
 //!
 //! One app-server process per Pedelec thread while the thread is active: it
 //! starts with the thread's first turn, later turns reuse it (no start-up, the
@@ -30,11 +32,15 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
+use super::cli::read_tail;
+use super::events::{Sink, Stop, error_event, exited, turn_ended};
+use super::job::Job;
+use super::lock;
 use super::servers::{self, Server, Servers, parse_version};
-use super::{Job, Out, Sink, Stop, error_event, lock, read_tail, record_turn};
 use crate::adapters::{LineSplitter, MAX_LINE, codex};
 use crate::availability::{ProgramEnv, run_version};
 use crate::launch::AgentProcs;
+use pedelec_proto::v1::provider_event::Event as Out;
 
 /// The oldest codex whose app-server speaks the protocol this module was
 /// verified against (the pinned 0.171.0); older ones run `codex exec --json`.
@@ -172,10 +178,7 @@ impl Proc {
         })?;
         let pid = child.id().expect("a just-spawned child has a pid") as i32;
         procs.started(pid);
-        let record = job
-            .records
-            .as_ref()
-            .and_then(|r| record_turn(&r.dir, &procs));
+        let record = job.records.as_ref().and_then(|r| r.write(&procs));
         let mut stdin = child.stdin.take().expect("piped stdin");
         let stdout = child.stdout.take().expect("piped stdout");
         let stderr_pipe = child.stderr.take();
@@ -472,7 +475,7 @@ pub(super) async fn run_turn(
     lock(&proc.shared.listener).take();
     match outcome {
         Ok(End::Completed) => {
-            let _ = sink.send(super::turn_ended(Some(0))).await;
+            let _ = sink.send(turn_ended(Some(0))).await;
             servers.arm_idle_stop(job.session_id.clone(), &proc, job.grace);
         }
         Ok(End::Died) => {
@@ -488,7 +491,7 @@ pub(super) async fn run_turn(
                 .await
                 .is_ok()
             {
-                let _ = sink.send(super::exited(status)).await;
+                let _ = sink.send(exited(status)).await;
             }
             proc.stop(job.grace).await;
         }
@@ -508,7 +511,7 @@ pub(super) async fn run_turn(
             proc.stop(job.grace).await;
             tracing::debug!(session = %job.session_id, ?stop, "codex app-server turn stopped");
             if stop == Stop::Cancelled {
-                sink.send_final(super::turn_ended(None)).await;
+                sink.send_final(turn_ended(None)).await;
             }
         }
     }

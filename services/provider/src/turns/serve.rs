@@ -36,10 +36,13 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use super::events::{Sink, Stop, error_event, turn_ended};
+use super::job::Job;
+use super::lock;
 use super::servers::{Server, ServerChild, Servers, SpawnError, parse_version};
-use super::{Job, Out, Sink, Stop, error_event, lock};
 use crate::adapters::{Event, LineSplitter, MAX_LINE, opencode};
 use crate::availability::{ProgramEnv, run_version};
+use pedelec_proto::v1::provider_event::Event as Out;
 
 /// The oldest opencode whose server this module was verified against (the
 /// pinned 1.18.33; 1.14.46–1.14.48 had an `/event` stream that closed at
@@ -472,7 +475,7 @@ pub(super) async fn run_turn(
     lock(&proc.listener).take();
     match outcome {
         Ok(End::Completed) => {
-            let _ = sink.send(super::turn_ended(Some(0))).await;
+            let _ = sink.send(turn_ended(Some(0))).await;
             servers.arm_idle_stop(job.session_id.clone(), &proc, job.grace);
         }
         Ok(End::Died) => {
@@ -489,7 +492,7 @@ pub(super) async fn run_turn(
                 .await
                 .is_ok()
             {
-                let _ = sink.send(super::turn_ended(None)).await;
+                let _ = sink.send(turn_ended(None)).await;
             }
         }
         Err(stop) => {
@@ -503,7 +506,7 @@ pub(super) async fn run_turn(
             proc.stop(job.grace).await;
             tracing::debug!(session = %job.session_id, ?stop, "opencode serve turn stopped");
             if stop == Stop::Cancelled {
-                sink.send_final(super::turn_ended(None)).await;
+                sink.send_final(turn_ended(None)).await;
             }
         }
     }

@@ -19,7 +19,9 @@ use pedelec_common::process;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::{Job, lock, read_tail, record_turn};
+use super::cli::read_tail;
+use super::job::Job;
+use super::lock;
 use crate::availability::FileStamp;
 use crate::launch::AgentProcs;
 
@@ -270,10 +272,7 @@ impl ServerChild {
         let pid = child.id().expect("a just-spawned child has a pid") as i32;
         procs.started(pid);
         tracing::debug!(pid, "{what} started");
-        let record = job
-            .records
-            .as_ref()
-            .and_then(|r| record_turn(&r.dir, &procs));
+        let record = job.records.as_ref().and_then(|r| r.write(&procs));
         let stdout = child.stdout.take().expect("piped stdout");
         let stderr_pipe = child.stderr.take();
         let stderr = Arc::new(Mutex::new(String::new()));

@@ -1,17 +1,22 @@
 //! The process runner against tiny shell-script stand-ins for the CLIs.
 
-use std::path::Path;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use pb::provider_event::Event as Out;
+use pedelec_common::json;
 use pedelec_proto::v1 as pb;
+use serde_json::Value as Json;
+use tokio::sync::mpsc;
 
 use super::*;
+use crate::adapters::MAX_LINE;
 use crate::testutil::Bin;
 
 const CEILING: Duration = Duration::from_secs(20);
 
-/// Three lines of a real codex run (fixtures/provider-transcripts/codex_run1.jsonl).
+/// Three lines of a real codex run (tests/fixtures/provider-transcripts/codex_run1.jsonl).
 const CODEX_LINES: &str = r#"{"type":"thread.started","thread_id":"01a22d56-6dbd-7423-8b44-de8c18989886"}
 {"type":"turn.started"}
 {"type":"item.completed","item":{"id":"item_2","type":"agent_message","text":"MOCK_DONE: the command ran."}}
@@ -609,42 +614,6 @@ async fn stop_all_ends_every_turn() {
     assert!(dead(&me), "the CLI survived");
     assert!(wait_dead(&child).await, "its child survived");
     assert!(!f.turns.is_running("thr_1"));
-}
-
-#[tokio::test]
-async fn orphans_recorded_by_a_dead_service_are_killed_at_start() {
-    use std::os::unix::process::CommandExt;
-    let runtime = tempfile::tempdir().unwrap();
-    let records = runtime.path().join(TURN_RECORDS);
-    std::fs::create_dir_all(&records).unwrap();
-    // Ours: a group whose leader names this runtime dir.
-    let mut ours = std::process::Command::new("/bin/sleep");
-    ours.arg("60")
-        .env("PEDELEC_RUNTIME_DIR", runtime.path())
-        .process_group(0);
-    let mut ours = ours.spawn().unwrap();
-    // A stranger that happens to have a recorded id: left alone.
-    let mut stranger = std::process::Command::new("/bin/sleep");
-    stranger
-        .arg("60")
-        .env("PEDELEC_RUNTIME_DIR", "/elsewhere")
-        .process_group(0);
-    let mut stranger = stranger.spawn().unwrap();
-    std::fs::write(records.join(ours.id().to_string()), b"").unwrap();
-    std::fs::write(records.join(stranger.id().to_string()), b"").unwrap();
-    std::fs::write(records.join("junk"), b"").unwrap();
-
-    let killed = reap_orphans(runtime.path());
-    assert_eq!(killed, [ours.id() as i32]);
-    let status = ours.wait().unwrap();
-    assert_eq!(
-        std::os::unix::process::ExitStatusExt::signal(&status),
-        Some(libc::SIGKILL)
-    );
-    assert!(stranger.try_wait().unwrap().is_none(), "stranger killed");
-    stranger.kill().unwrap();
-    let _ = stranger.wait();
-    assert_eq!(std::fs::read_dir(&records).unwrap().count(), 0);
 }
 
 #[tokio::test]
