@@ -592,25 +592,54 @@ pub async fn read_pid(path: &Path) -> u32 {
     pid.expect("wait_until returned")
 }
 
-/// Polls `cond` every 20 ms until it holds; panics naming `what` after [`PATIENCE`].
-pub async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + PATIENCE;
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+/// The limit of a loop that polls for something to happen: a test waits for
+/// the condition itself, never for a fixed time it hopes is enough.
+///
+/// ```ignore
+/// let deadline = Deadline::patience();
+/// while !done().await {
+///     deadline.tick("done").await;
+/// }
+/// ```
+pub struct Deadline(Instant);
+
+impl Deadline {
+    /// [`PATIENCE`] from now.
+    pub fn patience() -> Deadline {
+        Deadline::after(PATIENCE)
+    }
+
+    pub fn after(limit: Duration) -> Deadline {
+        Deadline(Instant::now() + limit)
+    }
+
+    /// Waits one poll interval (20 ms); panics naming `what` was awaited
+    /// once the deadline has passed.
+    pub async fn tick(&self, what: impl std::fmt::Display) {
+        assert!(Instant::now() < self.0, "timed out waiting for {what}");
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Polls `cond` until it holds; panics naming `what` after [`PATIENCE`].
+pub async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Deadline::patience();
+    while !cond() {
+        deadline.tick(what).await;
     }
 }
 
 /// Waits until no process names this runtime dir in its environment.
 pub async fn wait_until_nothing_runs(runtime_dir: &Path) {
-    let deadline = Instant::now() + PATIENCE;
-    while !processes_using(runtime_dir).is_empty() {
-        assert!(
-            Instant::now() < deadline,
-            "left running: {:?}",
-            processes_using(runtime_dir)
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    let deadline = Deadline::patience();
+    loop {
+        let left = processes_using(runtime_dir);
+        if left.is_empty() {
+            return;
+        }
+        deadline
+            .tick(format!("nothing to run, left running: {left:?}"))
+            .await;
     }
 }
 

@@ -1,13 +1,11 @@
 //! SessionService requests and reads the test files share. Every thread the
 //! tests create belongs to one origin, [`ORIGIN`].
 
-use std::time::{Duration, Instant};
-
 use pb::session_event::Event;
 use pedelec_proto::v1 as pb;
 use tonic::transport::Channel;
 
-use crate::{Events, PATIENCE, kind};
+use crate::{Deadline, Events, kind};
 
 /// The origin the tests' threads belong to.
 pub const ORIGIN: &str = "https://app.example";
@@ -122,21 +120,50 @@ pub async fn snapshot(sessions: &mut Sessions, session_id: &str) -> pb::Snapshot
         .into_inner()
 }
 
-/// Polls Get until the thread has `status`; panics with `what` after [`PATIENCE`].
+/// Polls Get until the thread has `status`; panics with `what` after [`crate::PATIENCE`].
 pub async fn wait_for_status(
     sessions: &mut Sessions,
     session_id: &str,
     status: pb::SessionStatus,
     what: &str,
 ) -> pb::Snapshot {
-    let deadline = Instant::now() + PATIENCE;
+    let deadline = Deadline::patience();
     loop {
         let snap = snapshot(sessions, session_id).await;
         if snap.status == status as i32 {
             return snap;
         }
-        assert!(Instant::now() < deadline, "{what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        deadline.tick(what).await;
+    }
+}
+
+/// The routes SessionService counts on the thread right now (List at [`ORIGIN`]).
+pub async fn attached_routes(sessions: &mut Sessions, session_id: &str) -> u32 {
+    sessions
+        .list(pb::ListRequest {
+            origin: Some(ORIGIN.into()),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .sessions
+        .iter()
+        .find(|s| s.session_id == session_id)
+        .map_or(0, |s| s.attached_routes)
+}
+
+/// Polls List until SessionService counts `routes` routes on the thread: a
+/// dropped route is gone once the service has seen its stream close.
+pub async fn wait_for_routes(sessions: &mut Sessions, session_id: &str, routes: u32) {
+    let deadline = Deadline::patience();
+    loop {
+        let now = attached_routes(sessions, session_id).await;
+        if now == routes {
+            return;
+        }
+        deadline
+            .tick(format!("{routes} routes on {session_id} (now {now})"))
+            .await;
     }
 }
 

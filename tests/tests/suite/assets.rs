@@ -1065,9 +1065,14 @@ async fn grpc_upload_and_read_round_trip() {
 /// ASSET_TICKET_INVALID instead of "Failed to fetch"; other origins get nothing.
 #[tokio::test]
 async fn refusals_of_spent_and_expired_tickets_carry_cors() {
+    // Long enough for the checks of one TTL to finish within it on a loaded
+    // machine.
+    const TTL: Duration = Duration::from_millis(2000);
     let mut env = TestEnv::with_codex_stub();
-    env.extra_env
-        .insert("PEDELEC_ASSET_TICKET_TTL_MS".into(), "1500".into());
+    env.extra_env.insert(
+        "PEDELEC_ASSET_TICKET_TTL_MS".into(),
+        TTL.as_millis().to_string(),
+    );
     let f = Fixture::start(env).await;
     let t = f.thread().await;
 
@@ -1104,12 +1109,16 @@ async fn refusals_of_spent_and_expired_tickets_carry_cors() {
     assert_eq!(pre.status, 404);
     assert_eq!(pre.header("access-control-allow-origin"), None);
 
-    // Expired (unused): the same.
+    // Expired (unused): the same. The service issued the ticket before
+    // `issued`: it has expired at `issued + TTL` and is forgotten by
+    // `issued + 2 TTL` (the service and the test read the same monotonic
+    // clock); the checks in between have about one TTL.
     let late = f
         .upload_ticket(&t, Some("/late.txt"), "x", 1)
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(1600)).await;
+    let issued = Instant::now();
+    tokio::time::sleep_until((issued + TTL).into()).await;
     let pre = preflight(&late.url, ORIGIN, "PUT").await;
     assert_eq!(pre.status, 204);
     assert_eq!(pre.header("access-control-allow-origin"), Some(ORIGIN));
@@ -1122,7 +1131,7 @@ async fn refusals_of_spent_and_expired_tickets_carry_cors() {
     assert!(!t.assets_root().join("late.txt").exists());
 
     // After one more TTL the id is forgotten: no CORS any more.
-    tokio::time::sleep(Duration::from_millis(1600)).await;
+    tokio::time::sleep_until((issued + 2 * TTL).into()).await;
     let resp = put(&late, b"x", &[("origin", ORIGIN)]).await;
     assert_eq!(resp.status, 404);
     assert_eq!(resp.header("access-control-allow-origin"), None);

@@ -488,7 +488,12 @@ fn auto_end_request() -> pb::CreateSessionRequest {
 
 #[tokio::test]
 async fn auto_end_waits_for_the_grace_period_and_a_returning_route() {
-    let env = env_with_auto_end_grace_ms(400);
+    // Long enough that a route attached right after the last one went is
+    // back well within it on a loaded machine.
+    const GRACE: Duration = Duration::from_millis(1000);
+    // Past the grace period, with room for its timer to run.
+    const PAST_GRACE: Duration = Duration::from_millis(1500);
+    let env = env_with_auto_end_grace_ms(GRACE.as_millis() as u64);
     let _launcher = env.up().await;
     let mut sessions = env.session().await;
     let req = auto_end_request();
@@ -498,13 +503,22 @@ async fn auto_end_waits_for_the_grace_period_and_a_returning_route() {
         .unwrap()
         .into_inner()
         .session_id;
+    // A thread without auto-end is never ended by a disconnect (checked at
+    // the end, several grace periods later).
+    let keep = new_codex_thread(&mut sessions).await;
+    let route = sessions
+        .attach(attach_request(&keep, "r", None))
+        .await
+        .unwrap();
+    drop(route);
 
     // Two routes; dropping one keeps the thread.
     let mut a = attach(&mut sessions, &id, "r", None).await;
     let b = attach(&mut sessions, &id, "r", None).await;
     a.next().await;
     drop(b);
-    tokio::time::sleep(Duration::from_millis(900)).await;
+    wait_for_routes(&mut sessions, &id, 1).await;
+    tokio::time::sleep(PAST_GRACE).await;
     assert_eq!(
         snapshot(&mut sessions, &id).await.status,
         pb::SessionStatus::Idle as i32
@@ -512,10 +526,13 @@ async fn auto_end_waits_for_the_grace_period_and_a_returning_route() {
 
     // The last route goes and a new one comes back within the grace period.
     drop(a);
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    wait_for_routes(&mut sessions, &id, 0).await;
+    let gone = Instant::now();
     let mut c = attach(&mut sessions, &id, "r", Some(0)).await;
     c.next().await;
-    tokio::time::sleep(Duration::from_millis(900)).await;
+    let back = gone.elapsed();
+    assert!(back < GRACE, "the route came back only after {back:?}");
+    tokio::time::sleep_until((gone + PAST_GRACE).into()).await;
     assert_eq!(
         snapshot(&mut sessions, &id).await.status,
         pb::SessionStatus::Idle as i32
@@ -530,14 +547,7 @@ async fn auto_end_waits_for_the_grace_period_and_a_returning_route() {
         "auto-end never happened",
     )
     .await;
-    // A thread without auto-end is never ended by a disconnect.
-    let keep = new_codex_thread(&mut sessions).await;
-    let route = sessions
-        .attach(attach_request(&keep, "r", None))
-        .await
-        .unwrap();
-    drop(route);
-    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert_eq!(attached_routes(&mut sessions, &keep).await, 0);
     assert_eq!(
         snapshot(&mut sessions, &keep).await.status,
         pb::SessionStatus::Idle as i32
