@@ -502,61 +502,6 @@ async fn an_invalid_manifest_is_refused_at_create_with_its_pointer() {
     assert!(list.sessions.is_empty());
 }
 
-/// The round trip of DESIGN.md section 9, printed for the issue note (a
-/// benchmark figure, not an assertion): `pedelec-cli tool-call` start to
-/// result printed, with a page client answering at once.
-#[tokio::test]
-async fn tool_call_round_trip_figures() {
-    let mut s = setup().await;
-    let mut sessions = s.sessions.clone();
-    let id = s.id.clone();
-    let spare = attach(&mut s.sessions, &s.id, "spare", None).await;
-    let mut events = std::mem::replace(&mut s.events, spare);
-    let page = tokio::spawn(async move {
-        loop {
-            let e = events.next().await;
-            if let Some(Event::ToolRequest(r)) = e.event {
-                sessions
-                    .submit_tool_result(submit_tool_result_request(
-                        &id,
-                        &r.tool_request_id,
-                        tool_result(&json!({"ok": 1})),
-                    ))
-                    .await
-                    .unwrap();
-            }
-        }
-    });
-    let calls = 200;
-    let mut times = Vec::with_capacity(calls);
-    for _ in 0..calls {
-        let started = Instant::now();
-        // Async, so the page task on this runtime answers while the CLI waits.
-        let out = tokio::process::Command::from(
-            s.agent
-                .cli(Some(&s.agent.token), &["tool-call", "get_counter", "{}"]),
-        )
-        .output()
-        .await
-        .unwrap();
-        times.push(started.elapsed());
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stdout)
-        );
-    }
-    page.abort();
-    times.sort();
-    let pct = |p: f64| times[((times.len() as f64 * p) as usize).min(times.len() - 1)];
-    eprintln!(
-        "tool-call round trip over {calls} calls (debug build, answered through SessionService): p50 {:?} p90 {:?} p99 {:?}",
-        pct(0.50),
-        pct(0.90),
-        pct(0.99)
-    );
-}
-
 /// A restarted ToolBridgeService has lost the pending request (its caller got
 /// an error): the thread must not stay in `waiting_tool_result`.
 #[tokio::test]
