@@ -94,13 +94,15 @@ check_hot_list() {
 }
 
 if [ "$static" = yes ]; then
-  # Everything else, dynamic. The packages of pedelec-multicall's programs
-  # are excluded only to save their own binaries' link time (one left out
-  # here is built and then replaced by the link below).
-  cargo build --release --workspace --bins \
-    --exclude pedelec-multicall --exclude pedelec-cli \
-    --exclude pedelec-launcher --exclude pedelec-session --exclude pedelec-toolbridge \
-    --exclude pedelec-provider --exclude pedelec-asset --exclude pedelec-native-host
+  # Everything else, dynamic. pedelec-multicall and the packages of its
+  # programs (its path dependencies, as its Cargo.toml names them) are
+  # excluded only to save their own binaries' link time (one left out here
+  # is built and then replaced by the link below).
+  multicall_packages=$(cargo tree -p pedelec-multicall -e normal --depth 1 \
+    --prefix none --format '{p}' | awk '/ \(\// { print $1 }')
+  excludes=(--exclude pedelec-cli)
+  for package in $multicall_packages; do excludes+=(--exclude "$package"); done
+  cargo build --release --workspace --bins "${excludes[@]}"
   # The services keep position-independent code (static-pie: their addresses
   # still change with every start). pedelec-cli is linked non-PIE by
   # cli/build.rs (no relocations to apply at each of its many starts), which
@@ -126,7 +128,8 @@ if [ "$cli_static" = yes ]; then
   place "target/$cli_triple/release/pedelec-cli" pedelec-cli
 fi
 
-# One copy, then each name a hard link to it.
+# One copy, then each name a hard link to it (the executable lists its
+# programs' names, pedelecd first).
 names=$("$multicall" --list)
 first=
 for name in $names; do

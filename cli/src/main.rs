@@ -61,7 +61,7 @@ HUMAN COMMANDS (sessions, providers, settings)
 
 /// Pedelec's command-line client: page tools for agents, and local admin.
 #[derive(Debug, Parser)]
-#[command(name = "pedelec-cli", version, after_help = AFTER_HELP)]
+#[command(name = pedelec_common::Program::Cli.file_name(), version, after_help = AFTER_HELP)]
 struct Cli {
     /// The thread whose tools are used.
     #[arg(long, global = true, value_name = "ID", env = pedelec_common::env::THREAD_ID)]

@@ -11,34 +11,21 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use pedelec_common::ServiceName;
-use pedelec_common::install::NATIVE_HOST;
+use pedelec_common::Program;
 
-/// A program's start: its crate's `program::main`.
-type Program = fn() -> ExitCode;
-
-/// Each program's file name and where it starts, in the order `--list`
-/// prints them (pedelecd first: install copies from pedelecd's folder).
-const PROGRAMS: [(&str, Program); 6] = [
-    (
-        ServiceName::Launcher.binary(),
-        pedelec_launcher::program::main,
-    ),
-    (
-        ServiceName::Session.binary(),
-        pedelec_session::program::main,
-    ),
-    (
-        ServiceName::ToolBridge.binary(),
-        pedelec_toolbridge::program::main,
-    ),
-    (
-        ServiceName::Provider.binary(),
-        pedelec_provider::program::main,
-    ),
-    (ServiceName::Asset.binary(), pedelec_asset::program::main),
-    (NATIVE_HOST, pedelec_native_host::program::main),
-];
+/// Where a program of this executable starts: its crate's `program::main`;
+/// None for the programs built as executables of their own.
+fn start(program: Program) -> Option<fn() -> ExitCode> {
+    match program {
+        Program::Launcher => Some(pedelec_launcher::program::main),
+        Program::Session => Some(pedelec_session::program::main),
+        Program::ToolBridge => Some(pedelec_toolbridge::program::main),
+        Program::Provider => Some(pedelec_provider::program::main),
+        Program::Asset => Some(pedelec_asset::program::main),
+        Program::NativeHost => Some(pedelec_native_host::program::main),
+        Program::Cli | Program::Agent => None,
+    }
+}
 
 fn main() -> ExitCode {
     let arg0 = std::env::args_os().next().unwrap_or_default();
@@ -46,11 +33,19 @@ fn main() -> ExitCode {
         .file_name()
         .and_then(|n| n.to_str())
         .unwrap_or_default();
-    if let Some((_, program)) = PROGRAMS.iter().find(|(n, _)| *n == name) {
+    let started = Program::parse(name)
+        .filter(|p| Program::LONG_RUNNING.contains(p))
+        .and_then(start);
+    if let Some(program) = started {
         return program();
     }
-    let names: Vec<&str> = PROGRAMS.iter().map(|(n, _)| *n).collect();
-    // Under its own name: `--list` gives build-release.sh the names to link.
+    let names: Vec<&str> = Program::LONG_RUNNING
+        .iter()
+        .map(|p| p.file_name())
+        .collect();
+    // Under its own name: `--list` gives build-release.sh and
+    // tools/hot-functions.py the names to link, one a line, pedelecd first
+    // (install copies from pedelecd's folder).
     if std::env::args().nth(1).as_deref() == Some("--list") {
         println!("{}", names.join("\n"));
         return ExitCode::SUCCESS;
@@ -65,24 +60,28 @@ fn main() -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use pedelec_common::ServiceName;
 
     #[test]
-    fn every_program_is_installed_and_every_service_is_here() {
-        for (name, _) in PROGRAMS {
+    fn every_long_running_program_is_here_and_installed() {
+        for program in Program::ALL {
+            assert_eq!(
+                start(program).is_some(),
+                Program::LONG_RUNNING.contains(&program),
+                "{program:?}"
+            );
+        }
+        for program in Program::LONG_RUNNING {
             assert!(
-                pedelec_launcher::install::BINARIES.contains(&name),
-                "{name} is not in install::BINARIES"
+                pedelec_launcher::install::BINARIES.contains(&program.file_name()),
+                "{program:?} is not in install::BINARIES"
             );
         }
         for service in ServiceName::SUPERVISED
             .into_iter()
             .chain([ServiceName::Launcher])
         {
-            assert!(
-                PROGRAMS.iter().any(|(n, _)| *n == service.binary()),
-                "{} has no entry",
-                service.binary()
-            );
+            assert!(Program::LONG_RUNNING.contains(&service.program()));
         }
     }
 }

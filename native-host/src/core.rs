@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use pedelec_common::clients::{AssetClient, ProviderClient, SessionClient};
 use pedelec_common::install::{HostConfig, ServiceManager};
 use pedelec_common::{
-    Clients, Code, CodedError, MAX_GRPC_MESSAGE, RuntimeDir, ServiceName, env, pedelecd_exit,
-    process, uds,
+    Clients, Code, CodedError, MAX_GRPC_MESSAGE, Program, RuntimeDir, ServiceName, env,
+    pedelecd_exit, process, uds,
 };
 use pedelec_proto::v1 as pb;
 use tokio::sync::Mutex;
@@ -457,8 +457,8 @@ fn too_large(req: &impl prost::Message) -> Result<(), HostError> {
 /// `pedelecd` beside this executable.
 fn pedelecd_path(config: Option<&HostConfig>) -> PathBuf {
     pedelec_common::install::bin_dir(config)
-        .map(|d| d.join("pedelecd"))
-        .unwrap_or_else(|| PathBuf::from("pedelecd"))
+        .map(|d| d.join(Program::Launcher.file_name()))
+        .unwrap_or_else(|| PathBuf::from(Program::Launcher.file_name()))
 }
 
 /// Whether the call failed before reaching a service (no socket, refused):

@@ -5,14 +5,17 @@
 
 use std::process::ExitCode;
 
-use pedelec_common::install::NATIVE_HOST;
+use pedelec_common::Program;
 
 // #[inline]: compiled where it is called; in pedelec-multicall that is 1.4 MB
 // less text (docs/decisions.md, "One executable for the long-running processes").
 #[inline]
 pub fn main() -> ExitCode {
     let extension_origin = std::env::args().nth(1);
-    pedelec_common::runtime::block_on(NATIVE_HOST, crate::main(extension_origin));
+    pedelec_common::runtime::block_on(
+        Program::NativeHost.file_name(),
+        crate::main(extension_origin),
+    );
     // Leave without waiting on a blocking stdin reader thread (when stdin is
     // neither a pipe nor a socket), which may still sit in read(2) when
     // stdout closed first.

@@ -32,7 +32,7 @@ pub const DEFAULT_MAX_TOOL_ROUNDS: u32 = 16;
 /// The command line (parsed by main.rs).
 #[derive(Debug, Clone, clap::Parser)]
 #[command(
-    name = "pedelec-agent",
+    name = pedelec_common::Program::Agent.file_name(),
     version,
     about = "Pedelec's own agent for Ollama models: one turn, prompt on stdin, JSON Lines on stdout"
 )]

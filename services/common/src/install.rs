@@ -11,8 +11,6 @@ use crate::RuntimeDir;
 
 /// The native-messaging host name browsers look up (`<name>.json`).
 pub const NATIVE_HOST_NAME: &str = "dev.pedelec.host";
-/// The native-messaging host's binary, which the browsers' manifests name.
-pub const NATIVE_HOST: &str = "pedelec-native-host";
 /// The host config's file name, in the folder of the installed binaries.
 pub const HOST_CONFIG_FILE: &str = "pedelec-host.json";
 /// The systemd user unit's name.

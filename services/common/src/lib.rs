@@ -20,6 +20,7 @@ pub mod memory;
 pub mod paths;
 #[allow(unsafe_code)]
 pub mod process;
+pub mod programs;
 pub mod runtime;
 pub mod secret;
 pub mod stdio;
@@ -31,6 +32,7 @@ pub use clients::Clients;
 pub use codes::{Code, CodedError, code_of_status, is_storage_full, status_with_code};
 pub use error::CommonError;
 pub use paths::{DataDir, RuntimeDir};
+pub use programs::Program;
 
 /// The largest gRPC message a Pedelec server or client accepts or sends
 /// (64 MiB, as the native host accepts). tonic's default decode limit is
@@ -165,15 +167,20 @@ impl ServiceName {
         }
     }
 
+    /// The service's program.
+    pub const fn program(self) -> Program {
+        match self {
+            ServiceName::Session => Program::Session,
+            ServiceName::ToolBridge => Program::ToolBridge,
+            ServiceName::Provider => Program::Provider,
+            ServiceName::Asset => Program::Asset,
+            ServiceName::Launcher => Program::Launcher,
+        }
+    }
+
     /// The service's binary, found beside `pedelecd`.
     pub const fn binary(self) -> &'static str {
-        match self {
-            ServiceName::Session => "pedelec-session",
-            ServiceName::ToolBridge => "pedelec-toolbridge",
-            ServiceName::Provider => "pedelec-provider",
-            ServiceName::Asset => "pedelec-asset",
-            ServiceName::Launcher => "pedelecd",
-        }
+        self.program().file_name()
     }
 
     /// The fully qualified gRPC service name, as health checks name it.

@@ -219,7 +219,7 @@ pub fn cli_path() -> PathBuf {
         .and_then(|exe| exe.parent().map(Path::to_path_buf))
         .unwrap_or_else(|| PathBuf::from("/"));
     let dir = dir.canonicalize().unwrap_or(dir);
-    dir.join("pedelec-cli")
+    dir.join(crate::Program::Cli.file_name())
 }
 
 /// Writes `bytes` to `path` atomically: a temp file in the same folder, fsync,

@@ -7,8 +7,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use pedelec_common::Clients;
 use pedelec_common::install::{HostConfig, NATIVE_HOST_NAME, SYSTEMD_UNIT, ServiceManager};
+use pedelec_common::{Clients, Program};
 use pedelec_proto::v1 as pb;
 use serde::Serialize;
 
@@ -72,7 +72,10 @@ impl Check {
 
 /// Runs every check.
 pub async fn run(layout: &Layout, dirs: &Dirs) -> Vec<Check> {
-    let reinstall = format!("{} install", layout.bin.join("pedelecd").display());
+    let reinstall = format!(
+        "{} install",
+        layout.bin.join(Program::Launcher.file_name()).display()
+    );
     let mut checks = Vec::new();
     let record = match Record::load(layout) {
         Ok(Some(r)) => {
@@ -200,7 +203,7 @@ fn binaries(layout: &Layout, reinstall: &str) -> Check {
         }
     }
     if problems.is_empty() {
-        let pedelecd = layout.bin.join("pedelecd");
+        let pedelecd = layout.bin.join(Program::Launcher.file_name());
         let runs = Command::new(&pedelecd)
             .arg("--version")
             .stdin(Stdio::null())
@@ -376,7 +379,10 @@ fn services(
     layout: &Layout,
 ) -> Check {
     let Some(status) = status else {
-        let start = format!("{} start", layout.bin.join("pedelecd").display());
+        let start = format!(
+            "{} start",
+            layout.bin.join(Program::Launcher.file_name()).display()
+        );
         return if manager.is_some() {
             Check::fail(
                 "services",

@@ -10,11 +10,10 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use pedelec_common::ServiceName;
+use pedelec_common::Program;
 use pedelec_common::extension::{PEDELEC_EXTENSION_ID, is_valid_id};
 use pedelec_common::install::{
-    HOST_CONFIG_FILE, HostConfig, LAUNCHD_LABEL, NATIVE_HOST, NATIVE_HOST_NAME, SYSTEMD_UNIT,
-    ServiceManager,
+    HOST_CONFIG_FILE, HostConfig, LAUNCHD_LABEL, NATIVE_HOST_NAME, SYSTEMD_UNIT, ServiceManager,
 };
 use pedelec_common::paths::replace_through_temp;
 use serde::{Deserialize, Serialize};
@@ -22,17 +21,18 @@ use serde::{Deserialize, Serialize};
 use crate::Dirs;
 use crate::error::LauncherError;
 
-/// The binaries an install copies; `pedelec-agent` too when it was built.
+/// The binaries an install copies, pedelecd first; `pedelec-agent` too when
+/// it was built.
 pub const BINARIES: [&str; 7] = [
-    ServiceName::Launcher.binary(),
-    ServiceName::Session.binary(),
-    ServiceName::ToolBridge.binary(),
-    ServiceName::Provider.binary(),
-    ServiceName::Asset.binary(),
-    NATIVE_HOST,
-    "pedelec-cli",
+    Program::Launcher.file_name(),
+    Program::Session.file_name(),
+    Program::ToolBridge.file_name(),
+    Program::Provider.file_name(),
+    Program::Asset.file_name(),
+    Program::NativeHost.file_name(),
+    Program::Cli.file_name(),
 ];
-const OPTIONAL_BINARIES: [&str; 1] = ["pedelec-agent"];
+const OPTIONAL_BINARIES: [&str; 1] = [Program::Agent.file_name()];
 
 /// The record of what install wrote, in the install root.
 pub const RECORD_FILE: &str = "installed.json";
@@ -172,7 +172,7 @@ impl Layout {
     }
 
     pub fn native_host(&self) -> PathBuf {
-        self.bin.join(NATIVE_HOST)
+        self.bin.join(Program::NativeHost.file_name())
     }
 
     /// Every supported browser: (name, its config folder).
@@ -238,7 +238,7 @@ pub fn host_manifest(native_host: &Path, extra_ids: &[String]) -> String {
 
 /// The unit or plist with its placeholders filled in.
 pub fn login_file(platform: Platform, bin: &Path, dirs: &Dirs) -> String {
-    let pedelecd = bin.join("pedelecd");
+    let pedelecd = bin.join(Program::Launcher.file_name());
     let (template, quote): (&str, fn(&Path) -> String) = match platform {
         Platform::Linux => (SYSTEMD_TEMPLATE, systemd_quote),
         Platform::Macos => (LAUNCHD_TEMPLATE, xml_escape),
@@ -699,7 +699,7 @@ pub fn install(
         }
         None => {}
     }
-    let pedelecd = layout.bin.join("pedelecd");
+    let pedelecd = layout.bin.join(Program::Launcher.file_name());
     if opts.dry_run {
         let _ = writeln!(out, "dry run: nothing was written");
     } else {
@@ -805,6 +805,18 @@ mod tests {
             runtime: pedelec_common::RuntimeDir::at("/run/user/1000/pedelec"),
             data: pedelec_common::DataDir::at("/home/a b/.local/share/pedelec"),
         }
+    }
+
+    #[test]
+    fn every_program_is_installed() {
+        for program in Program::ALL {
+            let name = program.file_name();
+            assert!(
+                BINARIES.contains(&name) != OPTIONAL_BINARIES.contains(&name),
+                "{name} is installed once, required or optional"
+            );
+        }
+        assert_eq!(BINARIES[0], Program::Launcher.file_name());
     }
 
     #[test]
