@@ -3,14 +3,23 @@
 
 #![forbid(unsafe_code)]
 
+/// The crate's one error enum and its Pedelec codes.
 mod error;
+/// The tonic adapter: SessionService RPCs to `Sessions` calls.
 mod grpc;
+/// The program: flags, then the service.
 pub mod program;
+/// A thread's durable record and the journal of one file per thread.
 mod record;
+/// The bounded buffer of recent events a route replays from.
 mod replay;
+/// `Sessions`: the map of threads and each RPC's work, one module per concern.
 mod sessions;
+/// One thread in memory: record, replay buffer, routes, event emission.
 mod thread;
+/// A thread's tools at ToolBridgeService: manifest check, registration, Watch.
 mod tools;
+/// One operation's provider turn through ProviderService.
 mod turn;
 
 #[cfg(test)]

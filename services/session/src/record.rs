@@ -137,14 +137,10 @@ pub struct ThreadRecord {
     /// The CLI effort flag value of the resolved profile.
     pub effort: String,
     pub workspace_path: PathBuf,
-    /// True for a workspace Pedelec created (and removes at app exit).
-    pub managed_workspace: bool,
-    /// False while a managed workspace's folder is not made yet: it is made
-    /// on first use (the first operation, or AssetService opening it), so a
-    /// thread that is never used costs no folder. Records written before the
-    /// field existed had their folder made at create.
-    #[serde(default = "made")]
-    pub workspace_made: bool,
+    /// Whose folder `workspace_path` is, and whether it was made yet.
+    /// Journaled as the two booleans records always had.
+    #[serde(flatten)]
+    pub workspace: Workspace,
     pub auto_end_on_disconnect: bool,
     pub created_at_ms: u64,
     pub status: Status,
@@ -193,8 +189,68 @@ pub const RECENT_OPERATIONS: usize = 16;
 /// record (chat deltas), so a delta stream is not a stream of file writes.
 pub const SEQ_RESERVATION: u64 = 1024;
 
+/// A thread's workspace folder: the application's, or one Pedelec manages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "WorkspaceFlags", into = "WorkspaceFlags")]
+pub enum Workspace {
+    /// An existing folder the application named at create: it must exist
+    /// from then on.
+    Explicit,
+    /// A folder under the data dir that Pedelec makes (and removes at app
+    /// exit), not made yet: it is made on first use (the first operation, or
+    /// AssetService opening it), so a thread that is never used costs no
+    /// folder, and a missing folder is expected.
+    ManagedPending,
+    /// A managed folder that was made: from then on a missing folder is
+    /// `WORKSPACE_OPEN_FAILED`, as for an explicit one; it is never made
+    /// again empty.
+    ManagedMade,
+}
+
+impl Workspace {
+    /// The application named the folder (the snapshot's `workspace_explicit`).
+    pub fn is_explicit(self) -> bool {
+        self == Workspace::Explicit
+    }
+
+    /// The folder exists, or its absence is an error (explicit, or managed
+    /// and made).
+    pub fn must_exist(self) -> bool {
+        self != Workspace::ManagedPending
+    }
+}
+
+/// [`Workspace`] in the journal: `managed_workspace` and `workspace_made`.
+/// Records written before `workspace_made` existed had their managed folder
+/// made at create, so its absence reads as made.
+#[derive(Serialize, Deserialize)]
+struct WorkspaceFlags {
+    managed_workspace: bool,
+    #[serde(default = "made")]
+    workspace_made: bool,
+}
+
 fn made() -> bool {
     true
+}
+
+impl From<WorkspaceFlags> for Workspace {
+    fn from(f: WorkspaceFlags) -> Self {
+        match (f.managed_workspace, f.workspace_made) {
+            (false, _) => Workspace::Explicit,
+            (true, false) => Workspace::ManagedPending,
+            (true, true) => Workspace::ManagedMade,
+        }
+    }
+}
+
+impl From<Workspace> for WorkspaceFlags {
+    fn from(w: Workspace) -> Self {
+        WorkspaceFlags {
+            managed_workspace: !w.is_explicit(),
+            workspace_made: w.must_exist(),
+        }
+    }
 }
 
 pub struct Journal {
@@ -319,8 +375,7 @@ mod tests {
             model: String::new(),
             effort: String::new(),
             workspace_path: "/tmp".into(),
-            managed_workspace: false,
-            workspace_made: true,
+            workspace: Workspace::Explicit,
             auto_end_on_disconnect: false,
             created_at_ms: 1,
             status: Status::Idle,
@@ -352,5 +407,63 @@ mod tests {
         let (records, failures) = journal.load_all();
         assert_eq!(records, vec![sample("thr_a")]);
         assert_eq!(failures.len(), 2);
+    }
+
+    /// The workspace's two journal booleans, in records of every age: a
+    /// record from before `workspace_made` existed still loads, as made.
+    #[test]
+    fn workspace_flags_load_from_old_and_new_records() {
+        let tmp = tempfile::tempdir().unwrap();
+        let journal = Journal::new(tmp.path().into());
+        let mut json = serde_json::to_value(sample("thr_old")).unwrap();
+        for (flags, expected) in [
+            (
+                serde_json::json!({"managed_workspace": false}),
+                Workspace::Explicit,
+            ),
+            (
+                serde_json::json!({"managed_workspace": true}),
+                Workspace::ManagedMade,
+            ),
+            (
+                serde_json::json!({"managed_workspace": true, "workspace_made": false}),
+                Workspace::ManagedPending,
+            ),
+            (
+                serde_json::json!({"managed_workspace": true, "workspace_made": true}),
+                Workspace::ManagedMade,
+            ),
+        ] {
+            let record = json.as_object_mut().unwrap();
+            record.remove("managed_workspace");
+            record.remove("workspace_made");
+            record.extend(flags.as_object().unwrap().clone());
+            std::fs::write(
+                tmp.path().join("thr_old.json"),
+                serde_json::to_vec(&json).unwrap(),
+            )
+            .unwrap();
+            let loaded = journal.load("thr_old").expect("the record loads");
+            assert_eq!(loaded.workspace, expected, "{flags}");
+        }
+        // Written as the same two booleans.
+        for workspace in [
+            Workspace::Explicit,
+            Workspace::ManagedPending,
+            Workspace::ManagedMade,
+        ] {
+            let mut record = sample("thr_new");
+            record.workspace = workspace;
+            let written = serde_json::to_value(&record).unwrap();
+            assert_eq!(
+                (
+                    written["managed_workspace"].as_bool(),
+                    written["workspace_made"].as_bool()
+                ),
+                (Some(!workspace.is_explicit()), Some(workspace.must_exist()))
+            );
+            journal.save(&record).unwrap();
+            assert_eq!(journal.load("thr_new"), Some(record));
+        }
     }
 }

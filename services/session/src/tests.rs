@@ -18,6 +18,7 @@ use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
+use crate::record::Workspace;
 use crate::{Config, SessionError, Sessions, Upstream};
 
 type Reply<T> = Result<Response<T>, Status>;
@@ -683,7 +684,7 @@ async fn ended_thread(h: &Harness) -> String {
     id
 }
 
-/// Attach racing the eviction of an ended thread (issue 16): the eviction
+/// Attach racing the eviction of an ended thread: the eviction
 /// happens after Attach found the thread and before it took its route. The
 /// route must be on the thread in memory, so it sees what happens next; it
 /// used to land on the evicted copy, which nothing finds again.
@@ -741,7 +742,7 @@ async fn a_workspace_inside_pedelec_folders_or_another_threads_workspace_is_refu
         })
     };
     create(&shared).await.unwrap();
-    // Sharing the same folder is fine (the seeds allow it).
+    // Sharing the same folder is allowed.
     create(&shared).await.unwrap();
     for bad in [
         shared.join("sub"),
@@ -808,7 +809,7 @@ async fn open_threads_per_origin_are_bounded() {
 /// operation, never starts an agent of its own: the task takes its stop
 /// signal when the operation starts, not when it first runs (by then the next
 /// operation had replaced it), and checks its operation is still the active
-/// one (issue 16's race).
+/// one.
 #[tokio::test]
 async fn a_cancelled_operation_never_reaches_the_provider() {
     use std::future::Future;
@@ -911,7 +912,7 @@ async fn a_create_makes_no_folder_and_takes_the_file_made_ahead() {
     assert_eq!(std::path::Path::new(&snapshot.workspace_path), folder);
     assert!(entries(&workspaces, false).is_empty() && entries(&workspaces, true).is_empty());
     let record = |id: &str| h.sessions.inner.journal.load(id).unwrap();
-    assert!(!record(&id).workspace_made);
+    assert_eq!(record(&id).workspace, Workspace::ManagedPending);
 
     // Never used, ended and reactivated: still nothing to need.
     h.sessions
@@ -925,7 +926,7 @@ async fn a_create_makes_no_folder_and_takes_the_file_made_ahead() {
     h.sessions.open_workspace(&id, ORIGIN).unwrap();
     let mode = std::fs::metadata(&folder).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o700);
-    assert!(record(&id).workspace_made);
+    assert_eq!(record(&id).workspace, Workspace::ManagedMade);
     // Opening it again changes nothing.
     std::fs::write(folder.join("kept"), b"x").unwrap();
     h.sessions.open_workspace(&id, ORIGIN).unwrap();

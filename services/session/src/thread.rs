@@ -238,8 +238,8 @@ impl Thread {
 
     /// Saves the record; every seq handed out so far is then covered by
     /// `last_seq`, so no reservation is outstanding.
-    /// A request whose change must be durable acts on the error (issue 16:
-    /// a failed write is never reported as success); background changes only
+    /// A request whose change must be durable acts on the error (a failed
+    /// write is never reported as success); background changes only
     /// log it, and the next successful write carries them.
     pub fn save(&mut self, journal: &Journal) -> Result<(), SessionError> {
         self.record.seq_reserved = self.record.last_seq;
@@ -337,7 +337,7 @@ impl Thread {
             active_operation: r.active_operation.as_ref().map(operation_to_pb),
             last_operation: r.recent_operations.last().map(operation_to_pb),
             recent_operations: r.recent_operations.iter().map(operation_to_pb).collect(),
-            workspace_explicit: !r.managed_workspace,
+            workspace_explicit: r.workspace.is_explicit(),
             pending_tool_request: r.pending_tool_request.as_ref().map(tool_request_to_pb),
             usage: r.usage.map(usage_to_pb),
             provider: r.provider.clone(),

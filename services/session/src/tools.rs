@@ -1,4 +1,6 @@
-//! Follows ToolBridgeService's Watch stream: a tool call of the agent puts its
+//! A thread's tools at ToolBridgeService: the manifest's check at create, its
+//! registration (at the thread's first operation, and again after a restart of
+//! either service), and the Watch stream: a tool call of the agent puts its
 //! thread in `waiting_tool_result` with a `tool_request` event; its settlement
 //! clears it and the thread runs on.
 //!
@@ -10,12 +12,14 @@ use std::time::Duration;
 
 use pb::session_event::Event;
 use pb::tool_event::Event as ToolEvent;
-use pedelec_common::json;
+use pedelec_common::{Code, json};
 use pedelec_proto::v1 as pb;
+use tonic::metadata::MetadataValue;
 
 use crate::SessionError;
+use crate::error::upstream;
 use crate::record::{Status, ToolRequestRecord};
-use crate::sessions::{Sessions, lock};
+use crate::sessions::{Sessions, SharedThread, lock};
 
 /// Watches ToolBridgeService for as long as the process lives, reconnecting
 /// after the bridge restarts. Each (re)connection registers every live manifest
@@ -57,6 +61,148 @@ pub async fn follow(sessions: Sessions) {
         }
         tokio::time::sleep(delay).await;
         delay = (delay * 2).min(Duration::from_secs(2));
+    }
+}
+
+impl Sessions {
+    /// Clears every pending tool request (the bridge that held them is gone).
+    pub(crate) fn clear_pending_tool_requests(&self) {
+        let threads: Vec<SharedThread> = self.threads().values().cloned().collect();
+        for thread in &threads {
+            let mut t = lock(thread);
+            let Some(pending) = t.record.pending_tool_request.take() else {
+                continue;
+            };
+            t.emit(Event::ToolRequestCleared(pb::ToolRequestCleared {
+                tool_request_id: pending.tool_request_id,
+                reason: pb::ToolSettleReason::Dropped as i32,
+            }));
+            if t.record.status == Status::WaitingToolResult {
+                t.set_status(Status::Running);
+            }
+            t.cover_seqs(&self.inner.journal);
+        }
+    }
+
+    /// Before a turn starts: ToolBridge knows the thread's manifest and
+    /// token. A thread without a token is registered now: its first
+    /// operation registers it (CreateSession only checks the manifest), as
+    /// after a restart of this service (the journal keeps no token). After a
+    /// restart of ToolBridge the manifests are registered again
+    /// in the background once this service's Watch reconnects, and the Watch
+    /// can learn of the old bridge's end only after the new one serves: a turn
+    /// starting first would have every tool call of its agent refused
+    /// (TOOL_ACCESS_DENIED). One GetToolSpec with the thread's token for a tool
+    /// no manifest can name tells, at the cost of a round trip: the bridge
+    /// checks the token first, so TOOL_ACCESS_DENIED means it does not know
+    /// the thread, which is then registered now. Any other answer (the tool is
+    /// not found, the bridge is down) leaves things as they are.
+    ///
+    /// A registration that fails is the operation's error: its agent could
+    /// call none of the page's tools.
+    pub(crate) async fn tools_ready(&self, thread: &SharedThread) -> Result<(), SessionError> {
+        let (session_id, token) = {
+            let t = lock(thread);
+            if t.record.manifest.is_none() {
+                return Ok(());
+            }
+            (t.id().to_string(), t.record.tool_token.clone())
+        };
+        let registered_before = token.is_some();
+        let known = match token.as_deref().map(MetadataValue::try_from) {
+            Some(Ok(token)) => {
+                let mut probe = tonic::Request::new(pb::GetToolSpecRequest {
+                    session_id,
+                    tool: String::new(),
+                });
+                probe
+                    .metadata_mut()
+                    .insert(pedelec_common::TOOL_TOKEN_HEADER, token);
+                match self.inner.tools.clone().get_tool_spec(probe).await {
+                    Ok(_) => true,
+                    Err(status) => {
+                        pedelec_common::code_of_status(&status).as_deref()
+                            != Some(Code::TOOL_ACCESS_DENIED.as_str())
+                    }
+                }
+            }
+            _ => false,
+        };
+        if known {
+            return Ok(());
+        }
+        if registered_before {
+            tracing::info!(session = %lock(thread).id(), "the bridge lost the thread's tools; registering them before the turn");
+        }
+        self.reregister_tools(thread).await
+    }
+
+    /// Registers every live manifest again, in the background.
+    pub(crate) fn reregister_all_tools(&self) {
+        let threads: Vec<SharedThread> = self.threads().values().cloned().collect();
+        let sessions = self.clone();
+        tokio::spawn(async move {
+            for thread in &threads {
+                sessions.reregister_tools_or_log(thread).await;
+            }
+        });
+    }
+
+    /// Registers a manifest with ToolBridgeService and returns the tool token.
+    async fn register_tools(
+        &self,
+        session_id: &str,
+        manifest: prost_types::Struct,
+        tool_token: String,
+    ) -> Result<Option<String>, SessionError> {
+        let result = self
+            .inner
+            .tools
+            .clone()
+            .register(pb::RegisterToolsRequest {
+                session_id: session_id.to_string(),
+                manifest: Some(manifest),
+                tool_token,
+            })
+            .await;
+        match result {
+            Ok(resp) => Ok(Some(resp.into_inner().tool_token)),
+            Err(status) => Err(upstream(status)),
+        }
+    }
+
+    /// Gives the bridge the thread's manifest: at the thread's first operation,
+    /// and again after a restart (of this service or of ToolBridgeService),
+    /// with the same token while this service still holds it, else with a new
+    /// one (the journal keeps no token).
+    pub(crate) async fn reregister_tools(&self, thread: &SharedThread) -> Result<(), SessionError> {
+        let registering = lock(thread).registering.clone();
+        let _one_at_a_time = registering.lock().await;
+        let (id, manifest, token) = {
+            let t = lock(thread);
+            if t.record.status == Status::Ended {
+                return Ok(());
+            }
+            match &t.record.manifest {
+                Some(serde_json::Value::Object(m)) => (
+                    t.id().to_string(),
+                    json::to_struct(m),
+                    t.record.tool_token.clone().unwrap_or_default(),
+                ),
+                _ => return Ok(()),
+            }
+        };
+        let token = self.register_tools(&id, manifest, token).await?;
+        lock(thread).record.tool_token = token;
+        Ok(())
+    }
+
+    /// [`Sessions::reregister_tools`] where nothing waits for it: a failure
+    /// is logged, and the next operation tries again (`tools_ready`).
+    pub(crate) async fn reregister_tools_or_log(&self, thread: &SharedThread) {
+        if let Err(e) = self.reregister_tools(thread).await {
+            tracing::warn!(session = %lock(thread).id(), error = %e, "could not re-register tools");
+        }
     }
 }
 

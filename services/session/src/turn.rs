@@ -136,7 +136,7 @@ pub async fn run(
     let outcome = tokio::select! {
         // Biased, stop first: a Cancel or End that came while the prompt was
         // prepared has left its permit, and then RunTurn is never sent, so no
-        // agent starts for an operation that is already over (issue 16).
+        // agent starts for an operation that is already over.
         biased;
         // Cancel or End already finished the operation; dropping the stream stops the process.
         _ = stop.notified() => return,

@@ -1,0 +1,142 @@
+//! CreateSession: checks, the profile, the manifest, then the new record.
+
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use pedelec_common::{ids, json};
+use pedelec_proto::v1 as pb;
+
+use super::{Sessions, SharedThread, lock};
+use crate::error::{SessionError, upstream};
+use crate::record::{Status, ThreadRecord, UsageRecord, Workspace};
+use crate::thread::Thread;
+
+impl Sessions {
+    pub async fn create(
+        &self,
+        req: pb::CreateSessionRequest,
+    ) -> Result<pb::CreateSessionResponse, SessionError> {
+        if req.origin.is_empty() {
+            return Err(SessionError::InvalidInput("origin is empty".into()));
+        }
+        self.check_open_threads(&req.origin)?;
+        let explicit_workspace = match req.workspace_path.as_deref() {
+            Some(path) if !path.is_empty() => Some(self.check_explicit_workspace(path)?),
+            _ => None,
+        };
+        let profile = self.resolve_profile(&req).await?;
+        // The manifest is checked here, by ToolBridgeService's own parser; the
+        // bridge is given it when the thread's first operation starts
+        // (`tools_ready`). A create then asks no other service when it names
+        // its provider (docs/decisions.md, "Create").
+        let manifest = req.skills.as_ref().map(json::from_struct);
+        if let Some(manifest) = &manifest {
+            crate::tools::check_manifest(manifest).await?;
+        }
+        let session_id = ids::new_id("thr");
+        // A managed workspace is made on first use (`make_workspace`): a
+        // thread that is never used costs no folder, and a create no mkdir.
+        let (workspace_path, workspace) = match explicit_workspace {
+            Some(path) => (path, Workspace::Explicit),
+            None => (
+                self.inner.config.data_dir.workspaces().join(&session_id),
+                Workspace::ManagedPending,
+            ),
+        };
+
+        let record = ThreadRecord {
+            session_id: session_id.clone(),
+            origin: req.origin,
+            provider: profile.provider.clone(),
+            effort_level: profile.effort_level.clone(),
+            model: req.model.filter(|m| !m.is_empty()).unwrap_or(profile.model),
+            effort: profile.effort,
+            workspace_path,
+            workspace,
+            auto_end_on_disconnect: req.auto_end_on_disconnect,
+            created_at_ms: now_ms(),
+            status: Status::Idle,
+            provider_session_id: None,
+            ever_attached: false,
+            first_turn_done: false,
+            usage: None,
+            cumulative_seen: UsageRecord::default(),
+            manifest: manifest.map(serde_json::Value::Object),
+            tool_token: None,
+            active_operation: None,
+            recent_operations: Vec::new(),
+            pending_tool_request: None,
+            last_seq: 0,
+            seq_reserved: 0,
+        };
+        let mut thread = Thread::new(record, self.inner.config.replay);
+        // Checked again: other creates of the origin may have finished while
+        // this one awaited ProviderService or the manifest's check.
+        self.check_open_threads(&thread.record.origin)?;
+        thread.save(&self.inner.journal)?;
+        let snapshot = thread.snapshot();
+        self.threads()
+            .insert(session_id.clone(), Arc::new(Mutex::new(thread)));
+        self.refill_spares();
+        tracing::info!(session = %session_id, provider = %profile.provider, "created thread");
+        Ok(pb::CreateSessionResponse {
+            session_id,
+            provider: profile.provider,
+            effort_level: profile.effort_level,
+            snapshot: Some(snapshot),
+        })
+    }
+
+    /// The thread's provider and effort profile. A named provider's comes
+    /// from settings.json, read here; the default provider must also be
+    /// installed, which ProviderService checks (and caches).
+    async fn resolve_profile(
+        &self,
+        req: &pb::CreateSessionRequest,
+    ) -> Result<pb::ResolvedProfile, SessionError> {
+        let effort_level = req.effort_level.as_deref().filter(|e| !e.is_empty());
+        match req.provider.as_deref().filter(|p| !p.is_empty()) {
+            Some(code) => pedelec_provider::resolve_named(&self.inner.settings, code, effort_level)
+                .map_err(|e| SessionError::Upstream(e.to_coded())),
+            None => {
+                let request = pb::ResolveProfileRequest {
+                    provider: None,
+                    effort_level: effort_level.map(str::to_string),
+                };
+                let mut provider = self.inner.provider.clone();
+                match provider.resolve_profile(request).await {
+                    Ok(resp) => Ok(resp.into_inner()),
+                    Err(status) => Err(upstream(status)),
+                }
+            }
+        }
+    }
+
+    /// `LIMIT_EXCEEDED` when `origin` already holds the most open threads
+    /// allowed. Counted without holding the map lock across thread locks, so
+    /// creates racing on other workers may pass together (by at most a few).
+    fn check_open_threads(&self, origin: &str) -> Result<(), SessionError> {
+        let all: Vec<SharedThread> = self.threads().values().cloned().collect();
+        let open = all
+            .iter()
+            .filter(|t| {
+                let t = lock(t);
+                t.record.origin == origin && t.record.status != Status::Ended
+            })
+            .count();
+        let max = self.inner.config.max_open_threads_per_origin;
+        if open >= max {
+            return Err(SessionError::Limit(format!(
+                "{origin} already has {open} open sessions (the most allowed is {max}); end one first"
+            )));
+        }
+        Ok(())
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or_default()
+}

@@ -1,0 +1,123 @@
+//! A thread's workspace folder: an explicit one checked at create, a managed
+//! one made on first use.
+
+use std::path::{Path, PathBuf};
+
+use pedelec_proto::v1 as pb;
+
+use super::{Sessions, SharedThread, lock};
+use crate::error::SessionError;
+use crate::record::{Status, Workspace};
+use crate::thread::Thread;
+
+/// The folder Pedelec keeps inside every workspace (assets, agent state).
+const RUNTIME_FOLDER: &str = ".pedelec-runtime";
+
+impl Sessions {
+    /// An explicit workspace must be an absolute, existing directory that
+    /// neither lies inside nor contains the managed workspaces root.
+    pub(super) fn check_explicit_workspace(&self, path: &str) -> Result<PathBuf, SessionError> {
+        let requested = Path::new(path);
+        if !requested.is_absolute() {
+            return Err(SessionError::InvalidInput(format!(
+                "workspace_path {path:?} is not absolute"
+            )));
+        }
+        let workspace_error = |reason: String| SessionError::Workspace {
+            path: path.to_string(),
+            reason,
+        };
+        let canonical = requested
+            .canonicalize()
+            .map_err(|e| workspace_error(e.to_string()))?;
+        if !canonical.is_dir() {
+            return Err(workspace_error("not a directory".into()));
+        }
+        let managed_root = self.inner.config.data_dir.workspaces();
+        let managed = managed_root.canonicalize().unwrap_or(managed_root);
+        if canonical.starts_with(&managed) || managed.starts_with(&canonical) {
+            return Err(SessionError::InvalidInput(format!(
+                "workspace_path {path:?} overlaps the managed workspaces root {}",
+                managed.display()
+            )));
+        }
+        // Pedelec's own folders (a thread's uploaded assets among them) hold
+        // what a page put there: as another agent's workspace they would hand
+        // it the page's AGENTS.md, .claude/settings.json, opencode.json.
+        if canonical
+            .components()
+            .any(|c| c.as_os_str() == RUNTIME_FOLDER)
+        {
+            return Err(SessionError::InvalidInput(format!(
+                "workspace_path {path:?} lies inside a {RUNTIME_FOLDER} folder (Pedelec's own files)"
+            )));
+        }
+        // Sharing another thread's workspace is allowed; a folder
+        // inside one is not: that thread's agent writes there.
+        if let Some(owner) = self.workspace_containing(&canonical) {
+            return Err(SessionError::InvalidInput(format!(
+                "workspace_path {path:?} lies inside the workspace of thread {owner}"
+            )));
+        }
+        Ok(canonical)
+    }
+
+    /// A thread (in memory or in the journal) whose workspace strictly contains `path`.
+    fn workspace_containing(&self, path: &Path) -> Option<String> {
+        let inside = |ws: &Path| path != ws && path.starts_with(ws);
+        let threads: Vec<SharedThread> = self.threads().values().cloned().collect();
+        if let Some(t) = threads
+            .iter()
+            .find(|t| inside(&lock(t).record.workspace_path))
+        {
+            return Some(lock(t).id().to_string());
+        }
+        let (records, _) = self.inner.journal.load_all();
+        records
+            .into_iter()
+            .find(|r| inside(&r.workspace_path))
+            .map(|r| r.session_id)
+    }
+
+    /// The snapshot of a thread whose workspace folder exists: made now if it
+    /// is a managed workspace not made yet (`OpenWorkspace`). An ended
+    /// thread's snapshot is returned as it is.
+    pub fn open_workspace(&self, id: &str, origin: &str) -> Result<pb::Snapshot, SessionError> {
+        let thread = self.thread(id, origin)?;
+        let mut t = lock(&thread);
+        if t.record.status != Status::Ended {
+            self.make_workspace(&mut t)?;
+        }
+        Ok(t.snapshot())
+    }
+
+    /// Makes a managed workspace's folder (private, like the data dir) the
+    /// first time the thread needs it, and records that it was made: from then
+    /// on a missing folder is WORKSPACE_OPEN_FAILED, as for an explicit one.
+    /// Blocking, but one `mkdir`, once per thread.
+    pub(crate) fn make_workspace(&self, t: &mut Thread) -> Result<(), SessionError> {
+        let path = &t.record.workspace_path;
+        let workspace_error = |reason: String| SessionError::Workspace {
+            path: path.display().to_string(),
+            reason,
+        };
+        if t.record.workspace.must_exist() {
+            return if path.is_dir() {
+                Ok(())
+            } else {
+                Err(workspace_error(
+                    "the recorded workspace no longer exists".into(),
+                ))
+            };
+        }
+        pedelec_common::paths::ensure_private_dir(path)
+            .map_err(|e| workspace_error(e.to_string()))?;
+        t.record.workspace = Workspace::ManagedMade;
+        // A failed write only leaves the record saying "not made": the folder
+        // is there, and making it again finds it.
+        if let Err(e) = t.save(&self.inner.journal) {
+            tracing::warn!(session = %t.id(), error = %e, "could not record the new workspace");
+        }
+        Ok(())
+    }
+}
