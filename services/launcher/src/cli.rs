@@ -20,7 +20,6 @@ const START_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often `start` asks the new launcher whether its services serve: the
 /// native host's auto-start waits on this (`autostart.first_answer`).
 const START_POLL: Duration = Duration::from_millis(1);
-const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Shown under `pedelecd --help`.
 const AFTER_HELP: &str = "\
@@ -128,7 +127,7 @@ pub async fn run(cli: Cli) -> u8 {
     let result = match cli.command {
         Command::Up => daemon::up(&dirs).await,
         Command::Start => start(&dirs).await,
-        Command::Stop => stop(&dirs).await,
+        Command::Stop => client::stop(&dirs.runtime).await,
         Command::Status { json } => status(&dirs, json).await,
         Command::Paths { which, json } => {
             print!("{}", paths(&dirs, &Layout::from_env(), which, json));
@@ -339,33 +338,6 @@ async fn start(dirs: &Dirs) -> Result<(), LauncherError> {
             )));
         }
         tokio::time::sleep(START_POLL).await;
-    }
-}
-
-pub(crate) async fn stop(dirs: &Dirs) -> Result<(), LauncherError> {
-    let status = match client::status(&dirs.runtime).await {
-        Ok(status) => status,
-        Err(LauncherError::NotRunning) => {
-            println!("pedelecd is not running");
-            return Ok(());
-        }
-        Err(e) => return Err(e),
-    };
-    let pid = status.launcher_pid;
-    process::signal(pid, process::SIGTERM);
-    let deadline = Instant::now() + STOP_TIMEOUT;
-    loop {
-        if !process::is_alive(pid) && client::status(&dirs.runtime).await.is_err() {
-            println!("stopped");
-            return Ok(());
-        }
-        if Instant::now() >= deadline {
-            return Err(LauncherError::StopTimeout {
-                pid,
-                secs: STOP_TIMEOUT.as_secs(),
-            });
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 

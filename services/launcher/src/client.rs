@@ -1,10 +1,10 @@
 //! Talking to a running launcher over `launcher.sock`, with the client hub's
 //! SupervisorService client.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use pedelec_common::clients::SupervisorClient;
-use pedelec_common::{Clients, RuntimeDir, ServiceName};
+use pedelec_common::{Clients, RuntimeDir, ServiceName, process};
 use pedelec_proto::v1::{
     RestartServiceRequest, ServiceStatus, SupervisorStatus, SupervisorStatusRequest,
 };
@@ -13,6 +13,8 @@ use crate::error::LauncherError;
 
 /// How long `status` waits for an answer.
 const STATUS_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long `stop` waits for the launcher to be gone.
+const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
 async fn client(runtime: &RuntimeDir) -> Result<SupervisorClient, LauncherError> {
     if !runtime.socket(ServiceName::Launcher).exists() {
@@ -54,5 +56,34 @@ pub async fn status(runtime: &RuntimeDir) -> Result<SupervisorStatus, LauncherEr
             runtime.socket(ServiceName::Launcher).display(),
             STATUS_TIMEOUT.as_secs()
         ))),
+    }
+}
+
+/// Stops the running launcher (SIGTERM) and waits until it is gone and its
+/// socket no longer answers; prints what happened. `pedelecd stop` and
+/// uninstall use it.
+pub async fn stop(runtime: &RuntimeDir) -> Result<(), LauncherError> {
+    let pid = match status(runtime).await {
+        Ok(running) => running.launcher_pid,
+        Err(LauncherError::NotRunning) => {
+            println!("pedelecd is not running");
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
+    process::signal(pid, process::SIGTERM);
+    let deadline = Instant::now() + STOP_TIMEOUT;
+    loop {
+        if !process::is_alive(pid) && status(runtime).await.is_err() {
+            println!("stopped");
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(LauncherError::StopTimeout {
+                pid,
+                secs: STOP_TIMEOUT.as_secs(),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }

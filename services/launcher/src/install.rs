@@ -751,7 +751,7 @@ pub async fn uninstall(
     }
     // One the host started on demand runs the binaries about to go.
     if crate::client::status(&dirs.runtime).await.is_ok() {
-        crate::cli::stop(dirs).await?;
+        crate::client::stop(&dirs.runtime).await?;
     }
     for file in &record.files {
         match std::fs::remove_file(file) {
