@@ -11,9 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pedelec_common::secret::ServiceSecret;
-use pedelec_common::{Clients, DataDir, MAX_GRPC_MESSAGE, RuntimeDir, ServiceName, uds};
+use pedelec_common::server::ServiceServer;
+use pedelec_common::{Clients, DataDir, RuntimeDir, ServiceName};
 use pedelec_proto::v1::asset_service_server::AssetServiceServer;
-use tonic::service::Routes;
 
 pub mod assets;
 #[allow(unsafe_code)]
@@ -52,8 +52,7 @@ pub async fn run_until(
     config: Config,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), AssetError> {
-    config.runtime_dir.ensure()?;
-    config.data_dir.ensure()?;
+    let server = ServiceServer::prepare(ServiceName::Asset, &config.runtime_dir, &config.data_dir)?;
     let listener = http::bind()
         .await
         .map_err(|e| AssetError::io("bind the transfer server on 127.0.0.1", e))?;
@@ -70,12 +69,9 @@ pub async fn run_until(
     let assets = Arc::new(Assets::new(sessions, limits, format!("http://{addr}")));
     tracing::info!(%addr, max_asset_bytes = limits.max_asset_bytes, ticket_ttl_ms = limits.ticket_ttl.as_millis() as u64, "transfer server listening");
     let transfer = tokio::spawn(http::serve(listener, assets.clone()));
-    let server = AssetServiceServer::new(AssetGrpc::new(assets))
-        .max_decoding_message_size(MAX_GRPC_MESSAGE)
-        .max_encoding_message_size(MAX_GRPC_MESSAGE);
-    let routes = Routes::new(server);
-    let socket = config.runtime_dir.socket(ServiceName::Asset);
-    let result = uds::serve(&socket, ServiceName::Asset, routes, shutdown).await;
+    let result = server
+        .serve(AssetServiceServer::new(AssetGrpc::new(assets)), shutdown)
+        .await;
     transfer.abort();
     result?;
     Ok(())

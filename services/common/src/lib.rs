@@ -23,6 +23,7 @@ pub mod process;
 pub mod programs;
 pub mod runtime;
 pub mod secret;
+pub mod server;
 pub mod stdio;
 pub mod telemetry;
 pub mod uds;
@@ -36,10 +37,9 @@ pub use programs::Program;
 
 /// The largest gRPC message a Pedelec server or client accepts or sends
 /// (64 MiB, as the native host accepts). tonic's default decode limit is
-/// 4 MiB and is set per generated server and client, not per channel: every
-/// server sets `.max_decoding_message_size(MAX_GRPC_MESSAGE)
-/// .max_encoding_message_size(MAX_GRPC_MESSAGE)`, and [`clients::Clients`]
-/// does it for every client.
+/// 4 MiB and is set per generated server and client, not per channel:
+/// [`server::ServiceServer`] sets it for every service's server, and
+/// [`clients::Clients`] for every client.
 pub const MAX_GRPC_MESSAGE: usize = 64 << 20;
 
 /// The gRPC metadata key carrying a thread's tool token on ToolBridge calls.
