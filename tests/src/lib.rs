@@ -17,6 +17,7 @@ use tonic::transport::Channel;
 
 pub use pedelec_common::code_of_status;
 
+pub mod agents;
 pub mod mcp_client;
 pub mod mock_ollama;
 mod native_host;
@@ -75,6 +76,16 @@ pub fn grpcurl() -> PathBuf {
         path.display()
     );
     path
+}
+
+/// Resident memory (VmRSS) of a process, KiB; 0 once it is gone.
+pub fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
 }
 
 pub fn bin(name: &str) -> PathBuf {

@@ -235,10 +235,7 @@ pub fn memory_kib(pid: u32) -> (u64, Option<u64>) {
             .find_map(|l| l.strip_prefix(name))
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
     };
-    let rss = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|t| field(&t, "VmRSS:"))
-        .unwrap_or(0);
+    let rss = pedelec_tests::rss_kib(pid);
     let pss = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))
         .ok()
         .and_then(|t| field(&t, "Pss:"));

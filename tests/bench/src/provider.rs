@@ -9,14 +9,13 @@
 //! "listening" line).
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
 use pb::session_event::Event;
 use pedelec_common::ServiceName;
 use pedelec_proto::v1 as pb;
-use pedelec_tests::{attach_past_snapshot, create_session_request, send_text_request};
+use pedelec_tests::{agents, attach_past_snapshot, create_session_request, send_text_request};
 use serde_json::{Value, json};
 
 use crate::Config;
@@ -27,16 +26,6 @@ use crate::env::{BenchEnv, stop};
 /// text. A ceiling, not a measurement.
 const CLI_PATIENCE: Duration = Duration::from_secs(120);
 use crate::report::{Row, Target};
-
-fn agents_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../agents")
-}
-
-fn agents_bin() -> PathBuf {
-    std::env::var_os("PEDELEC_AGENTS_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| agents_dir().join("node_modules/.bin"))
-}
 
 /// The mock, started with a script; killed on drop.
 struct Mock {
@@ -49,7 +38,7 @@ impl Mock {
         let file = dir.join("mock-script.json");
         std::fs::write(&file, script.to_string()).map_err(|e| e.to_string())?;
         let mut child = Command::new("node")
-            .arg(agents_dir().join("mock-model-server.mjs"))
+            .arg(agents::mock_model_server())
             .arg("--script")
             .arg(&file)
             .stdout(Stdio::piped())
@@ -228,13 +217,16 @@ async fn turn(
 
 pub async fn provider_phase(cfg: &Config) -> Result<Vec<Row>, String> {
     let (codex, opencode, claude) = (
-        agents_bin().join("codex"),
-        agents_bin().join("opencode"),
-        agents_bin().join("claude"),
+        agents::agents_bin().join("codex"),
+        agents::agents_bin().join("opencode"),
+        agents::agents_bin().join("claude"),
     );
     for cli in [&codex, &opencode, &claude] {
         if !cli.exists() {
-            return Err(format!("{} missing: npm ci in tests/agents", cli.display()));
+            return Err(format!(
+                "{} missing: tests/setup.sh installs the agent CLIs",
+                cli.display()
+            ));
         }
     }
     let env = BenchEnv::new(&cfg.release)?;
@@ -244,32 +236,13 @@ pub async fn provider_phase(cfg: &Config) -> Result<Vec<Row>, String> {
     let home = env.root.join("home");
     let codex_home = home.join(".codex");
     std::fs::create_dir_all(&codex_home).map_err(|e| e.to_string())?;
-    std::fs::write(
-        codex_home.join("config.toml"),
-        format!(
-            "model = \"gpt-5.5\"\nmodel_provider = \"mock\"\n\n[model_providers.mock]\nname = \"mock\"\nbase_url = \"http://127.0.0.1:{}/v1\"\nwire_api = \"responses\"\nrequest_max_retries = 0\nstream_max_retries = 0\n\n[analytics]\nenabled = false\n\n[features]\nplugins = false\napps = false\n",
-            mock.port
-        ),
-    )
-    .map_err(|e| e.to_string())?;
+    agents::write_codex_mock_config(&codex_home, mock.port).map_err(|e| e.to_string())?;
     // opencode reads $HOME/.config/opencode (tests/agents/README.md).
     let opencode_config = home.join(".config/opencode");
     std::fs::create_dir_all(&opencode_config).map_err(|e| e.to_string())?;
     std::fs::write(
         opencode_config.join("opencode.json"),
-        json!({
-            "$schema": "https://opencode.ai/config.json",
-            "autoupdate": false,
-            "share": "disabled",
-            "model": "mock/mock-model",
-            "provider": {"mock": {
-                "npm": "@ai-sdk/openai-compatible",
-                "name": "Mock",
-                "options": {"baseURL": format!("http://127.0.0.1:{}/v1", mock.port), "apiKey": "x"},
-                "models": {"mock-model": {"name": "Mock model", "tool_call": true, "reasoning": true}}
-            }}
-        })
-        .to_string(),
+        agents::opencode_mock_config(mock.port).to_string(),
     )
     .map_err(|e| e.to_string())?;
     let bin = env.root.join("bin");

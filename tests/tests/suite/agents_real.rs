@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use pb::session_event::Event;
 use pedelec_proto::v1 as pb;
+use pedelec_tests::agents;
 use pedelec_tests::*;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -111,24 +112,18 @@ impl Cli {
     }
 }
 
-/// The folder with the real CLIs.
-fn agents_bin() -> PathBuf {
-    let dir = std::env::var_os("PEDELEC_AGENTS_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("agents/node_modules/.bin"));
+/// The folder with the real CLIs, which must be installed.
+fn installed_agents_bin() -> PathBuf {
+    let dir = agents::agents_bin();
     for cli in ["codex", "claude", "opencode"] {
         assert!(
             dir.join(cli).exists(),
-            "the real agent CLIs are not installed ({} is missing): `tests/run.sh` installs them \
-             (npm ci in tests/agents) and exports PEDELEC_AGENTS_BIN",
+            "the real agent CLIs are not installed ({} is missing): `tests/setup.sh` installs them \
+             (npm install in tests/agents)",
             dir.join(cli).display()
         );
     }
     dir
-}
-
-fn mock_script_path() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("agents/mock-model-server.mjs")
 }
 
 /// The mock model server, in its own process group; dropping it kills the group.
@@ -139,7 +134,7 @@ struct Mock {
 
 impl Mock {
     fn start() -> Mock {
-        let script = mock_script_path();
+        let script = agents::mock_model_server();
         assert!(
             script.exists(),
             "{} is missing: tests/agents is incomplete",
@@ -260,7 +255,7 @@ fn model_requests(cli: Cli, all: &[Value]) -> Vec<Value> {
 /// services pass on, as `tests/agents/run-cli.sh` does; links the real CLI
 /// into the stubs folder (first on PATH).
 fn configure(env: &mut TestEnv, cli: Cli, port: u16) {
-    let bin = agents_bin();
+    let bin = installed_agents_bin();
     std::os::unix::fs::symlink(bin.join(cli.program()), env.stubs().join(cli.program()))
         .expect("link the real CLI into the stubs folder");
 
@@ -283,29 +278,7 @@ fn configure(env: &mut TestEnv, cli: Cli, port: u16) {
         Cli::Codex => {
             let codex_home = home.join(".codex");
             std::fs::create_dir_all(&codex_home).unwrap();
-            std::fs::write(
-                codex_home.join("config.toml"),
-                format!(
-                    r#"model = "gpt-5.5"
-model_provider = "mock"
-
-[model_providers.mock]
-name = "mock"
-base_url = "http://127.0.0.1:{port}/v1"
-wire_api = "responses"
-request_max_retries = 0
-stream_max_retries = 0
-
-[analytics]
-enabled = false
-
-[features]
-plugins = false
-apps = false
-"#
-                ),
-            )
-            .unwrap();
+            agents::write_codex_mock_config(&codex_home, port).unwrap();
             set("CODEX_HOME", &codex_home.display().to_string());
         }
         Cli::Claude => {
@@ -319,23 +292,11 @@ apps = false
         Cli::OpenCode => {
             let dir = home.join(".config/opencode");
             std::fs::create_dir_all(&dir).unwrap();
-            let config = json!({
-                "$schema": "https://opencode.ai/config.json",
-                "autoupdate": false,
-                "share": "disabled",
-                "model": "mock/mock-model",
-                "provider": {
-                    "mock": {
-                        "npm": "@ai-sdk/openai-compatible",
-                        "name": "Mock",
-                        "options": { "baseURL": format!("http://127.0.0.1:{port}/v1"), "apiKey": "x" },
-                        "models": {
-                            "mock-model": { "name": "Mock model", "tool_call": true, "reasoning": true }
-                        }
-                    }
-                }
-            });
-            std::fs::write(dir.join("opencode.json"), config.to_string()).unwrap();
+            std::fs::write(
+                dir.join("opencode.json"),
+                agents::opencode_mock_config(port).to_string(),
+            )
+            .unwrap();
             set("OPENCODE_DISABLE_MODELS_FETCH", "1");
             set("OPENCODE_DISABLE_AUTOUPDATE", "1");
         }

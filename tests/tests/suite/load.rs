@@ -32,16 +32,6 @@ fn size() -> Size {
     }
 }
 
-/// Resident memory of a process, KiB.
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
-}
-
 async fn pids(env: &TestEnv, launcher: &Launcher, host: &Host) -> Vec<(String, u32)> {
     let mut out = vec![("pedelecd".to_string(), launcher.pid())];
     for service in ServiceName::SUPERVISED {

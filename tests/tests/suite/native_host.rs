@@ -472,15 +472,6 @@ async fn a_burst_of_chat_deltas_reaches_stdout_whole_and_in_order() {
     );
 }
 
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
-}
-
 /// Review finding 1: a detach sent right after an attach (before its stream
 /// opened) used to find nothing and leave the stream running. Each pair now
 /// detaches, and no event of the session follows its detach reply.

@@ -310,16 +310,6 @@ async fn kill_9_of_each_process_mid_turn_with_a_pending_tool_call() {
     }
 }
 
-/// Resident memory of a process, KiB.
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
-}
-
 /// Agents that misbehave: nothing crashes, no session hangs, the next turn works.
 /// - never exits and ignores SIGTERM: Cancel ends it (SIGKILL after the grace
 ///   period) and the operation ends `cancelled`;
