@@ -3,12 +3,13 @@
 //! and their gRPC form, JSON <-> `google.protobuf.Value`, ids and tracing.
 
 // All of Pedelec's unsafe code is the libc calls in `process` and `memory`,
-// and `renameat2` in `paths` (no safe wrapper in std).
+// and `renameat2` in `recycle` (no safe wrapper in std).
 #![deny(unsafe_code)]
 
 #[cfg(feature = "clap")]
 pub mod args;
 pub mod clients;
+mod coalesce;
 pub mod codes;
 pub mod error;
 pub mod extension;
@@ -21,6 +22,7 @@ pub mod paths;
 #[allow(unsafe_code)]
 pub mod process;
 pub mod programs;
+pub mod recycle;
 pub mod runtime;
 pub mod secret;
 pub mod server;
@@ -126,6 +128,12 @@ pub mod env {
     /// ProviderService: more variable names (comma-separated) passed from its
     /// environment to the agents, beyond the built-in allow-list.
     pub const AGENT_ENV: &str = "PEDELEC_AGENT_ENV";
+    /// `0` turns off the write coalescer of every connection the process
+    /// accepts or opens (see `coalesce.rs` in pedelec-common).
+    pub const COALESCE_WRITES: &str = "PEDELEC_COALESCE_WRITES";
+    /// `0` writes SessionService's journal records with a plain
+    /// replace-by-rename instead of recycling files ([`crate::recycle`]).
+    pub const RECYCLE_RECORDS: &str = "PEDELEC_RECYCLE_RECORDS";
 }
 
 /// The four supervised services and the launcher, with their socket names.
