@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use pedelec_common::{Code, CodedError, CommonError};
+use pedelec_settings::SettingsError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProviderError {
@@ -15,10 +16,10 @@ pub enum ProviderError {
     DefaultProviderNotSet,
     #[error("the default provider {provider} is unavailable: {reason}")]
     DefaultProviderUnavailable { provider: String, reason: String },
-    #[error(
-        "{provider} needs a model for effort level {level:?}; set profiles.{provider}.levels.{level}.model in the settings"
-    )]
-    ModelRequired { provider: String, level: String },
+    /// Refused by the settings rules (a settings value, an update mask, a
+    /// profile): the codes and messages SessionService reports too.
+    #[error(transparent)]
+    Settings(#[from] SettingsError),
     #[error("cannot write {path}: {source}")]
     SettingsWrite {
         path: PathBuf,
@@ -43,7 +44,7 @@ impl ProviderError {
             ProviderError::ProviderNotFound { .. } => Code::PROVIDER_NOT_FOUND,
             ProviderError::DefaultProviderNotSet => Code::DEFAULT_PROVIDER_NOT_SET,
             ProviderError::DefaultProviderUnavailable { .. } => Code::DEFAULT_PROVIDER_UNAVAILABLE,
-            ProviderError::ModelRequired { .. } => Code::MODEL_REQUIRED,
+            ProviderError::Settings(e) => e.code(),
             ProviderError::Common(e) => e.code(),
             ProviderError::SettingsWrite { source, .. }
                 if pedelec_common::is_storage_full(source) =>
@@ -55,7 +56,7 @@ impl ProviderError {
     }
 
     /// The one place a ProviderService error becomes a coded error (and so a
-    /// status); SessionService passes on the same for a profile it resolves.
+    /// status).
     pub fn to_coded(&self) -> CodedError {
         CodedError::new(self.code(), self.to_string())
     }
@@ -103,10 +104,10 @@ mod tests {
                 tonic::Code::FailedPrecondition,
             ),
             (
-                ProviderError::ModelRequired {
+                ProviderError::Settings(SettingsError::ModelRequired {
                     provider: "ollama".into(),
                     level: "default".into(),
-                },
+                }),
                 "MODEL_REQUIRED",
                 tonic::Code::FailedPrecondition,
             ),
@@ -118,5 +119,17 @@ mod tests {
             assert_eq!(code_of_status(&status).as_deref(), Some(code));
             assert_eq!(status.message(), format!("{code}: {message}"));
         }
+    }
+
+    /// RunTurn's unknown provider says what a create's does.
+    #[test]
+    fn provider_not_found_reads_as_the_settings_rules_say() {
+        let (code, expected) = ("gpt".to_string(), "codex, claude".to_string());
+        let here = ProviderError::ProviderNotFound {
+            code: code.clone(),
+            expected: expected.clone(),
+        };
+        let there = SettingsError::ProviderNotFound { code, expected };
+        assert_eq!(here.to_coded(), there.to_coded());
     }
 }

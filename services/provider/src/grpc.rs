@@ -7,8 +7,8 @@ use pedelec_common::secret::InternalGate;
 use pedelec_proto::v1::provider_service_server::ProviderService;
 use pedelec_proto::v1::{
     CancelTurnRequest, CancelTurnResponse, GetSettingsRequest, ListProvidersRequest,
-    ListProvidersResponse, ProviderEvent, PublicSettings, ResolveProfileRequest, ResolvedProfile,
-    RunTurnRequest, Settings, UpdateSettingsRequest,
+    ListProvidersResponse, ProfileSettings, ProviderEvent, PublicSettings, ResolveProfileRequest,
+    ResolvedProfile, RunTurnRequest, Settings, UpdateSettingsRequest,
 };
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
@@ -18,12 +18,14 @@ use crate::error::ProviderError;
 use crate::service::Providers;
 
 pub type ProviderEventStream = Pin<Box<dyn Stream<Item = Result<ProviderEvent, Status>> + Send>>;
+pub type ProfileSettingsStream =
+    Pin<Box<dyn Stream<Item = Result<ProfileSettings, Status>> + Send>>;
 
 #[derive(Clone)]
 pub struct ProviderGrpc {
     providers: Arc<Providers>,
-    /// ResolveProfile, RunTurn and CancelTurn are SessionService's alone
-    /// (docs/security.md).
+    /// ResolveProfile, WatchSettings, RunTurn and CancelTurn are
+    /// SessionService's alone (docs/security.md).
     internal: InternalGate,
 }
 
@@ -91,6 +93,17 @@ impl ProviderService for ProviderGrpc {
             .resolve_profile(r.provider.as_deref(), r.effort_level.as_deref())
             .await?;
         Ok(Response::new(resolved))
+    }
+
+    type WatchSettingsStream = ProfileSettingsStream;
+
+    async fn watch_settings(
+        &self,
+        request: Request<GetSettingsRequest>,
+    ) -> Result<Response<Self::WatchSettingsStream>, Status> {
+        self.internal.check(&request, "WatchSettings")?;
+        let changes = self.providers.watch_settings();
+        Ok(Response::new(Box::pin(ReceiverStream::new(changes).map(Ok))))
     }
 
     type RunTurnStream = ProviderEventStream;

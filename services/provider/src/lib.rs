@@ -26,7 +26,7 @@ use pedelec_proto::v1::provider_service_server::ProviderServiceServer;
 pub use availability::ProgramEnv;
 pub use error::ProviderError;
 pub use grpc::ProviderGrpc;
-pub use service::{Providers, resolve_named};
+pub use service::Providers;
 pub use turns::Turns;
 
 /// What the process needs to run.

@@ -2,18 +2,28 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
-use pedelec_proto::v1::{ProviderInfo, PublicSettings, ResolvedProfile, Settings};
+use pedelec_proto::v1::{ProfileSettings, ProviderInfo, PublicSettings, ResolvedProfile, Settings};
+use pedelec_settings::{Provider, profile_part};
+use tokio::sync::{mpsc, watch};
 
-use crate::adapters::Provider;
 use crate::availability::{Availability, ProgramEnv};
-use crate::catalog::{self, DEFAULT_LEVEL};
+use crate::catalog;
 use crate::error::ProviderError;
 use crate::settings::{self, SettingsStore};
 use crate::turns::Turns;
 
+/// How often a WatchSettings stream looks at settings.json for an edit by
+/// hand (a `stat`; the file is read again only when it changed).
+pub const HAND_EDIT_POLL: Duration = Duration::from_secs(1);
+
 pub struct Providers {
     settings: SettingsStore,
+    /// The profile part of the settings last stored or seen, for the
+    /// WatchSettings streams: UpdateSettings sends here, and so does a stream
+    /// that finds the file edited by hand.
+    profile_part: watch::Sender<ProfileSettings>,
     availability: Arc<Availability>,
     turns: Turns,
 }
@@ -21,8 +31,11 @@ pub struct Providers {
 impl Providers {
     /// `settings_file` is `<data dir>/settings.json`; `programs` says where the CLIs are looked up.
     pub fn new(settings_file: impl Into<PathBuf>, programs: ProgramEnv) -> Self {
+        let settings = SettingsStore::new(settings_file);
+        let (profile_part, _) = watch::channel(profile_part(&settings.load()));
         Providers {
-            settings: SettingsStore::new(settings_file),
+            settings,
+            profile_part,
             turns: Turns::new(programs.clone()),
             availability: Arc::new(Availability::new(programs)),
         }
@@ -62,20 +75,22 @@ impl Providers {
         req: pedelec_proto::v1::RunTurnRequest,
     ) -> Result<tokio::sync::mpsc::Receiver<pedelec_proto::v1::ProviderEvent>, ProviderError> {
         let settings = self.settings.load();
-        let env = if Provider::from_id(&req.provider) == Some(Provider::Ollama) {
+        let env = if Provider::from_code(&req.provider) == Some(Provider::Ollama) {
             settings::agent_env(&settings)
         } else {
             Default::default()
         };
         let has_tools = req.tool_env.contains_key(pedelec_common::env::TOOL_TOKEN);
-        let mcp = catalog::find(&req.provider)
-            .filter(|spec| has_tools && settings::native_tools(&settings, spec))
+        let mcp = pedelec_settings::catalog::find(&req.provider)
+            .filter(|spec| {
+                has_tools && pedelec_settings::native_tools(&profile_part(&settings), spec)
+            })
             .map(|_| pedelec_common::paths::cli_path());
         self.turns.run_with_env(req, env, mcp)
     }
 
     /// All six providers, checked concurrently. A verdict on the same program
-    /// file younger than the cache's TTL is reused (issue 16: a page polling
+    /// file younger than the cache's TTL is reused (a page polling
     /// ListProviders must not spawn six `--version` processes per call); the
     /// lookup is fresh, and a replaced, installed or removed CLI is seen at once.
     pub async fn list_providers(&self) -> Result<Vec<ProviderInfo>, ProviderError> {
@@ -104,7 +119,7 @@ impl Providers {
     }
 
     pub fn public_settings(&self) -> PublicSettings {
-        settings::public_part(&self.settings.load())
+        pedelec_settings::public_part(&self.settings.load())
     }
 
     pub fn full_settings(&self) -> Settings {
@@ -113,13 +128,67 @@ impl Providers {
 
     /// Validates and replaces the settings; returns them as stored.
     /// Replaces the settings, or with a `mask` (UpdateSettings' `update_mask`
-    /// paths) only the parts it names.
+    /// paths) only the parts it names. The WatchSettings streams are sent the
+    /// change before this returns.
     pub async fn update_settings(
         &self,
         settings: Settings,
         mask: Option<&[String]>,
     ) -> Result<Settings, ProviderError> {
-        self.settings.update(settings, mask).await
+        let stored = self.settings.update(settings, mask).await?;
+        self.publish(&stored);
+        Ok(stored)
+    }
+
+    /// Hands the profile part of `settings` to the WatchSettings streams, if
+    /// it changed.
+    fn publish(&self, settings: &Settings) {
+        let part = profile_part(settings);
+        self.profile_part.send_if_modified(|current| {
+            let changed = *current != part;
+            if changed {
+                *current = part;
+            }
+            changed
+        });
+    }
+
+    /// WatchSettings: the profile part of the settings now, then after every
+    /// change. While the stream is open, settings.json is looked at every
+    /// [`HAND_EDIT_POLL`], so an edit by hand is sent too. The stream's task
+    /// ends when its receiver is dropped (the caller went away).
+    pub fn watch_settings(self: &Arc<Self>) -> mpsc::Receiver<ProfileSettings> {
+        let (tx, rx) = mpsc::channel(1);
+        let providers = Arc::clone(self);
+        let mut changes = self.profile_part.subscribe();
+        tokio::spawn(async move {
+            // The file as it is now comes first: an edit by hand since the
+            // last look is part of "now".
+            providers.publish(&providers.settings.load());
+            let mut poll = tokio::time::interval_at(
+                tokio::time::Instant::now() + HAND_EDIT_POLL,
+                HAND_EDIT_POLL,
+            );
+            poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                let current = changes.borrow_and_update().clone();
+                if tx.send(current).await.is_err() {
+                    return;
+                }
+                // Until the next change, looking at the file meanwhile.
+                loop {
+                    tokio::select! {
+                        _ = tx.closed() => return,
+                        changed = changes.changed() => match changed {
+                            Ok(()) => break,
+                            Err(_) => return,
+                        },
+                        _ = poll.tick() => providers.publish(&providers.settings.load()),
+                    }
+                }
+            }
+        });
+        rx
     }
 
     /// The provider and effort profile for a new thread. Absent or empty
@@ -131,11 +200,16 @@ impl Providers {
         provider: Option<&str>,
         effort_level: Option<&str>,
     ) -> Result<ResolvedProfile, ProviderError> {
-        if let Some(code) = provider.filter(|p| !p.is_empty()) {
-            return resolve_named(&self.settings, code, effort_level);
-        }
-        let level = requested_level(effort_level)?;
         let settings = self.settings.load();
+        if let Some(code) = provider.filter(|p| !p.is_empty()) {
+            // As SessionService resolves it from the part WatchSettings sends.
+            return Ok(pedelec_settings::resolve_named(
+                &profile_part(&settings),
+                code,
+                effort_level,
+            )?);
+        }
+        let level = pedelec_settings::requested_level(effort_level)?;
         let code = settings
             .default_provider
             .as_deref()
@@ -151,80 +225,18 @@ impl Providers {
             .check_cached(spec)
             .await
             .map_err(unavailable)?;
-        profile_of(&settings, spec, level)
+        Ok(pedelec_settings::profile_of(
+            &profile_part(&settings),
+            catalog::facts(spec),
+            level,
+        )?)
     }
-}
-
-/// The profile of a provider named by its code, from settings.json alone: a
-/// named provider is not checked for availability, so this needs nothing of
-/// ProviderService's state. SessionService calls it in its own process, and a
-/// create that names its provider makes no round trip for its profile
-/// (docs/decisions.md, "Create"); ResolveProfile answers the same.
-pub fn resolve_named(
-    settings: &SettingsStore,
-    code: &str,
-    effort_level: Option<&str>,
-) -> Result<ResolvedProfile, ProviderError> {
-    let level = requested_level(effort_level)?;
-    profile_of(&settings.load(), find_provider(code)?, level)
-}
-
-/// The effort level a request names; absent or empty is the default.
-fn requested_level(effort_level: Option<&str>) -> Result<&str, ProviderError> {
-    match effort_level.filter(|l| !l.is_empty()) {
-        None => Ok(DEFAULT_LEVEL),
-        Some(l) if catalog::is_effort_level(l) => Ok(l),
-        Some(l) => Err(ProviderError::invalid(format!(
-            "effort_level: {l:?} is not an effort level; expected one of {}",
-            catalog::levels_list()
-        ))),
-    }
-}
-
-fn find_provider(code: &str) -> Result<&'static catalog::ProviderSpec, ProviderError> {
-    catalog::find(code).ok_or_else(|| ProviderError::ProviderNotFound {
-        code: code.to_string(),
-        expected: catalog::codes_list(),
-    })
-}
-
-/// `spec`'s profile at `level` in `settings`.
-fn profile_of(
-    settings: &Settings,
-    spec: &catalog::ProviderSpec,
-    level: &str,
-) -> Result<ResolvedProfile, ProviderError> {
-    let profile = settings
-        .profiles
-        .get(spec.code)
-        .and_then(|p| p.levels.get(level))
-        .cloned()
-        .unwrap_or_default();
-    if spec.needs_model && profile.model.is_empty() {
-        return Err(ProviderError::ModelRequired {
-            provider: spec.code.to_string(),
-            level: level.to_string(),
-        });
-    }
-    // A named level with no explicit flag value passes the level itself,
-    // so "high" reaches codex/claude/opencode as `high`.
-    let effort = if profile.effort.is_empty() && level != DEFAULT_LEVEL {
-        level.to_string()
-    } else {
-        profile.effort
-    };
-    Ok(ResolvedProfile {
-        provider: spec.code.to_string(),
-        effort_level: level.to_string(),
-        model: profile.model,
-        effort,
-        native_tools: settings::native_tools(settings, spec),
-    })
 }
 
 #[cfg(test)]
 mod tests {
     use pedelec_proto::v1::EffortProfile;
+    use pedelec_settings::SettingsError;
 
     use super::*;
     use crate::testutil::Bin;
@@ -232,13 +244,13 @@ mod tests {
     struct Fixture {
         bin: Bin,
         _data: tempfile::TempDir,
-        providers: Providers,
+        providers: Arc<Providers>,
     }
 
     fn fixture() -> Fixture {
         let bin = Bin::new();
         let data = tempfile::tempdir().unwrap();
-        let providers = Providers::new(data.path().join("settings.json"), bin.env());
+        let providers = Arc::new(Providers::new(data.path().join("settings.json"), bin.env()));
         Fixture {
             bin,
             _data: data,
@@ -433,7 +445,10 @@ mod tests {
         let f = fixture();
         let err = f.resolve(Some("gpt"), None).await.unwrap_err();
         assert!(
-            matches!(err, ProviderError::ProviderNotFound { .. }),
+            matches!(
+                err,
+                ProviderError::Settings(SettingsError::ProviderNotFound { .. })
+            ),
             "{err:?}"
         );
         // Nothing is on PATH, yet an explicit known provider resolves.
@@ -454,12 +469,15 @@ mod tests {
         }
         let err = f.resolve(Some("codex"), Some("max")).await.unwrap_err();
         match err {
-            ProviderError::InvalidInput(m) => assert!(m.starts_with("effort_level:"), "{m}"),
+            ProviderError::Settings(SettingsError::InvalidInput(m)) => assert!(m.starts_with("effort_level:"), "{m}"),
             other => panic!("{other:?}"),
         }
         // The level is checked before anything else.
         let err = f.resolve(None, Some("max")).await.unwrap_err();
-        assert!(matches!(err, ProviderError::InvalidInput(_)), "{err:?}");
+        assert!(
+            matches!(err, ProviderError::Settings(SettingsError::InvalidInput(_))),
+            "{err:?}"
+        );
     }
 
     #[tokio::test]
@@ -498,7 +516,10 @@ mod tests {
         let f = fixture();
         let err = f.resolve(Some("ollama"), None).await.unwrap_err();
         assert!(
-            matches!(err, ProviderError::ModelRequired { .. }),
+            matches!(
+                err,
+                ProviderError::Settings(SettingsError::ModelRequired { .. })
+            ),
             "{err:?}"
         );
 
@@ -510,7 +531,10 @@ mod tests {
         // Per level, without fallback.
         let err = f.resolve(Some("ollama"), Some("high")).await.unwrap_err();
         assert!(
-            matches!(err, ProviderError::ModelRequired { .. }),
+            matches!(
+                err,
+                ProviderError::Settings(SettingsError::ModelRequired { .. })
+            ),
             "{err:?}"
         );
 
@@ -521,5 +545,45 @@ mod tests {
             f.resolve(None, None).await.unwrap(),
             resolved("ollama", "default", "qwen3:8b", "")
         );
+    }
+
+    /// WatchSettings sends the profile part at once, again after an
+    /// UpdateSettings, and again after an edit of the file by hand; never a key.
+    #[tokio::test]
+    async fn watch_settings_sends_now_after_an_update_and_after_a_hand_edit() {
+        let f = fixture();
+        let next = async |rx: &mut mpsc::Receiver<ProfileSettings>| {
+            tokio::time::timeout(HAND_EDIT_POLL * 5, rx.recv())
+                .await
+                .expect("a snapshot in time")
+                .expect("the stream goes on")
+        };
+        let model = |part: &ProfileSettings| {
+            part.profiles
+                .get("ollama")
+                .and_then(|p| p.levels.get("default"))
+                .map(|l| l.model.clone())
+        };
+        let mut rx = f.providers.watch_settings();
+        assert_eq!(next(&mut rx).await, ProfileSettings::default());
+
+        f.set_level("ollama", "default", "qwen3:8b", "").await;
+        let part = next(&mut rx).await;
+        assert_eq!(model(&part).as_deref(), Some("qwen3:8b"));
+
+        // A key alone is not in the part: nothing is sent for it.
+        let mut s = f.providers.full_settings();
+        s.ollama_api_key = "secret-key".into();
+        s.shell_tools_only = vec!["codex".into()];
+        f.set(s).await;
+        let part = next(&mut rx).await;
+        assert_eq!(part.shell_tools_only, ["codex"]);
+        assert!(!format!("{part:?}").contains("secret-key"));
+
+        let hand_edit = r#"{"profiles":{"ollama":{"levels":{"default":{"model":"by-hand"}}}}}"#;
+        std::fs::write(f.providers.settings_store().path(), hand_edit).unwrap();
+        let part = next(&mut rx).await;
+        assert_eq!(model(&part).as_deref(), Some("by-hand"));
+        assert!(part.shell_tools_only.is_empty());
     }
 }

@@ -1,6 +1,8 @@
 //! The error enum of pedelec-session, mapped in one place to a Pedelec code.
 
 use pedelec_common::{Code, CodedError};
+use pedelec_manifest::ManifestError;
+use pedelec_settings::SettingsError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
@@ -29,9 +31,15 @@ pub enum SessionError {
     /// A resource bound (sessions per origin) was reached.
     #[error("{0}")]
     Limit(String),
-    /// An error under another service's rules, with its own code: reported
-    /// by that service, or found here by its own code (a named provider's
-    /// profile, a create's manifest).
+    /// A create's manifest, refused by the rules ToolBridgeService applies,
+    /// with the code, message and pointer the bridge would give.
+    #[error("{0}")]
+    ManifestInvalid(ManifestError),
+    /// A named provider's profile, refused by the settings rules, with the
+    /// code and message ProviderService would give.
+    #[error("{0}")]
+    Profile(SettingsError),
+    /// An error another service reported, with its own code.
     #[error("{0}")]
     Upstream(CodedError),
     #[error("{0}")]
@@ -51,6 +59,8 @@ impl SessionError {
             SessionError::Workspace { .. } => Code::WORKSPACE_OPEN_FAILED,
             SessionError::Journal(_) => Code::JOURNAL_WRITE_FAILED,
             SessionError::Limit(_) => Code::LIMIT_EXCEEDED,
+            SessionError::ManifestInvalid(_) => Code::TOOLS_MANIFEST_INVALID,
+            SessionError::Profile(e) => e.code(),
             SessionError::Upstream(e) => Code::parse(&e.code).unwrap_or(Code::INTERNAL),
             SessionError::Internal(_) => Code::INTERNAL,
         }
@@ -59,6 +69,10 @@ impl SessionError {
     pub fn to_coded(&self) -> CodedError {
         match self {
             SessionError::Upstream(e) => e.clone(),
+            SessionError::ManifestInvalid(e) => {
+                CodedError::new(self.code(), self.to_string()).with_details(e.details())
+            }
+            SessionError::Profile(e) => e.to_coded(),
             other => CodedError::new(other.code(), other.to_string()),
         }
     }

@@ -15,6 +15,8 @@ mod record;
 mod replay;
 /// `Sessions`: the map of threads and each RPC's work, one module per concern.
 mod sessions;
+/// The provider settings ProviderService sends, and profiles resolved from them.
+mod settings;
 /// One thread in memory: record, replay buffer, routes, event emission.
 mod thread;
 /// A thread's tools at ToolBridgeService: manifest check, registration, Watch.

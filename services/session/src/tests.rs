@@ -13,9 +13,9 @@ use pb::session_event::Event;
 use pb::tool_bridge_service_server::{ToolBridgeService, ToolBridgeServiceServer};
 use pedelec_common::{DataDir, RuntimeDir, ServiceName};
 use pedelec_proto::v1 as pb;
-use tokio::sync::mpsc;
-use tokio_stream::Stream;
-use tokio_stream::wrappers::ReceiverStream;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio_stream::wrappers::{ReceiverStream, WatchStream};
+use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
 
 use crate::record::Workspace;
@@ -47,12 +47,28 @@ struct Seen {
     rendered: Vec<bool>,
 }
 
-#[derive(Clone, Default)]
-struct Fakes(Arc<Mutex<Seen>>);
+#[derive(Clone)]
+struct Fakes {
+    seen: Arc<Mutex<Seen>>,
+    /// The settings the fake ProviderService holds: ResolveProfile resolves
+    /// from them, WatchSettings sends them at once and every change.
+    settings: Arc<watch::Sender<pb::ProfileSettings>>,
+    /// WatchSettings answers only while this is true (ProviderService not up
+    /// yet, as far as the watch can tell).
+    watch_open: Arc<watch::Sender<bool>>,
+}
 
 impl Fakes {
+    fn new(watch_open: bool) -> Self {
+        Fakes {
+            seen: Arc::default(),
+            settings: Arc::new(watch::channel(pb::ProfileSettings::default()).0),
+            watch_open: Arc::new(watch::channel(watch_open).0),
+        }
+    }
+
     fn seen(&self) -> std::sync::MutexGuard<'_, Seen> {
-        self.0.lock().unwrap()
+        self.seen.lock().unwrap()
     }
 }
 
@@ -79,6 +95,13 @@ impl ProviderService for Fakes {
     ) -> Reply<pb::ResolvedProfile> {
         let req = req.into_inner();
         self.seen().resolved += 1;
+        // A named provider as the real service resolves it.
+        if let Some(code) = req.provider.as_deref() {
+            let level = req.effort_level.as_deref();
+            return pedelec_settings::resolve_named(&self.settings.borrow(), code, level)
+                .map(Response::new)
+                .map_err(|e| e.to_coded().to_status());
+        }
         if req.effort_level.as_deref() == Some(UNINSTALLED) {
             return Err(pedelec_common::status_with_code(
                 pedelec_common::Code::DEFAULT_PROVIDER_UNAVAILABLE,
@@ -86,12 +109,21 @@ impl ProviderService for Fakes {
             ));
         }
         Ok(Response::new(pb::ResolvedProfile {
-            provider: req.provider.unwrap_or_else(|| "codex".into()),
+            provider: "codex".into(),
             effort_level: "default".into(),
             model: String::new(),
             effort: String::new(),
             native_tools: false,
         }))
+    }
+    type WatchSettingsStream = Events<pb::ProfileSettings>;
+    async fn watch_settings(
+        &self,
+        _: Request<pb::GetSettingsRequest>,
+    ) -> Reply<Self::WatchSettingsStream> {
+        let _ = self.watch_open.subscribe().wait_for(|open| *open).await;
+        let changes = WatchStream::new(self.settings.subscribe());
+        Ok(Response::new(Box::pin(changes.map(Ok))))
     }
     type RunTurnStream = Events<pb::ProviderEvent>;
     async fn run_turn(&self, _: Request<pb::RunTurnRequest>) -> Reply<Self::RunTurnStream> {
@@ -166,32 +198,43 @@ struct Harness {
     config: Config,
     fakes: Fakes,
     sessions: Sessions,
+    /// Stops the fake ProviderService (as if it went down).
+    stop_provider: Option<oneshot::Sender<()>>,
 }
 
+/// Sessions over the fakes, once the fake ProviderService's first settings
+/// (empty) have arrived, as they have in a running Pedelec.
 async fn harness(configure: impl FnOnce(&mut Config)) -> Harness {
+    let h = harness_with(true, configure).await;
+    h.settings_arrived(&pb::ProfileSettings::default()).await;
+    h
+}
+
+/// Sessions over the fakes; the fake ProviderService's WatchSettings answers
+/// once `watch_open` is set.
+async fn harness_with(watch_open: bool, configure: impl FnOnce(&mut Config)) -> Harness {
     let dir = tempfile::tempdir().unwrap();
     let runtime_dir = RuntimeDir::at(dir.path().join("rt"));
     runtime_dir.ensure().unwrap();
     let data_dir = DataDir::at(dir.path().join("data"));
     data_dir.ensure().unwrap();
-    let fakes = Fakes::default();
-    for (service, routes) in [
-        (
-            ServiceName::Provider,
-            tonic::service::Routes::new(ProviderServiceServer::new(fakes.clone())),
-        ),
-        (
-            ServiceName::ToolBridge,
-            tonic::service::Routes::new(ToolBridgeServiceServer::new(fakes.clone())),
-        ),
-    ] {
-        let socket = runtime_dir.socket(service);
-        tokio::spawn(async move {
-            pedelec_common::uds::serve(&socket, service, routes, std::future::pending())
-                .await
-                .unwrap()
-        });
-    }
+    let fakes = Fakes::new(watch_open);
+    let (stop_provider, provider_stopped) = oneshot::channel::<()>();
+    let provider_stopped = async {
+        let _ = provider_stopped.await;
+    };
+    serve(
+        &runtime_dir,
+        ServiceName::Provider,
+        tonic::service::Routes::new(ProviderServiceServer::new(fakes.clone())),
+        provider_stopped,
+    );
+    serve(
+        &runtime_dir,
+        ServiceName::ToolBridge,
+        tonic::service::Routes::new(ToolBridgeServiceServer::new(fakes.clone())),
+        std::future::pending(),
+    );
     let mut config = Config::new(runtime_dir, data_dir);
     configure(&mut config);
     let sessions = Sessions::open(
@@ -203,10 +246,41 @@ async fn harness(configure: impl FnOnce(&mut Config)) -> Harness {
         config,
         fakes,
         sessions,
+        stop_provider: Some(stop_provider),
     }
 }
 
+/// Serves a fake service on its socket in `runtime_dir` until `stopped`.
+fn serve(
+    runtime_dir: &RuntimeDir,
+    service: ServiceName,
+    routes: tonic::service::Routes,
+    stopped: impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    let socket = runtime_dir.socket(service);
+    tokio::spawn(async move {
+        pedelec_common::uds::serve(&socket, service, routes, stopped)
+            .await
+            .unwrap()
+    });
+}
+
 impl Harness {
+    /// Until SessionService holds `settings` from the fake's WatchSettings.
+    async fn settings_arrived(&self, settings: &pb::ProfileSettings) {
+        eventually("the settings reach SessionService", || {
+            self.sessions.inner.settings.get().as_deref() == Some(settings)
+        })
+        .await;
+    }
+
+    /// Changes the fake ProviderService's settings, as an UpdateSettings
+    /// does, and waits until SessionService has them.
+    async fn push_settings(&self, settings: pb::ProfileSettings) {
+        self.fakes.settings.send_replace(settings.clone());
+        self.settings_arrived(&settings).await;
+    }
+
     async fn create(&self, auto_end: bool) -> String {
         let manifest = serde_json::json!({"tools": []});
         self.sessions
@@ -343,23 +417,44 @@ async fn a_refused_create_keeps_nothing() {
     assert!(h.sessions.list(None).is_empty());
 }
 
-/// A named provider's profile is read from settings.json in this process;
-/// only the default provider, which must also be installed, is asked of
-/// ProviderService.
+/// Profile settings with one model for `provider` at `level`, and the
+/// providers kept on the shell path.
+fn profile_settings(models: &[(&str, &str, &str)], shell_only: &[&str]) -> pb::ProfileSettings {
+    let mut settings = pb::ProfileSettings {
+        shell_tools_only: shell_only.iter().map(|c| c.to_string()).collect(),
+        ..Default::default()
+    };
+    for (provider, level, model) in models {
+        settings
+            .profiles
+            .entry(provider.to_string())
+            .or_default()
+            .levels
+            .insert(
+                level.to_string(),
+                pb::EffortProfile {
+                    model: model.to_string(),
+                    effort: String::new(),
+                },
+            );
+    }
+    settings
+}
+
+/// A named provider's profile is resolved in this process from the settings
+/// ProviderService sent; only the default provider, which must also be
+/// installed, is asked of ProviderService, and a refusal that depends on the
+/// settings (MODEL_REQUIRED) is checked with it before it is returned.
 #[tokio::test]
-async fn a_named_providers_profile_comes_from_the_settings_file() {
+async fn a_named_providers_profile_comes_from_the_watched_settings() {
     let h = harness(|_| {}).await;
     let create = |provider, level| h.sessions.create(create_request(provider, level));
     // Ollama has no model of its own: without settings it needs one.
     let (code, message) = code_of(create(Some("ollama"), Some("high")).await.unwrap_err());
     assert_eq!(code, "MODEL_REQUIRED", "{message}");
-    let settings =
-        serde_json::json!({"profiles": {"ollama": {"levels": {"high": {"model": "qwen3:4b"}}}}});
-    std::fs::write(
-        h.config.data_dir.settings_file(),
-        serde_json::to_vec(&settings).unwrap(),
-    )
-    .unwrap();
+    assert_eq!(h.fakes.seen().resolved, 1, "the refusal was checked");
+    h.push_settings(profile_settings(&[("ollama", "high", "qwen3:4b")], &[]))
+        .await;
     let created = create(Some("ollama"), Some("high")).await.unwrap();
     assert_eq!(
         (created.provider.as_str(), created.effort_level.as_str()),
@@ -374,11 +469,96 @@ async fn a_named_providers_profile_comes_from_the_settings_file() {
     );
     let (code, _) = code_of(create(Some("ollama"), Some("extreme")).await.unwrap_err());
     assert_eq!(code, "INVALID_INPUT");
-    assert_eq!(h.fakes.seen().resolved, 0);
+    assert_eq!(h.fakes.seen().resolved, 1);
 
     let created = create(None, None).await.unwrap();
     assert_eq!(created.provider, "codex");
+    assert_eq!(h.fakes.seen().resolved, 2);
+}
+
+/// A change of the settings pushed through the watch reaches the next create
+/// and the first turn of a thread created before it, with no round trip.
+#[tokio::test]
+async fn a_settings_change_reaches_the_next_create_and_turn() {
+    let h = harness(|_| {}).await;
+    h.push_settings(profile_settings(&[("codex", "default", "gpt-a")], &[]))
+        .await;
+    let before = h.create(false).await;
+    let created = h
+        .sessions
+        .create(create_request(Some("codex"), None))
+        .await
+        .unwrap();
+    assert_eq!(created.snapshot.unwrap().model, "gpt-a");
+
+    h.push_settings(profile_settings(
+        &[("codex", "default", "gpt-b")],
+        &["codex"],
+    ))
+    .await;
+    let created = h
+        .sessions
+        .create(create_request(Some("codex"), None))
+        .await
+        .unwrap();
+    assert_eq!(created.snapshot.unwrap().model, "gpt-b");
+    // The thread made before the change gets its tools on the shell path.
+    h.sessions.send_text(&before, ORIGIN, "hi".into()).unwrap();
+    let _turn = h.turn().await;
+    let seen = h.fakes.seen();
+    assert_eq!(seen.rendered, [false]);
+    assert_eq!(seen.resolved, 1, "only the default-provider create asked");
+}
+
+/// Before ProviderService has sent any settings (it is not up yet), a create
+/// that names its provider asks ResolveProfile rather than resolving from
+/// none; once they arrive it no longer asks.
+#[tokio::test]
+async fn a_named_create_before_any_settings_asks_resolve_profile() {
+    let h = harness_with(false, |_| {}).await;
+    let settings = profile_settings(&[("ollama", "default", "qwen3:4b")], &[]);
+    // ProviderService has the settings; SessionService has not been sent them.
+    h.fakes.settings.send_replace(settings.clone());
+    let created = h
+        .sessions
+        .create(create_request(Some("ollama"), None))
+        .await
+        .unwrap();
+    assert_eq!(created.snapshot.unwrap().model, "qwen3:4b");
     assert_eq!(h.fakes.seen().resolved, 1);
+
+    h.fakes.watch_open.send_replace(true);
+    h.settings_arrived(&settings).await;
+    h.sessions
+        .create(create_request(Some("ollama"), None))
+        .await
+        .unwrap();
+    assert_eq!(h.fakes.seen().resolved, 1);
+}
+
+/// While ProviderService is down, the settings it sent last answer.
+#[tokio::test]
+async fn the_last_settings_answer_while_provider_service_is_down() {
+    let mut h = harness(|_| {}).await;
+    h.push_settings(profile_settings(&[("ollama", "default", "qwen3:4b")], &[]))
+        .await;
+    h.stop_provider.take().unwrap().send(()).unwrap();
+    let socket = h.config.runtime_dir.socket(ServiceName::Provider);
+    eventually("ProviderService down", || !socket.exists()).await;
+    let created = h
+        .sessions
+        .create(create_request(Some("ollama"), None))
+        .await
+        .unwrap();
+    assert_eq!(created.snapshot.unwrap().model, "qwen3:4b");
+    // A refusal stands as the settings say when it cannot be checked.
+    let (code, _) = code_of(
+        h.sessions
+            .create(create_request(Some("ollama"), Some("high")))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(code, "MODEL_REQUIRED");
 }
 
 /// A create gives ToolBridge nothing: the thread's first operation registers
@@ -428,7 +608,7 @@ async fn registrations_at_once_agree_on_one_token() {
 }
 
 /// The first turn's prompt names the tools as native (MCP) tools or as
-/// pedelec-cli commands as settings.json says at that moment, decided in this
+/// pedelec-cli commands as the settings of the moment say, decided in this
 /// process without asking ProviderService.
 #[tokio::test]
 async fn the_first_prompt_follows_the_settings_of_the_moment() {
@@ -436,11 +616,7 @@ async fn the_first_prompt_follows_the_settings_of_the_moment() {
     // codex (the fake's default) takes MCP tools unless kept on the shell.
     for (turns, shell_tools_only) in [(1, false), (2, true)] {
         if shell_tools_only {
-            std::fs::write(
-                h.config.data_dir.settings_file(),
-                br#"{"shellToolsOnly": ["codex"]}"#,
-            )
-            .unwrap();
+            h.push_settings(profile_settings(&[], &["codex"])).await;
         }
         let id = h.create(false).await;
         h.sessions.send_text(&id, ORIGIN, "hi".into()).unwrap();
@@ -454,9 +630,9 @@ async fn the_first_prompt_follows_the_settings_of_the_moment() {
     );
 }
 
-/// A bad manifest is refused at create with the bridge's own error (its code
-/// and the JSON pointer of the bad node), with or without patterns to
-/// compile, and nothing is kept.
+/// A bad manifest is refused at create with the error the bridge would give
+/// (its code and the JSON pointer of the bad node), with or without patterns
+/// to compile, and nothing is kept.
 #[tokio::test]
 async fn a_bad_manifest_is_refused_at_create_with_the_bridges_error() {
     let h = harness(|_| {}).await;

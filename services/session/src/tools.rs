@@ -295,26 +295,24 @@ fn apply(sessions: &Sessions, event: pb::ToolEvent) {
     }
 }
 
-/// A create's manifest, checked by ToolBridgeService's own parser and refused
-/// with the very error the bridge would give (`TOOLS_MANIFEST_INVALID` and the
-/// JSON pointer), so a bad manifest is refused at create although the bridge
-/// learns of it only at the first operation. Compiling the schemas' patterns
-/// is CPU work kept off the runtime thread, as in the bridge.
+/// A create's manifest, checked by the parser ToolBridgeService uses
+/// (`pedelec-manifest`) and refused with the error the bridge would give
+/// (`TOOLS_MANIFEST_INVALID` and the JSON pointer), so a bad manifest is
+/// refused at create although the bridge learns of it only at the first
+/// operation. Compiling the schemas' patterns is CPU work kept off the runtime
+/// thread, as in the bridge.
 pub(crate) async fn check_manifest(
     manifest: &serde_json::Map<String, serde_json::Value>,
 ) -> Result<(), SessionError> {
-    use pedelec_toolbridge::{ToolBridgeError, manifest};
-    let refused = |e: manifest::ManifestError| {
-        SessionError::Upstream(ToolBridgeError::ManifestInvalid(e).to_coded())
-    };
-    if !manifest::has_patterns(manifest) {
-        return manifest::Manifest::parse(manifest)
+    use pedelec_manifest::{Manifest, has_patterns};
+    if !has_patterns(manifest) {
+        return Manifest::parse(manifest)
             .map(drop)
-            .map_err(refused);
+            .map_err(SessionError::ManifestInvalid);
     }
     let manifest = manifest.clone();
-    tokio::task::spawn_blocking(move || manifest::Manifest::parse(&manifest).map(drop))
+    tokio::task::spawn_blocking(move || Manifest::parse(&manifest).map(drop))
         .await
         .map_err(|e| SessionError::Internal(format!("the manifest check failed: {e}")))?
-        .map_err(refused)
+        .map_err(SessionError::ManifestInvalid)
 }

@@ -172,18 +172,15 @@ async fn render_tool_block(
     request: &pb::RunTurnRequest,
 ) -> Result<String, CodedError> {
     let (session_id, workspace) = (&request.session_id, &request.workspace);
-    // Whether this provider's turns get the tools through MCP follows
-    // ProviderService's table and the settings of the moment: its own
-    // function answers in this process, as for a create.
+    // Whether this provider's turns get the tools through MCP follows the
+    // settings of the moment, resolved in this process as for a create.
     let native_tools = match &request.profile {
         Some(p) => {
-            pedelec_provider::resolve_named(
-                &sessions.inner.settings,
-                &p.provider,
-                Some(&p.effort_level),
-            )
-            .map_err(|e| e.to_coded())?
-            .native_tools
+            sessions
+                .named_profile(&p.provider, Some(&p.effort_level))
+                .await
+                .map_err(|e| e.to_coded())?
+                .native_tools
         }
         None => false,
     };

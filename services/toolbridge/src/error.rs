@@ -12,7 +12,7 @@ pub enum ToolBridgeError {
     Common(#[from] CommonError),
     #[error("{0}")]
     InvalidInput(String),
-    #[error("the tools manifest is invalid at {}: {}", .0.pointer, .0.message)]
+    #[error("{0}")]
     ManifestInvalid(ManifestError),
     /// Deliberately vague: a wrong token must not reveal whether the thread exists.
     #[error("missing or wrong tool token for this thread")]
@@ -64,7 +64,7 @@ impl ToolBridgeError {
     pub fn to_coded(&self) -> CodedError {
         let err = CodedError::new(self.code(), self.to_string());
         match self {
-            ToolBridgeError::ManifestInvalid(e) => err.with_details(json!({"path": e.pointer})),
+            ToolBridgeError::ManifestInvalid(e) => err.with_details(e.details()),
             ToolBridgeError::ArgsInvalid(e) => err.with_details(json!({"path": e.path})),
             ToolBridgeError::ToolNotFound(tool) => err.with_details(json!({"tool": tool})),
             ToolBridgeError::NoPendingRequest(id) => err.with_details(json!({"toolRequestId": id})),

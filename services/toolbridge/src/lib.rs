@@ -1,7 +1,8 @@
 //! ToolBridgeService: the registry of each thread's page tools, the first-turn
-//! prompt block and the pending tool calls (DESIGN.md §3, §5).
+//! prompt block and the pending tool calls.
 //!
-//! The logic lives in plain types — [`manifest`] (validation), [`validate`]
+//! The logic lives in plain types — [`manifest`] (validation, the
+//! `pedelec-manifest` crate SessionService checks a create with), [`validate`]
 //! (arguments), [`prompt`] (the first-turn block) and [`bridge`] (registry and
 //! pending calls) — and [`ToolBridgeGrpc`] is a thin tonic adapter over them.
 
@@ -18,7 +19,7 @@ use tonic::service::Routes;
 pub mod bridge;
 mod error;
 mod grpc;
-pub mod manifest;
+pub use pedelec_manifest as manifest;
 pub mod program;
 pub mod prompt;
 pub mod validate;

@@ -7,7 +7,7 @@ use pedelec_common::{ids, json};
 use pedelec_proto::v1 as pb;
 
 use super::{Sessions, SharedThread, lock};
-use crate::error::{SessionError, upstream};
+use crate::error::SessionError;
 use crate::record::{Status, ThreadRecord, UsageRecord, Workspace};
 use crate::thread::Thread;
 
@@ -24,8 +24,8 @@ impl Sessions {
             Some(path) if !path.is_empty() => Some(self.check_explicit_workspace(path)?),
             _ => None,
         };
-        let profile = self.resolve_profile(&req).await?;
-        // The manifest is checked here, by ToolBridgeService's own parser; the
+        let profile = self.create_profile(&req).await?;
+        // The manifest is checked here, by the parser ToolBridgeService uses; the
         // bridge is given it when the thread's first operation starts
         // (`tools_ready`). A create then asks no other service when it names
         // its provider (docs/decisions.md, "Create").
@@ -87,28 +87,18 @@ impl Sessions {
         })
     }
 
-    /// The thread's provider and effort profile. A named provider's comes
-    /// from settings.json, read here; the default provider must also be
+    /// The thread's provider and effort profile. A named provider's is
+    /// resolved here from the settings ProviderService sent
+    /// (`Sessions::named_profile`); the default provider must also be
     /// installed, which ProviderService checks (and caches).
-    async fn resolve_profile(
+    async fn create_profile(
         &self,
         req: &pb::CreateSessionRequest,
     ) -> Result<pb::ResolvedProfile, SessionError> {
         let effort_level = req.effort_level.as_deref().filter(|e| !e.is_empty());
         match req.provider.as_deref().filter(|p| !p.is_empty()) {
-            Some(code) => pedelec_provider::resolve_named(&self.inner.settings, code, effort_level)
-                .map_err(|e| SessionError::Upstream(e.to_coded())),
-            None => {
-                let request = pb::ResolveProfileRequest {
-                    provider: None,
-                    effort_level: effort_level.map(str::to_string),
-                };
-                let mut provider = self.inner.provider.clone();
-                match provider.resolve_profile(request).await {
-                    Ok(resp) => Ok(resp.into_inner()),
-                    Err(status) => Err(upstream(status)),
-                }
-            }
+            Some(code) => self.named_profile(code, effort_level).await,
+            None => self.resolve_profile(None, effort_level).await,
         }
     }
 

@@ -19,12 +19,12 @@ use pedelec_common::clients::{ProviderClient, ToolBridgeClient};
 use pedelec_common::secret::ServiceSecret;
 use pedelec_common::{Clients, Code, CodedError, DataDir, RuntimeDir};
 use pedelec_proto::v1 as pb;
-use pedelec_provider::settings::SettingsStore;
 use tokio::sync::mpsc;
 
 use crate::error::SessionError;
 use crate::record::{Journal, Outcome, Status, ThreadRecord};
 use crate::replay::ReplayLimits;
+use crate::settings::LatestSettings;
 use crate::thread::Thread;
 
 /// What a SessionService process needs to know.
@@ -64,10 +64,9 @@ pub(crate) struct Inner {
     threads: Mutex<HashMap<String, SharedThread>>,
     pub provider: ProviderClient,
     pub tools: ToolBridgeClient,
-    /// settings.json, read (never written) to resolve a named provider's
-    /// profile without asking ProviderService (`create`, the first turn's
-    /// prompt).
-    pub settings: SettingsStore,
+    /// The settings ProviderService last sent, to resolve a named provider's
+    /// profile without asking it (`create`, the first turn's prompt).
+    pub settings: LatestSettings,
     /// Runs once in [`Sessions::live_thread`] between the lookup and the
     /// locks, so a test can evict the thread exactly there.
     #[cfg(test)]
@@ -103,11 +102,10 @@ impl Upstream {
 
 impl Sessions {
     /// Loads the journal (threads survive a restart of this service) and
-    /// starts following the tool bridge.
+    /// starts following the tool bridge and the provider settings.
     pub fn open(config: Config, upstream: Upstream) -> Sessions {
         let Upstream { provider, tools } = upstream;
         let journal = Journal::new(config.data_dir.sessions());
-        let settings = SettingsStore::new(config.data_dir.settings_file());
         let sessions = Sessions {
             inner: Arc::new(Inner {
                 config,
@@ -115,7 +113,7 @@ impl Sessions {
                 threads: Mutex::new(HashMap::new()),
                 provider,
                 tools,
-                settings,
+                settings: LatestSettings::default(),
                 #[cfg(test)]
                 pause_after_lookup: Mutex::new(None),
             }),
@@ -129,6 +127,7 @@ impl Sessions {
             later.refill_spares();
         });
         tokio::spawn(crate::tools::follow(sessions.clone()));
+        tokio::spawn(crate::settings::follow(sessions.clone()));
         sessions
     }
 

@@ -1,8 +1,11 @@
 //! The skills manifest `{guidance, tools[{name, description, argsSchema, timeoutMs?}]}`
-//! and its validation (DESIGN.md §5). Every rejection names the JSON pointer of
-//! the offending node so a page author can find it at once.
+//! and its validation. Every rejection names the JSON pointer of the
+//! offending node so a page author can find it at once. ToolBridgeService
+//! keeps the parsed manifest of each thread; SessionService checks a create's
+//! manifest with the same parser, so a bad one is refused with the same error
+//! before the bridge ever sees it.
 //!
-//! Decisions beyond the design text:
+//! Rules beyond the plain shape:
 //! - `guidance` and `tools` may be absent (an app without tools); `null` counts
 //!   as absent for the optional fields (`guidance`, `timeoutMs`).
 //! - Every schema node needs `type` or `oneOf`; a type-specific keyword on a
@@ -11,6 +14,8 @@
 //! - `pattern` is compiled with the `regex` crate (no look-around or
 //!   back-references); the compiled patterns are kept with the tool so a call
 //!   never recompiles them.
+
+#![forbid(unsafe_code)]
 
 use std::collections::{HashMap, HashSet};
 
@@ -38,8 +43,8 @@ pub const MAX_SCHEMA_BYTES: usize = 64 * 1024;
 const TOP_KEYS: &[&str] = &["guidance", "tools"];
 const TOOL_KEYS: &[&str] = &["name", "description", "argsSchema", "timeoutMs"];
 const TYPES: &[&str] = &["string", "number", "integer", "boolean", "array", "object"];
-/// Keywords of full JSON Schema the seeds name as unsupported; they get a
-/// clearer message than an unknown keyword.
+/// Keywords of full JSON Schema that are known not to be supported; they get
+/// a clearer message than an unknown keyword.
 const UNSUPPORTED: &[&str] = &[
     "$defs",
     "$ref",
@@ -81,8 +86,11 @@ fn applies_to(keyword: &str) -> Option<&'static [&'static str]> {
     }
 }
 
-/// A rejection: where (JSON pointer into the manifest) and why.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A rejection: where (JSON pointer into the manifest) and why. Each service
+/// reports it as `TOOLS_MANIFEST_INVALID` with this message and
+/// [`ManifestError::details`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the tools manifest is invalid at {pointer}: {message}")]
 pub struct ManifestError {
     pub pointer: String,
     pub message: String,
@@ -94,6 +102,11 @@ impl ManifestError {
             pointer: pointer.into(),
             message: message.into(),
         }
+    }
+
+    /// The error's details on the wire: the pointer, as `path`.
+    pub fn details(&self) -> Json {
+        serde_json::json!({"path": self.pointer})
     }
 }
 
@@ -536,7 +549,7 @@ mod tests {
     }
 
     #[test]
-    fn accepts_seed_examples() {
+    fn accepts_the_example_manifest() {
         let m = parse(json!({
             "guidance": "Use get_current_page when you need browser page context.",
             "tools": [
@@ -600,7 +613,7 @@ mod tests {
     }
 
     /// Every keyword of JSON Schema 2020-12 and draft-07 (plus OpenAPI's
-    /// `nullable`) outside the seeds' subset, at the root and on a nested
+    /// `nullable`) outside the supported subset, at the root and on a nested
     /// node: refused, naming the keyword and its pointer.
     #[test]
     fn rejects_every_json_schema_keyword_outside_the_subset() {

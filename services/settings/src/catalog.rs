@@ -1,0 +1,147 @@
+//! The six providers Pedelec knows, as far as the settings need them (codes,
+//! names, what a profile must hold, whether page tools can be native), and
+//! the effort level names. How each CLI is found and run is ProviderService's
+//! (its adapters).
+
+/// The providers Pedelec can launch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Provider {
+    Codex,
+    Claude,
+    Opencode,
+    Cursor,
+    Antigravity,
+    Ollama,
+}
+
+/// One provider's facts. [`PROVIDERS`] is the only list of them; `Provider`'s
+/// methods read it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProviderSpec {
+    pub provider: Provider,
+    /// `codex`, `antigravity`, `opencode`, `cursor`, `claude` or `ollama`: the
+    /// code in settings and on the wire.
+    pub code: &'static str,
+    /// Display name, e.g. "Claude Code".
+    pub name: &'static str,
+    /// A turn without a model cannot run (`MODEL_REQUIRED`): Pedelec's own
+    /// agent has no default model, the other CLIs fall back to their own.
+    pub needs_model: bool,
+    /// The CLI can be given Pedelec's MCP server for a turn, so the page's
+    /// tools are native tools (codex, claude, opencode; docs/decisions.md
+    /// "Page tools over MCP" says why not cursor-agent and antigravity).
+    pub mcp: bool,
+}
+
+/// All providers, in the order ListProviders reports them.
+pub const PROVIDERS: [ProviderSpec; 6] = [
+    ProviderSpec {
+        provider: Provider::Codex,
+        code: "codex",
+        name: "Codex",
+        needs_model: false,
+        mcp: true,
+    },
+    ProviderSpec {
+        provider: Provider::Antigravity,
+        code: "antigravity",
+        name: "Antigravity",
+        needs_model: false,
+        mcp: false,
+    },
+    ProviderSpec {
+        provider: Provider::Opencode,
+        code: "opencode",
+        name: "OpenCode",
+        needs_model: false,
+        mcp: true,
+    },
+    ProviderSpec {
+        provider: Provider::Cursor,
+        code: "cursor",
+        name: "Cursor",
+        needs_model: false,
+        mcp: false,
+    },
+    ProviderSpec {
+        provider: Provider::Claude,
+        code: "claude",
+        name: "Claude Code",
+        needs_model: false,
+        mcp: true,
+    },
+    ProviderSpec {
+        provider: Provider::Ollama,
+        code: "ollama",
+        name: "Ollama",
+        needs_model: true,
+        mcp: false,
+    },
+];
+
+/// The effort level used when a request names none.
+pub const DEFAULT_LEVEL: &str = "default";
+
+/// Every effort level name a profile or a request may use.
+pub const EFFORT_LEVELS: [&str; 4] = [DEFAULT_LEVEL, "low", "medium", "high"];
+
+/// The provider with this code, if it is one of the six.
+pub fn find(code: &str) -> Option<&'static ProviderSpec> {
+    PROVIDERS.iter().find(|p| p.code == code)
+}
+
+pub fn is_effort_level(name: &str) -> bool {
+    EFFORT_LEVELS.contains(&name)
+}
+
+/// "codex, antigravity, …" for error messages.
+pub fn codes_list() -> String {
+    PROVIDERS.map(|p| p.code).join(", ")
+}
+
+pub fn levels_list() -> String {
+    EFFORT_LEVELS.join(", ")
+}
+
+impl Provider {
+    /// The provider's row of [`PROVIDERS`].
+    pub fn spec(self) -> &'static ProviderSpec {
+        PROVIDERS
+            .iter()
+            .find(|s| s.provider == self)
+            .expect("every provider has a row in PROVIDERS")
+    }
+
+    /// The code used in settings and the API.
+    pub fn code(self) -> &'static str {
+        self.spec().code
+    }
+
+    pub fn from_code(code: &str) -> Option<Provider> {
+        find(code).map(|s| s.provider)
+    }
+
+    /// Whether a turn without a model cannot run (`MODEL_REQUIRED`).
+    pub fn needs_model(self) -> bool {
+        self.spec().needs_model
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_has_each_provider_once() {
+        for (i, a) in PROVIDERS.iter().enumerate() {
+            for b in &PROVIDERS[i + 1..] {
+                assert!(a.provider != b.provider && a.code != b.code, "{a:?} twice");
+            }
+            assert_eq!(a.provider.spec(), a);
+            assert_eq!(Provider::from_code(a.code), Some(a.provider));
+        }
+        assert_eq!(Provider::from_code("gemini"), None);
+        assert!(Provider::Ollama.needs_model());
+        assert!(!Provider::Codex.needs_model());
+    }
+}
