@@ -1,5 +1,5 @@
 //! pedelec-cli is started once per tool call, so its start-up is on every
-//! call's path (issue 19). Linked as a position-dependent executable, its
+//! call's path (docs/benchmarks.md). Linked as a position-dependent executable, its
 //! absolute addresses are fixed at link time: the dynamic loader has ~3,000
 //! fewer relocations to apply at every start and the relocated read-only data
 //! (≈ 60 pages) is not copied into each process. The loss is ASLR for the

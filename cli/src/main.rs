@@ -231,7 +231,7 @@ fn plan(cli: Cli) -> Plan {
 }
 
 /// The agent's command line, read without building clap's command tree: an
-/// agent pays pedelec-cli's start-up on every tool call (issue 19), and
+/// agent pays pedelec-cli's start-up on every tool call, and
 /// clap's tree of every subcommand and help text is most of the CLI's own
 /// work there. Only the plain forms are taken — `[--thread-id ID]
 /// [--timeout-ms N] tool-call TOOL JSON` and `tool-spec TOOL`, the flags

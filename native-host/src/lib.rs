@@ -1,6 +1,6 @@
 //! `pedelec-native-host`: the program Chrome starts for the Pedelec extension.
 //! It speaks Chrome's native-messaging framing on stdin/stdout and translates
-//! each request into a call on the Pedelec services (DESIGN.md section 6;
+//! each request into a call on the Pedelec services (docs/architecture.md;
 //! the wire format is in docs/native-messaging.md).
 
 #![forbid(unsafe_code)]

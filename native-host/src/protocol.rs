@@ -127,7 +127,7 @@ pub struct CreateSession {
     pub effort_level: Option<String>,
     pub model: Option<String>,
     pub skills: Option<Map<String, Value>>,
-    /// The seeds' default: page-scoped sessions.
+    /// The default: page-scoped sessions (they end when the page goes).
     #[serde(default = "yes")]
     pub auto_end_on_disconnect: bool,
     pub workspace: Option<Workspace>,
@@ -597,7 +597,7 @@ mod tests {
         };
         assert_eq!(c.provider.as_deref(), Some("codex"));
         assert_eq!(c.effort_level.as_deref(), Some("high"));
-        assert!(c.auto_end_on_disconnect, "defaults to true as in the seeds");
+        assert!(c.auto_end_on_disconnect, "defaults to true");
         assert_eq!(c.workspace.unwrap().path, "/w");
         assert_eq!(c.skills.unwrap()["tools"][0]["timeoutMs"], 500);
     }

@@ -1,6 +1,7 @@
-//! Pedelec error codes (DESIGN.md section 7) and their gRPC form: the code is the
-//! status message prefix `CODE: message` and `google.rpc.ErrorInfo.reason`;
-//! JSON details travel in the ErrorInfo metadata under `details`.
+//! Pedelec error codes (the one list of them in Rust) and their gRPC form:
+//! the code is the status message prefix `CODE: message` and
+//! `google.rpc.ErrorInfo.reason`; JSON details travel in the ErrorInfo
+//! metadata under `details`.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -76,20 +77,20 @@ codes! {
     TOOL_ACCESS_DENIED => Unauthenticated,
     TOOL_REQUEST_NOT_PENDING => FailedPrecondition,
     // An internal RPC (one only Pedelec's services call, docs/security.md)
-    // without the launcher's service secret, or with a wrong one (issue 16).
+    // without the launcher's service secret, or with a wrong one.
     SERVICE_ACCESS_DENIED => Unauthenticated,
     ASSET_NOT_FOUND => NotFound,
     ASSET_TOO_LARGE => ResourceExhausted,
     ASSET_PATH_INVALID => InvalidArgument,
     ASSET_TICKET_INVALID => Unauthenticated,
     // The disk is full (or the user's quota spent): an asset or the settings
-    // were not written, and what was stored before is kept (issue 16).
+    // were not written, and what was stored before is kept.
     STORAGE_FULL => ResourceExhausted,
     // SessionService could not write a thread's journal record; the request's
-    // change was not kept (issue 16).
+    // change was not kept.
     JOURNAL_WRITE_FAILED => Unavailable,
     // A bound that protects the user's machine: open sessions per origin,
-    // queued tool calls per thread (issue 16).
+    // queued tool calls per thread.
     LIMIT_EXCEEDED => ResourceExhausted,
     CORE_RESTARTED => Aborted,
     CANCELLED => Cancelled,

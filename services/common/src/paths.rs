@@ -172,8 +172,8 @@ impl DataDir {
         self.0.join("app-exit")
     }
 
-    /// The "app exit" cleanup of the seeds: forgets every thread and removes the
-    /// managed workspaces. Explicit application workspaces live elsewhere and are
+    /// The "app exit" cleanup (when Pedelec stops in order): forgets every
+    /// thread and removes the managed workspaces. Explicit application workspaces live elsewhere and are
     /// never touched. Returns what could not be removed (e.g. locked files), which
     /// the next start tries again.
     pub fn clear_app_state(&self) -> Vec<(PathBuf, std::io::Error)> {

@@ -5,7 +5,7 @@
 //! and a test checks the real host's output against it.
 //!
 //! Conventions (docs/native-messaging.md §3): timestamps are milliseconds since
-//! the Unix epoch (null when unknown); statuses are the seeds' words; absent
+//! the Unix epoch (null when unknown); statuses are lower-case words (`waiting_tool_result`); absent
 //! optional objects are `null`, never missing. What a page sees reveals no
 //! local internals: a managed workspace's path and a provider's stderr tail
 //! stay in gRPC and the logs.
@@ -500,7 +500,7 @@ mod tests {
     }
 
     #[test]
-    fn statuses_are_the_seeds_words() {
+    fn statuses_are_lower_case_words() {
         assert_eq!(
             status(pb::SessionStatus::WaitingToolResult as i32),
             "waiting_tool_result"

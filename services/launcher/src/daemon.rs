@@ -30,7 +30,7 @@ pub fn bin_dir() -> Result<PathBuf, LauncherError> {
 }
 
 /// Runs the launcher until SIGTERM/SIGINT, then stops everything and clears
-/// the app state (the seeds' "app exit").
+/// the app state ("app exit").
 pub async fn up(dirs: &Dirs) -> Result<(), LauncherError> {
     let t0 = Instant::now();
     // Installed first, so a stop that arrives during start-up is handled in order.
@@ -144,7 +144,7 @@ pub async fn up(dirs: &Dirs) -> Result<(), LauncherError> {
     }
 }
 
-/// The seeds' app exit: every thread and managed workspace goes. The marker
+/// The app exit: every thread and managed workspace goes. The marker
 /// stays until nothing is left, so the next start retries what failed.
 fn app_exit(data: &DataDir) {
     let marker = data.app_exit_marker();
