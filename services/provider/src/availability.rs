@@ -9,12 +9,12 @@ use std::process::Stdio;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Command;
 
 use pedelec_common::process;
 
 use crate::catalog::ProviderSpec;
+use crate::launch::read_tail;
 
 /// How long `--version` may take before it counts as unavailable.
 pub const VERSION_TIMEOUT: Duration = Duration::from_secs(5);
@@ -209,8 +209,8 @@ pub(crate) async fn run_version(
         .await
         .map_err(|e| format!("`{name} --version` could not start: {e}"))?;
     let pid = child.id();
-    let stdout = tokio::spawn(read_tail(child.stdout.take()));
-    let stderr = tokio::spawn(read_tail(child.stderr.take()));
+    let stdout = tokio::spawn(read_tail(child.stdout.take(), OUTPUT_TAIL));
+    let stderr = tokio::spawn(read_tail(child.stderr.take(), OUTPUT_TAIL));
 
     let waited = tokio::time::timeout(env.timeout, child.wait()).await;
     let status = match waited {
@@ -264,30 +264,6 @@ fn kill_group(pid: Option<u32>) {
         // Our unreaped child's pid: the group id cannot have been reused.
         process::signal_group(pid, process::SIGKILL);
     }
-}
-
-/// Reads a pipe to its end, keeping only the last OUTPUT_TAIL bytes.
-async fn read_tail<R: AsyncRead + Unpin>(reader: Option<R>) -> String {
-    let Some(mut reader) = reader else {
-        return String::new();
-    };
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 1024];
-    loop {
-        match reader.read(&mut chunk).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => {
-                buf.extend_from_slice(&chunk[..n]);
-                if buf.len() > 4 * OUTPUT_TAIL {
-                    buf.drain(..buf.len() - OUTPUT_TAIL);
-                }
-            }
-        }
-    }
-    if buf.len() > OUTPUT_TAIL {
-        buf.drain(..buf.len() - OUTPUT_TAIL);
-    }
-    String::from_utf8_lossy(&buf).into_owned()
 }
 
 #[cfg(test)]

@@ -22,6 +22,7 @@ use pedelec_common::process::cgroup::{self, Cgroup};
 use pedelec_common::process::confine::{self, Verdict};
 use pedelec_common::process::{self, SIGKILL, SIGTERM};
 use pedelec_common::{ServiceName, env};
+use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Command;
 use tokio::sync::OnceCell;
 
@@ -447,6 +448,29 @@ pub fn turn_env(
         out.push(("IS_SANDBOX".into(), "1".into()));
     }
     out
+}
+
+/// Reads a child's pipe to its end, keeping its last `keep` bytes (a
+/// failure's details, a `--version`'s answer); memory stays within twice that.
+pub async fn read_tail<R: AsyncRead + Unpin>(reader: Option<R>, keep: usize) -> String {
+    let Some(mut reader) = reader else {
+        return String::new();
+    };
+    let mut tail = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while let Ok(n) = reader.read(&mut chunk).await {
+        if n == 0 {
+            break;
+        }
+        tail.extend_from_slice(&chunk[..n]);
+        if tail.len() > 2 * keep {
+            tail.drain(..tail.len() - keep);
+        }
+    }
+    if tail.len() > keep {
+        tail.drain(..tail.len() - keep);
+    }
+    String::from_utf8_lossy(&tail).into_owned()
 }
 
 #[cfg(test)]

@@ -8,7 +8,9 @@
 //! thread already loaded), and it stops when the thread idles
 //! ([`AppServers::idle`]), when a turn is cancelled (the interrupt leaves the
 //! turn's shell commands running, closing the app-server ends them), or when
-//! more than [`MAX_RUNNING`] would run (the least recently used idle one goes).
+//! more than [`super::servers::MAX_RUNNING`] would run (the least recently
+//! used idle one goes); that machinery is shared with `opencode serve`
+//! ([`super::servers`]).
 //! A new process resumes the codex thread with `thread/resume`.
 //!
 //! Streaming: `item/agentMessage/delta` → chat_delta, a completed agentMessage
@@ -19,40 +21,26 @@
 //! a turn; requests Pedelec cannot answer get a JSON-RPC error.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::process::{ExitStatus, Stdio};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use pedelec_common::process;
-use pedelec_common::{Code, env};
+use pedelec_common::{Code, env, process};
+use pedelec_proto::v1::provider_event::Event as Out;
 use serde_json::{Value as Json, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::sync::{mpsc, oneshot, watch};
-use tokio::time::Instant;
+use tokio::io::AsyncReadExt;
+use tokio::sync::{mpsc, oneshot};
 
-use super::cli::read_tail;
-use super::events::{Sink, Stop, error_event, exited, turn_ended};
+use super::events::{Sink, Stop, error_event, exited};
 use super::job::Job;
 use super::lock;
-use super::servers::{self, Server, Servers, parse_version};
+use super::servers::{Fallback, Input, Kind, Listener, Server, ServerChild, Servers, SpawnError};
 use crate::adapters::{LineSplitter, MAX_LINE, codex};
-use crate::availability::{ProgramEnv, run_version};
-use crate::launch::AgentProcs;
-use pedelec_proto::v1::provider_event::Event as Out;
 
 /// The oldest codex whose app-server speaks the protocol this module was
 /// verified against (the pinned 0.171.0); older ones run `codex exec --json`.
 pub const MIN_VERSION: [u64; 3] = [0, 171, 0];
-
-/// At most this many app-servers run at once; an idle one is stopped to make
-/// room, and a turn beyond the bound with none idle runs anyway (a thread is
-/// never refused), so the bound is a target, not a hard cap.
-pub const MAX_RUNNING: usize = 8;
-
-/// How long an idle thread's app-server lives by default.
-pub const IDLE: Duration = Duration::from_secs(10 * 60);
 
 /// Spawn → `initialize` answered. The npm wrapper answers in ~100 ms; this
 /// allows for a cold disk and a loaded machine.
@@ -61,72 +49,26 @@ const INIT_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a thread/start, thread/resume or turn/start answer may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Lines of stdout waiting for the turn; the reader then waits, which holds
-/// the app-server back instead of growing memory.
-const NOTE_BUFFER: usize = 256;
-
 /// The running app-servers, by Pedelec thread, and which codex installs have
-/// one (the per-thread server machinery shared with `opencode serve`).
+/// one.
 pub type AppServers = Servers<Proc>;
 
-/// The registry with its settings from the environment.
+/// The registry: `PEDELEC_CODEX_APP_SERVER=0` turns it off,
+/// `PEDELEC_CODEX_IDLE_MS` sets how long an idle app-server lives.
 pub(super) fn servers() -> AppServers {
-    AppServers::new(
-        "codex app-server",
-        AppServers::idle_from_env(env::CODEX_IDLE_MS, IDLE),
-        MAX_RUNNING,
-    )
-}
-
-/// Whether turns of `program` go through its app-server: not when
-/// `PEDELEC_CODEX_APP_SERVER=0`, nor when `--version` names a codex older
-/// than [`MIN_VERSION`] or none, nor after its app-server failed to start.
-pub(super) async fn usable(servers: &AppServers, program: &Path, programs: &ProgramEnv) -> bool {
-    if std::env::var(env::CODEX_APP_SERVER).is_ok_and(|v| v == "0") {
-        return false;
-    }
-    servers
-        .usable(program, async {
-            match run_version(program, codex::PROGRAM, programs).await {
-                Ok(out) => parse_version(&out).is_some_and(|v| v >= MIN_VERSION),
-                Err(_) => false,
-            }
-        })
-        .await
+    AppServers::new(Kind {
+        what: "codex app-server",
+        program: codex::PROGRAM,
+        min_version: MIN_VERSION,
+        switch: env::CODEX_APP_SERVER,
+        idle_ms: env::CODEX_IDLE_MS,
+    })
 }
 
 impl Server for Proc {
-    fn pid(&self) -> i32 {
-        self.pid
+    fn child(&self) -> &ServerChild {
+        &self.child
     }
-    fn fingerprint(&self) -> &str {
-        &self.fingerprint
-    }
-    fn is_alive(&self) -> bool {
-        Proc::is_alive(self)
-    }
-    fn idle_since(&self) -> Option<Instant> {
-        *lock(&self.idle)
-    }
-    fn set_idle(&self, idle: bool) -> Option<Instant> {
-        let stamp = idle.then(Instant::now);
-        *lock(&self.idle) = stamp;
-        stamp
-    }
-    async fn stop(&self, grace: Duration) {
-        Proc::stop(self, grace).await;
-    }
-}
-
-/// Why a turn could not use the app-server; the caller runs `codex exec`.
-#[derive(Debug)]
-pub struct Fallback(pub String);
-
-enum SpawnError {
-    /// The program has no app-server we can speak to (it exited or refused).
-    NoAppServer(String),
-    /// It could not start this time (timeout, spawn error).
-    Other(String),
 }
 
 /// What the reader hands to the rest: responses to our requests and the
@@ -134,96 +76,40 @@ enum SpawnError {
 #[derive(Default)]
 struct Shared {
     pending: Mutex<HashMap<u64, oneshot::Sender<Result<Json, String>>>>,
-    /// The running turn's notifications; none between turns.
-    listener: Mutex<Option<mpsc::Sender<Json>>>,
+    /// The running turn's notifications.
+    listener: Listener,
 }
 
 /// One running `codex app-server`.
 pub struct Proc {
-    pub pid: i32,
-    fingerprint: String,
-    writer: Mutex<Option<mpsc::UnboundedSender<String>>>,
+    child: ServerChild,
     shared: Arc<Shared>,
     next_id: AtomicU64,
     /// Codex thread ids loaded into this process (thread/start or thread/resume done).
     threads: Mutex<Vec<String>>,
-    /// `None` while a turn runs; else since when it is idle.
-    idle: Mutex<Option<Instant>>,
-    exit: watch::Receiver<Option<ExitStatus>>,
-    stderr: Arc<Mutex<String>>,
-    record: Option<PathBuf>,
-    /// Its process group and cgroup.
-    procs: AgentProcs,
-    stopped: std::sync::atomic::AtomicBool,
 }
 
 impl Proc {
-    async fn spawn(job: &Job, program: &Path, fingerprint: &str) -> Result<Proc, SpawnError> {
-        let (mut cmd, mut procs) = job.agent_command(program, &job.turn.workspace).await;
-        cmd.arg("app-server");
+    async fn spawn(job: &Job, program: &Path) -> Result<Proc, SpawnError> {
+        let mut args = vec!["app-server".to_string()];
         if let Some(cli) = &job.turn.mcp {
             // The same MCP registration an exec turn gets, for the process.
             for setting in codex::mcp_settings(cli) {
-                cmd.arg("-c").arg(setting);
+                args.push("-c".to_string());
+                args.push(setting);
             }
         }
-        cmd.stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = process::spawn(&mut cmd).await.map_err(|e| {
-            SpawnError::Other(format!(
-                "could not start codex app-server in {}: {e}",
-                job.turn.workspace.display()
-            ))
-        })?;
-        let pid = child.id().expect("a just-spawned child has a pid") as i32;
-        procs.started(pid);
-        let record = job.records.as_ref().and_then(|r| r.write(&procs));
-        let mut stdin = child.stdin.take().expect("piped stdin");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let stderr_pipe = child.stderr.take();
-        let stderr = Arc::new(Mutex::new(String::new()));
-        {
-            let stderr = Arc::clone(&stderr);
-            tokio::spawn(async move {
-                let tail = read_tail(stderr_pipe).await;
-                *lock(&stderr) = tail;
-            });
-        }
-        let (exit_tx, exit) = watch::channel(None);
-        tokio::spawn(async move {
-            let status = child
-                .wait()
-                .await
-                .unwrap_or_else(|_| process::failed_status());
-            exit_tx.send_replace(Some(status));
-        });
-        let (writer, mut lines) = mpsc::unbounded_channel::<String>();
-        tokio::spawn(async move {
-            while let Some(line) = lines.recv().await {
-                if stdin.write_all(line.as_bytes()).await.is_err() {
-                    break;
-                }
-            }
-            // Dropping stdin closes it: the app-server exits (and ends its commands).
-        });
+        let (child, stdout) =
+            ServerChild::spawn(job, program, &args, &[], Input::Lines, "codex app-server").await?;
         let shared = Arc::new(Shared::default());
+        // Weak: stopping drops the one strong sender, which must close stdin.
+        tokio::spawn(read_loop(stdout, Arc::clone(&shared), child.stdin_handle()));
         let proc = Proc {
-            pid,
-            fingerprint: fingerprint.to_string(),
-            writer: Mutex::new(Some(writer.clone())),
-            shared: Arc::clone(&shared),
+            child,
+            shared,
             next_id: AtomicU64::new(1),
             threads: Mutex::default(),
-            idle: Mutex::new(None),
-            exit,
-            stderr,
-            record,
-            procs,
-            stopped: Default::default(),
         };
-        // Weak: stopping drops the one strong sender, which must close stdin.
-        tokio::spawn(read_loop(stdout, shared, writer.downgrade()));
         let init = proc.request(
             "initialize",
             json!({
@@ -240,9 +126,10 @@ impl Proc {
             Ok(Ok(_)) => {}
             Ok(Err(e)) => {
                 proc.stop(job.grace).await;
-                return Err(SpawnError::NoAppServer(format!(
+                // The program has no app-server we can speak to (it exited or refused).
+                return Err(SpawnError::Unsupported(format!(
                     "codex app-server did not initialize: {e}{}",
-                    proc.stderr_line()
+                    proc.child.stderr_line()
                 )));
             }
             Err(_) => {
@@ -256,24 +143,10 @@ impl Proc {
         Ok(proc)
     }
 
-    fn is_alive(&self) -> bool {
-        self.exit.borrow().is_none() && !self.stopped.load(Ordering::Acquire)
-    }
-
-    fn stderr_line(&self) -> String {
-        let tail = lock(&self.stderr).clone();
-        match tail.lines().rev().map(str::trim).find(|l| !l.is_empty()) {
-            Some(l) => format!(" (stderr: {l})"),
-            None => String::new(),
-        }
-    }
-
     fn send(&self, message: &Json) -> bool {
         let mut line = message.to_string();
         line.push('\n');
-        lock(&self.writer)
-            .as_ref()
-            .is_some_and(|w| w.send(line).is_ok())
+        self.child.send_line(line)
     }
 
     fn notify(&self, method: &str, params: Json) {
@@ -293,54 +166,6 @@ impl Proc {
         rx.await
             .unwrap_or_else(|_| Err("the app-server exited".into()))
     }
-
-    async fn wait_exit(&self) -> ExitStatus {
-        let mut exit = self.exit.clone();
-        match exit.wait_for(Option::is_some).await {
-            Ok(s) => s.expect("waited for Some"),
-            Err(_) => process::failed_status(),
-        }
-    }
-
-    /// Closes stdin (the app-server exits and ends its commands), then
-    /// SIGTERM, then SIGKILL, and finally whatever is left of its group.
-    async fn stop(&self, grace: Duration) {
-        if self.stopped.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        lock(&self.writer).take();
-        if tokio::time::timeout(grace, self.wait_exit()).await.is_err() {
-            self.procs.terminate();
-            if tokio::time::timeout(grace, self.wait_exit()).await.is_err() {
-                self.procs.kill();
-                self.wait_exit().await;
-            }
-        }
-        // Commands it started and left behind (in its group or its cgroup).
-        // codex holds a thread's writer lock until its process is gone, so
-        // the next app-server of this thread may start only after all has.
-        if !self.procs.end(grace).await {
-            tracing::warn!(
-                pid = self.pid,
-                "codex app-server's processes outlived SIGKILL"
-            );
-        }
-        tracing::info!(pid = self.pid, "codex app-server stopped");
-        if let Some(r) = &self.record {
-            let _ = std::fs::remove_file(r);
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if !self.stopped.load(Ordering::Acquire) {
-            self.procs.kill();
-            if let Some(r) = &self.record {
-                let _ = std::fs::remove_file(r);
-            }
-        }
-    }
 }
 
 /// Reads the app-server's stdout: responses resolve requests, server
@@ -348,7 +173,7 @@ impl Drop for Proc {
 async fn read_loop(
     stdout: tokio::process::ChildStdout,
     shared: Arc<Shared>,
-    writer: mpsc::WeakUnboundedSender<String>,
+    writer: Option<mpsc::WeakUnboundedSender<String>>,
 ) {
     let mut stdout = stdout;
     let mut splitter = LineSplitter::new();
@@ -394,22 +219,17 @@ async fn read_loop(
                 let reply = answer_server_request(method, msg.get("params"), id);
                 let mut line = reply.to_string();
                 line.push('\n');
-                if let Some(w) = writer.upgrade() {
+                if let Some(w) = writer.as_ref().and_then(mpsc::WeakUnboundedSender::upgrade) {
                     let _ = w.send(line);
                 }
             }
-            (Some(_), None) => {
-                let listener = lock(&shared.listener).clone();
-                if let Some(l) = listener {
-                    let _ = l.send(msg).await;
-                }
-            }
+            (Some(_), None) => shared.listener.deliver(msg).await,
             (None, None) => {}
         }
     }
     // EOF: the process is gone; its requests and its turn learn it now.
     lock(&shared.pending).clear();
-    lock(&shared.listener).take();
+    shared.listener.close();
 }
 
 /// Answers a request from the app-server per the thread's policy (full
@@ -453,38 +273,23 @@ pub(super) async fn run_turn(
     program: &Path,
     sink: &mut Sink,
 ) -> Result<(), Fallback> {
-    let fingerprint = job.fingerprint(program);
-    let spawn = async {
-        Proc::spawn(job, program, &fingerprint)
-            .await
-            .map_err(|e| match e {
-                SpawnError::NoAppServer(why) => servers::SpawnError::Unsupported(why),
-                SpawnError::Other(why) => servers::SpawnError::Other(why),
-            })
-    };
     let proc = servers
-        .acquire(job, program, &fingerprint, spawn)
-        .await
-        .map_err(Fallback)?;
-    job.pgid.store(proc.pid, Ordering::Release);
-    tracing::info!(session = %job.session_id, pid = proc.pid, path = "app-server", "codex turn");
-    let (tx, mut notes) = mpsc::channel(NOTE_BUFFER);
-    *lock(&proc.shared.listener) = Some(tx);
-
+        .begin(job, program, Proc::spawn(job, program))
+        .await?;
+    let pid = proc.child.pid;
+    tracing::info!(session = %job.session_id, pid, path = "app-server", "codex turn");
+    let mut notes = proc.shared.listener.listen();
     let outcome = drive(&proc, job, sink, &mut notes).await;
-    lock(&proc.shared.listener).take();
+    proc.shared.listener.close();
     match outcome {
-        Ok(End::Completed) => {
-            let _ = sink.send(turn_ended(Some(0))).await;
-            servers.arm_idle_stop(job.session_id.clone(), &proc, job.grace);
-        }
+        Ok(End::Completed) => servers.completed(job, &proc, sink).await,
         Ok(End::Died) => {
             servers.forget(&job.session_id);
-            let status = proc.wait_exit().await;
+            let status = proc.child.wait_exit().await;
             let message = format!(
                 "codex app-server {}{}",
                 process::ended(status),
-                proc.stderr_line()
+                proc.child.stderr_line()
             );
             if sink
                 .send(error_event(Code::PROVIDER_FAILED, message, None))
@@ -496,23 +301,20 @@ pub(super) async fn run_turn(
             proc.stop(job.grace).await;
         }
         Err((stop, turn_id)) => {
-            // Cancelled or the reader went away: interrupt, so codex records the
-            // turn as aborted, then stop the process: an interrupt leaves the
-            // turn's shell commands running, closing the app-server ends them.
-            servers.forget(&job.session_id);
-            if let Some(turn_id) = turn_id {
-                let thread_id = lock(&proc.threads).last().cloned().unwrap_or_default();
-                let interrupt = proc.request(
-                    "turn/interrupt",
-                    json!({"threadId": thread_id, "turnId": turn_id}),
-                );
-                let _ = tokio::time::timeout(job.grace, interrupt).await;
-            }
-            proc.stop(job.grace).await;
-            tracing::debug!(session = %job.session_id, ?stop, "codex app-server turn stopped");
-            if stop == Stop::Cancelled {
-                sink.send_final(turn_ended(None)).await;
-            }
+            // Interrupt, so codex records the turn as aborted; the interrupt
+            // leaves the turn's shell commands running, stopping the
+            // app-server ends them.
+            let interrupt = async {
+                if let Some(turn_id) = turn_id {
+                    let thread_id = lock(&proc.threads).last().cloned().unwrap_or_default();
+                    let interrupt = proc.request(
+                        "turn/interrupt",
+                        json!({"threadId": thread_id, "turnId": turn_id}),
+                    );
+                    let _ = tokio::time::timeout(job.grace, interrupt).await;
+                }
+            };
+            servers.stopped(job, &proc, stop, sink, interrupt).await;
         }
     }
     Ok(())
@@ -528,7 +330,7 @@ async fn drive(
 ) -> Result<End, (Stop, Option<String>)> {
     let early = |stop| (stop, None);
     sink.send(Out::Started(pedelec_proto::v1::TurnStarted {
-        pid: proc.pid as u32,
+        pid: proc.child.pid as u32,
     }))
     .await
     .map_err(early)?;
@@ -557,7 +359,7 @@ async fn drive(
             .unwrap_or_default()
             .to_string(),
         Ok(Err(message)) => {
-            if !proc.is_alive() || proc.exit.borrow().is_some() {
+            if !proc.child.is_alive() {
                 return Ok(End::Died);
             }
             fail(sink, message).await.map_err(early)?;
@@ -705,21 +507,14 @@ async fn load_thread(
 async fn fail(sink: &mut Sink, message: String) -> Result<(), Stop> {
     let details = serde_json::from_str::<Json>(&message)
         .ok()
-        .filter(Json::is_object)
-        .as_ref()
-        .map(pedelec_common::json::to_value);
-    sink.send(Out::Error(pedelec_proto::v1::PedelecError {
-        code: Code::PROVIDER_FAILED.to_string(),
-        message,
-        details,
-        source: pedelec_proto::v1::ErrorSource::Provider as i32,
-        ..Default::default()
-    }))
-    .await
+        .filter(Json::is_object);
+    sink.send(error_event(Code::PROVIDER_FAILED, message, details))
+        .await
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::servers::parse_version;
     use super::*;
 
     #[test]

@@ -9,11 +9,11 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use pb::provider_event::Event as Out;
-use pedelec_common::process::{self, failed_status};
 use pedelec_common::Code;
+use pedelec_common::process::{self, failed_status};
 use pedelec_proto::v1 as pb;
 use serde_json::{Value as Json, json};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::Child;
 use tokio::time::Instant;
 
@@ -21,13 +21,13 @@ use super::events::{Sink, Stop, error_event, exited, provider_error, refuse};
 use super::job::Job;
 use super::terminate::Group;
 use crate::adapters::{Decoder, Event, MAX_LINE};
-use crate::launch::AgentProcs;
+use crate::launch::{AgentProcs, read_tail};
 
 /// Linux's limit on one argv string (MAX_ARG_STRLEN, 32 pages), NUL included.
 pub const MAX_ARG_BYTES: usize = 32 * 4096;
 
 /// Bytes of stderr kept for a failure's details.
-const STDERR_TAIL: usize = 8 * 1024;
+pub(super) const STDERR_TAIL: usize = 8 * 1024;
 
 const READ_CHUNK: usize = 64 * 1024;
 
@@ -91,7 +91,7 @@ impl Job {
                 let _ = stdin.write_all(prompt.as_bytes()).await;
             });
         }
-        let stderr = tokio::spawn(read_tail(child.stderr.take()));
+        let stderr = tokio::spawn(read_tail(child.stderr.take(), STDERR_TAIL));
         let stdout = child.stdout.take();
 
         let mut run = TurnState {
@@ -323,26 +323,4 @@ async fn read_some(
         Some(s) => s.read(buf).await,
         None => std::future::pending().await,
     }
-}
-
-/// Reads a pipe to its end, keeping its last STDERR_TAIL bytes.
-pub(super) async fn read_tail<R: AsyncRead + Unpin>(reader: Option<R>) -> String {
-    let Some(mut reader) = reader else {
-        return String::new();
-    };
-    let mut tail = Vec::new();
-    let mut chunk = [0u8; 4096];
-    while let Ok(n) = reader.read(&mut chunk).await {
-        if n == 0 {
-            break;
-        }
-        tail.extend_from_slice(&chunk[..n]);
-        if tail.len() > 2 * STDERR_TAIL {
-            tail.drain(..tail.len() - STDERR_TAIL);
-        }
-    }
-    if tail.len() > STDERR_TAIL {
-        tail.drain(..tail.len() - STDERR_TAIL);
-    }
-    String::from_utf8_lossy(&tail).into_owned()
 }

@@ -18,6 +18,7 @@ use super::appserver::{self, AppServers};
 use super::events::{Sink, refuse};
 use super::record::Records;
 use super::serve::{self, OpencodeServers};
+use super::servers::Fallback;
 use crate::adapters::{Provider, TurnSpec};
 use crate::availability::ProgramEnv;
 use crate::catalog;
@@ -122,13 +123,11 @@ impl Job {
             let message = "prompt: contains a NUL byte".to_string();
             return refuse(&mut sink, Code::INVALID_INPUT, message).await;
         }
-        if self.provider == Provider::Codex
-            && appserver::usable(&self.codex, &program, &self.programs).await
-        {
+        if self.provider == Provider::Codex && self.codex.usable(&program, &self.programs).await {
             let servers = Arc::clone(&self.codex);
             match appserver::run_turn(&servers, &self, &program, &mut sink).await {
                 Ok(()) => return,
-                Err(appserver::Fallback(why)) => {
+                Err(Fallback(why)) => {
                     tracing::warn!(session = %self.session_id, "codex app-server unusable, running codex exec: {why}");
                 }
             }
@@ -137,11 +136,11 @@ impl Job {
             tracing::info!(session = %self.session_id, path = "exec", "codex turn");
         }
         if self.provider == Provider::Opencode {
-            if serve::usable(&self.opencode, &program, &self.programs).await {
+            if self.opencode.usable(&program, &self.programs).await {
                 let servers = Arc::clone(&self.opencode);
                 match serve::run_turn(&servers, &self, &program, &mut sink).await {
                     Ok(()) => return,
-                    Err(serve::Fallback(why)) => {
+                    Err(Fallback(why)) => {
                         tracing::warn!(session = %self.session_id, "opencode serve unusable, running opencode run: {why}");
                     }
                 }

@@ -41,11 +41,12 @@ mod serve;
 mod servers;
 mod terminate;
 
-pub use appserver::{AppServers, MAX_RUNNING, MIN_VERSION};
+pub use appserver::{AppServers, MIN_VERSION};
 pub use cli::MAX_ARG_BYTES;
 pub use orphans::reap_orphans;
 pub use record::TURN_RECORDS;
 pub use serve::OpencodeServers;
+pub use servers::MAX_RUNNING;
 
 /// How long a process group has between SIGTERM and SIGKILL.
 pub const GRACE: Duration = Duration::from_secs(2);

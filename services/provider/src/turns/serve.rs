@@ -2,13 +2,14 @@
 //! server-sent events; verified against the pinned opencode 1.18.33, see
 //! docs/decisions.md).
 //!
-//! One server per Pedelec thread while the thread is active (the shared
-//! machinery in [`super::servers`]): it starts with the thread's first turn
-//! on port 0 (the port is read from the line it prints), later turns reuse
-//! it, and it stops when the thread idles, ends or is cancelled. Every
-//! server gets a random `OPENCODE_SERVER_PASSWORD`, so no other local user
-//! can drive it. A new server continues the provider session: opencode keeps
-//! sessions in its own database, so a prompt to the session id is enough.
+//! One server per Pedelec thread while the thread is active (the per-thread
+//! machinery shared with codex's app-server is [`super::servers`]): it
+//! starts with the thread's first turn on port 0 (the port is read from the
+//! line it prints), later turns reuse it, and it stops when the thread
+//! idles, ends or is cancelled. Every server gets a random
+//! `OPENCODE_SERVER_PASSWORD`, so no other local user can drive it. A new
+//! server continues the provider session: opencode keeps sessions in its own
+//! database, so a prompt to the session id is enough.
 //!
 //! A turn: `POST /session` (first turn) or the stored session id, then
 //! `POST /session/:id/prompt_async`; the `GET /event` stream then carries
@@ -23,37 +24,27 @@
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 use pedelec_common::{Code, env};
+use pedelec_proto::v1::provider_event::Event as Out;
 use serde_json::{Value as Json, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::mpsc;
-use tokio::time::Instant;
 
 use super::events::{Sink, Stop, error_event, turn_ended};
 use super::job::Job;
-use super::lock;
-use super::servers::{Server, ServerChild, Servers, SpawnError, parse_version};
+use super::servers::{Fallback, Input, Kind, Listener, Server, ServerChild, Servers, SpawnError};
 use crate::adapters::{Event, LineSplitter, MAX_LINE, opencode};
-use crate::availability::{ProgramEnv, run_version};
-use pedelec_proto::v1::provider_event::Event as Out;
 
 /// The oldest opencode whose server this module was verified against (the
 /// pinned 1.18.33; 1.14.46–1.14.48 had an `/event` stream that closed at
 /// once); older ones run `opencode run --format json`.
 pub const MIN_VERSION: [u64; 3] = [1, 18, 33];
-
-/// At most this many servers run at once (a target, as for codex).
-pub const MAX_RUNNING: usize = 8;
-
-/// How long an idle thread's server lives by default.
-pub const IDLE: Duration = Duration::from_secs(10 * 60);
 
 /// Spawn → "listening" line and a connected event stream. opencode takes
 /// 1–3 s to start on an idle machine and was seen taking 11 s while two
@@ -64,72 +55,47 @@ const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// runs behind `prompt_async`).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Events waiting for the turn; the reader then waits, which holds the
-/// event stream back instead of growing memory.
-const NOTE_BUFFER: usize = 256;
-
 /// Basic-auth user name opencode expects when none is configured.
 const USER: &str = "opencode";
 
 pub type OpencodeServers = Servers<Proc>;
 
-/// The registry with its settings from the environment.
+/// The registry: `PEDELEC_OPENCODE_SERVE=0` turns it off,
+/// `PEDELEC_OPENCODE_IDLE_MS` sets how long an idle server lives.
 pub fn servers() -> OpencodeServers {
-    let idle = OpencodeServers::idle_from_env(env::OPENCODE_IDLE_MS, IDLE);
-    OpencodeServers::new("opencode serve", idle, MAX_RUNNING)
-}
-
-/// Whether opencode turns of `program` go through its server: not when
-/// `PEDELEC_OPENCODE_SERVE=0`, nor for an opencode older than [`MIN_VERSION`].
-pub async fn usable(servers: &OpencodeServers, program: &Path, programs: &ProgramEnv) -> bool {
-    if std::env::var(env::OPENCODE_SERVE).is_ok_and(|v| v == "0") {
-        return false;
-    }
-    servers
-        .usable(program, async {
-            match run_version(program, opencode::PROGRAM, programs).await {
-                Ok(out) => parse_version(&out).is_some_and(|v| v >= MIN_VERSION),
-                Err(_) => false,
-            }
-        })
-        .await
+    OpencodeServers::new(Kind {
+        what: "opencode serve",
+        program: opencode::PROGRAM,
+        min_version: MIN_VERSION,
+        switch: env::OPENCODE_SERVE,
+        idle_ms: env::OPENCODE_IDLE_MS,
+    })
 }
 
 /// One running `opencode serve`.
 pub struct Proc {
     child: ServerChild,
-    fingerprint: String,
     api: Api,
-    /// The running turn's events; none between turns.
-    listener: Arc<Mutex<Option<mpsc::Sender<Json>>>>,
+    /// The running turn's events.
+    listener: Arc<Listener>,
     reader: tokio::task::JoinHandle<()>,
 }
 
 impl Server for Proc {
-    fn pid(&self) -> i32 {
-        self.child.pid
-    }
-    fn fingerprint(&self) -> &str {
-        &self.fingerprint
+    fn child(&self) -> &ServerChild {
+        &self.child
     }
     fn is_alive(&self) -> bool {
         self.child.is_alive() && !self.reader.is_finished()
     }
-    fn idle_since(&self) -> Option<Instant> {
-        self.child.idle_since()
-    }
-    fn set_idle(&self, idle: bool) -> Option<Instant> {
-        self.child.set_idle(idle)
-    }
     async fn stop(&self, grace: Duration) {
         self.reader.abort();
         self.child.stop(grace).await;
-        tracing::info!(pid = self.child.pid, "opencode serve stopped");
     }
 }
 
 impl Proc {
-    async fn spawn(job: &Job, program: &Path, fingerprint: &str) -> Result<Proc, SpawnError> {
+    async fn spawn(job: &Job, program: &Path) -> Result<Proc, SpawnError> {
         let password = pedelec_common::ids::new_secret();
         let args = ["serve", "--hostname", "127.0.0.1", "--port", "0"];
         // The user's OPENCODE_SERVER_USERNAME, if any, is replaced by the
@@ -142,14 +108,8 @@ impl Proc {
             // The same MCP registration a `run` turn gets, for the process.
             env.push(("OPENCODE_CONFIG_CONTENT", opencode::mcp_config(cli)));
         }
-        let (child, stdout) = ServerChild::spawn(job, program, &args, &env, "opencode serve")
-            .await
-            .map_err(|e| {
-                SpawnError::Other(format!(
-                    "could not start opencode serve in {}: {e}",
-                    job.turn.workspace.display()
-                ))
-            })?;
+        let (child, stdout) =
+            ServerChild::spawn(job, program, &args, &env, Input::None, "opencode serve").await?;
         let started = tokio::time::timeout(START_TIMEOUT, listening(stdout)).await;
         let addr = match started {
             Ok(Some(addr)) => addr,
@@ -173,7 +133,7 @@ impl Proc {
             addr,
             auth: format!("Basic {}", base64(format!("{USER}:{password}").as_bytes())),
         };
-        let listener: Arc<Mutex<Option<mpsc::Sender<Json>>>> = Arc::default();
+        let listener = Arc::new(Listener::default());
         let (connected_tx, connected) = tokio::sync::oneshot::channel();
         let reader = tokio::spawn(read_events(
             api.clone(),
@@ -182,7 +142,6 @@ impl Proc {
         ));
         let proc = Proc {
             child,
-            fingerprint: fingerprint.to_string(),
             api,
             listener,
             reader,
@@ -350,7 +309,7 @@ impl Api {
 /// included), so nothing waits for a person. Returns when the stream ends.
 async fn read_events(
     api: Api,
-    listener: Arc<Mutex<Option<mpsc::Sender<Json>>>>,
+    listener: Arc<Listener>,
     connected: tokio::sync::oneshot::Sender<()>,
 ) {
     let mut connected = Some(connected);
@@ -412,14 +371,11 @@ async fn read_events(
                 "question.asked" => answer(&api, &event, "question", Json::Null),
                 _ => {}
             }
-            let to = lock(&listener).clone();
-            if let Some(to) = to {
-                let _ = to.send(event).await;
-            }
+            listener.deliver(event).await;
         }
     }
     // The stream ended (the process is going or gone): the turn learns it now.
-    lock(&listener).take();
+    listener.close();
 }
 
 /// Grants a permission request once, or rejects a question, off the reader.
@@ -440,10 +396,6 @@ fn answer(api: &Api, event: &Json, what: &'static str, reply: Json) {
     });
 }
 
-/// Why a turn could not use the server; the caller runs `opencode run`.
-#[derive(Debug)]
-pub struct Fallback(pub String);
-
 /// A turn's end as seen by [`run_turn`].
 enum End {
     /// session.idle arrived (a failure was reported already).
@@ -460,24 +412,16 @@ pub(super) async fn run_turn(
     program: &Path,
     sink: &mut Sink,
 ) -> Result<(), Fallback> {
-    let fingerprint = job.fingerprint(program);
-    let spawn = Proc::spawn(job, program, &fingerprint);
     let proc = servers
-        .acquire(job, program, &fingerprint, spawn)
-        .await
-        .map_err(Fallback)?;
-    job.pgid.store(proc.pid(), Ordering::Release);
-    tracing::info!(session = %job.session_id, pid = proc.pid(), path = "serve", "opencode turn");
-    let (tx, mut notes) = mpsc::channel(NOTE_BUFFER);
-    *lock(&proc.listener) = Some(tx);
+        .begin(job, program, Proc::spawn(job, program))
+        .await?;
+    tracing::info!(session = %job.session_id, pid = proc.child.pid, path = "serve", "opencode turn");
+    let mut notes = proc.listener.listen();
     let mut session = None;
     let outcome = drive(&proc, job, sink, &mut notes, &mut session).await;
-    lock(&proc.listener).take();
+    proc.listener.close();
     match outcome {
-        Ok(End::Completed) => {
-            let _ = sink.send(turn_ended(Some(0))).await;
-            servers.arm_idle_stop(job.session_id.clone(), &proc, job.grace);
-        }
+        Ok(End::Completed) => servers.completed(job, &proc, sink).await,
         Ok(End::Died) => {
             servers.forget(&job.session_id);
             let how = if proc.child.has_exited() {
@@ -496,18 +440,15 @@ pub(super) async fn run_turn(
             }
         }
         Err(stop) => {
-            // Cancelled or the reader went away: abort, so opencode records the
-            // turn as aborted, then stop the server and what it started.
-            servers.forget(&job.session_id);
-            if let Some(id) = &session {
-                let path = format!("/session/{id}/abort");
-                let _ = tokio::time::timeout(job.grace, proc.api.ok("POST", &path, None)).await;
-            }
-            proc.stop(job.grace).await;
-            tracing::debug!(session = %job.session_id, ?stop, "opencode serve turn stopped");
-            if stop == Stop::Cancelled {
-                sink.send_final(turn_ended(None)).await;
-            }
+            // Abort, so opencode records the turn as aborted; stopping the
+            // server then ends what it started.
+            let abort = async {
+                if let Some(id) = &session {
+                    let path = format!("/session/{id}/abort");
+                    let _ = tokio::time::timeout(job.grace, proc.api.ok("POST", &path, None)).await;
+                }
+            };
+            servers.stopped(job, &proc, stop, sink, abort).await;
         }
     }
     Ok(())
@@ -524,7 +465,7 @@ async fn drive(
     session: &mut Option<String>,
 ) -> Result<End, Stop> {
     sink.send(Out::Started(pedelec_proto::v1::TurnStarted {
-        pid: proc.pid() as u32,
+        pid: proc.child.pid as u32,
     }))
     .await?;
     let id = match &job.turn.resume_id {
