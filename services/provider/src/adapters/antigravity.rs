@@ -2,14 +2,14 @@
 //!
 //! Output (documented format, no captured run; see `testdata/README.md`): lines are keyed by
 //! `event`. `init` carries `conversation_id` (also repeated inside later payloads, which serves
-//! as a fallback); the chat is `result.response` only, per DESIGN.md §8: the `text_delta`s of
-//! `step_update`s are ignored so the text is never doubled. `result.status: "ERROR"` (or a
-//! non-empty `result.error`) is the turn's error with agy's own `result.error` text. agy's
-//! `result.usage` is not reported (DESIGN.md lists no usage for antigravity).
+//! as a fallback); the chat is `result.response` only: agy documents no partial output, so the
+//! `text_delta`s of `step_update`s are ignored and the text is never doubled (docs/decisions.md,
+//! "Provider adapters"). `result.status: "ERROR"` (or a non-empty `result.error`) is the turn's
+//! error with agy's own `result.error` text. agy's `result.usage` is not reported.
 
 use serde_json::Value;
 
-use super::{CommandLine, Event, LineParser, SessionOnce, TurnSpec, json_object, str_at};
+use super::{CommandLine, Event, LineParser, SessionOnce, TurnSpec, str_at};
 
 pub const PROGRAM: &str = "agy";
 
@@ -38,18 +38,13 @@ pub struct Parser {
 }
 
 impl LineParser for Parser {
-    fn parse_line(&mut self, line: &str) -> Vec<Event> {
-        let mut out = Vec::new();
-        let Some(obj) = json_object(line) else {
-            return out;
-        };
-        let v = Value::Object(obj);
-        let event = str_at(&v, "event").unwrap_or_default();
+    fn parse_object(&mut self, v: &Value, out: &mut Vec<Event>) {
+        let event = str_at(v, "event").unwrap_or_default();
         let payload = v.get(event).unwrap_or(&Value::Null);
-        let id = str_at(&v, "conversation_id").or_else(|| str_at(payload, "conversation_id"));
-        self.session.offer(id, &mut out);
+        let id = str_at(v, "conversation_id").or_else(|| str_at(payload, "conversation_id"));
+        self.session.offer(id, out);
         if event != "result" || self.done {
-            return out;
+            return;
         }
         self.done = true;
         let error = str_at(payload, "error").filter(|e| !e.is_empty());
@@ -67,7 +62,6 @@ impl LineParser for Parser {
         } else if let Some(text) = response {
             out.push(Event::Chat(text.to_owned()));
         }
-        out
     }
 }
 

@@ -4,7 +4,7 @@
 //! `assistant` messages (tool use and thinking blocks are not chat, and neither are messages of
 //! sub-agents, which carry a `parent_tool_use_id`). When partial messages are on, `stream_event`
 //! `text_delta`s arrive first as chat deltas; the completed `assistant` message is still the chat
-//! (the seeds: `onChat` gets each completed message, deltas are a best-effort extra).
+//! (the SDK's `onChat` gets each completed message, deltas are a best-effort extra).
 //!
 //! A failed API call shows up as a *synthetic* assistant message (`model: "<synthetic>"`, a
 //! top-level `error` field) holding "API Error: …", then `result` with `is_error: true`. That text
@@ -18,9 +18,7 @@
 
 use serde_json::{Value, json};
 
-use super::{
-    CommandLine, Event, LineParser, SessionOnce, TurnSpec, json_object, str_at, text_blocks, u64_at,
-};
+use super::{CommandLine, Event, LineParser, SessionOnce, TurnSpec, str_at, text_blocks, u64_at};
 
 pub const PROGRAM: &str = "claude";
 
@@ -172,26 +170,20 @@ impl Parser {
 }
 
 impl LineParser for Parser {
-    fn parse_line(&mut self, line: &str) -> Vec<Event> {
-        let mut out = Vec::new();
-        let Some(obj) = json_object(line) else {
-            return out;
-        };
-        let v = Value::Object(obj);
-        match str_at(&v, "type").unwrap_or_default() {
-            "system" if str_at(&v, "subtype") == Some("init") => {
-                self.session.offer(str_at(&v, "session_id"), &mut out)
+    fn parse_object(&mut self, v: &Value, out: &mut Vec<Event>) {
+        match str_at(v, "type").unwrap_or_default() {
+            "system" if str_at(v, "subtype") == Some("init") => {
+                self.session.offer(str_at(v, "session_id"), out)
             }
-            "stream_event" if top_level(&v) => {
+            "stream_event" if top_level(v) => {
                 if let Some(event) = v.get("event") {
-                    self.stream_event(event, &mut out);
+                    self.stream_event(event, out);
                 }
             }
-            "assistant" if top_level(&v) => self.assistant(&v, &mut out),
-            "result" => self.result(&v, &mut out),
+            "assistant" if top_level(v) => self.assistant(v, out),
+            "result" => self.result(v, out),
             _ => {}
         }
-        out
     }
 
     fn finish(&mut self) -> Vec<Event> {

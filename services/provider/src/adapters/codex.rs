@@ -9,15 +9,15 @@
 
 use serde_json::Value;
 
-use super::{CommandLine, Event, LineParser, SessionOnce, TurnSpec, json_object, str_at, u64_at};
+use super::{CommandLine, Event, LineParser, SessionOnce, TurnSpec, str_at, u64_at};
 
 pub const PROGRAM: &str = "codex";
 
 /// `codex exec … -`, prompt on stdin.
 ///
 /// On resume, `--cd` and `--sandbox` belong to `exec` and are not accepted after `resume`, so
-/// every exec option (and `-c`, a global) goes before `resume ID`; `-m` follows the id as in
-/// DESIGN.md §8 (codex marks it global, so either place parses).
+/// every exec option (and `-c`, a global) goes before `resume ID`; `-m` follows the id (codex
+/// marks it global, so either place parses).
 pub fn command(turn: &TurnSpec) -> CommandLine {
     let mut cmd = CommandLine::new(PROGRAM, turn);
     cmd.arg("exec")
@@ -101,14 +101,9 @@ fn error_event(message: String) -> Event {
 }
 
 impl LineParser for Parser {
-    fn parse_line(&mut self, line: &str) -> Vec<Event> {
-        let mut out = Vec::new();
-        let Some(obj) = json_object(line) else {
-            return out;
-        };
-        let v = Value::Object(obj);
-        match str_at(&v, "type").unwrap_or_default() {
-            "thread.started" => self.session.offer(str_at(&v, "thread_id"), &mut out),
+    fn parse_object(&mut self, v: &Value, out: &mut Vec<Event>) {
+        match str_at(v, "type").unwrap_or_default() {
+            "thread.started" => self.session.offer(str_at(v, "thread_id"), out),
             "item.completed" => {
                 let item = v.get("item").unwrap_or(&Value::Null);
                 if str_at(item, "type") == Some("agent_message")
@@ -131,7 +126,7 @@ impl LineParser for Parser {
                 }
             }
             "error" => {
-                let message = str_at(&v, "message").unwrap_or_default();
+                let message = str_at(v, "message").unwrap_or_default();
                 if !message.starts_with("Reconnecting") && !self.failed {
                     self.pending_error = Some(message.to_owned());
                 }
@@ -153,7 +148,6 @@ impl LineParser for Parser {
             }
             _ => {}
         }
-        out
     }
 
     fn finish(&mut self) -> Vec<Event> {

@@ -13,9 +13,7 @@
 
 use serde_json::Value;
 
-use super::{
-    CommandLine, Event, LineParser, SessionOnce, TurnSpec, json_object, str_at, text_blocks,
-};
+use super::{CommandLine, Event, LineParser, SessionOnce, TurnSpec, str_at, text_blocks};
 
 pub const PROGRAM: &str = "cursor-agent";
 
@@ -46,14 +44,9 @@ pub struct Parser {
 }
 
 impl LineParser for Parser {
-    fn parse_line(&mut self, line: &str) -> Vec<Event> {
-        let mut out = Vec::new();
-        let Some(obj) = json_object(line) else {
-            return out;
-        };
-        let v = Value::Object(obj);
-        self.session.offer(str_at(&v, "session_id"), &mut out);
-        match str_at(&v, "type").unwrap_or_default() {
+    fn parse_object(&mut self, v: &Value, out: &mut Vec<Event>) {
+        self.session.offer(str_at(v, "session_id"), out);
+        match str_at(v, "type").unwrap_or_default() {
             "assistant" if v.get("model_call_id").is_some() => {}
             "assistant" => {
                 let content = v.get("message").and_then(|m| m.get("content"));
@@ -68,7 +61,7 @@ impl LineParser for Parser {
                 if !self.failed && v.get("is_error").and_then(Value::as_bool) == Some(true) =>
             {
                 self.failed = true;
-                let message = str_at(&v, "result")
+                let message = str_at(v, "result")
                     .filter(|m| !m.is_empty())
                     .unwrap_or("cursor-agent failed")
                     .to_owned();
@@ -80,7 +73,6 @@ impl LineParser for Parser {
             }
             _ => {}
         }
-        out
     }
 }
 

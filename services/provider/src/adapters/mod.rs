@@ -1,8 +1,10 @@
-//! Pure, in-process half of the provider adapters (DESIGN.md §8).
+//! Pure, in-process half of the provider adapters.
 //!
 //! For each provider this module builds the command line of one turn ([`CommandLine`]) and turns
-//! the CLI's stdout, a stream of JSON lines, into [`Event`]s. Nothing here spawns processes or
-//! does I/O, so every rule can be tested against the captured transcripts in
+//! the CLI's stdout, a stream of JSON lines, into [`Event`]s. Cutting the stream into lines
+//! ([`LineSplitter`]) and decoding each line as a JSON object ([`LineParser::parse_line`]) happen
+//! here, once; each provider's module only says what its objects mean. Nothing here spawns
+//! processes or does I/O, so every rule can be tested against the captured transcripts in
 //! `tests/fixtures/provider-transcripts/`.
 //!
 //! Driving a turn, in short:
@@ -140,16 +142,29 @@ impl CommandLine {
     }
 }
 
-/// Turns one provider's stdout lines into events.
+/// Turns one provider's stdout lines into events. What every provider's
+/// output shares is decoded here, once: a line reaches
+/// [`LineParser::parse_object`] only when it is a JSON object; blank lines,
+/// log lines and any other JSON are skipped.
 pub trait LineParser: Send {
-    /// Parses one line (without its newline). Never panics; lines that are not JSON or not
-    /// understood yield nothing.
-    fn parse_line(&mut self, line: &str) -> Vec<Event>;
+    /// One line of output, decoded; pushes what it means onto `out`. Never
+    /// panics; what it does not understand yields nothing.
+    fn parse_object(&mut self, line: &serde_json::Value, out: &mut Vec<Event>);
 
     /// Called at end of stream: emits anything held back while waiting for a later line
     /// (for example an error that a final failure line would have confirmed).
     fn finish(&mut self) -> Vec<Event> {
         Vec::new()
+    }
+
+    /// Parses one line (without its newline). Never panics; lines that are not JSON objects or
+    /// not understood yield nothing.
+    fn parse_line(&mut self, line: &str) -> Vec<Event> {
+        let mut out = Vec::new();
+        if let Some(object) = json_object(line) {
+            self.parse_object(&object, &mut out);
+        }
+        out
     }
 }
 
@@ -340,15 +355,14 @@ impl Decoder {
 }
 
 /// Parses a line as a JSON object; anything else is not provider output we understand.
-fn json_object(line: &str) -> Option<serde_json::Map<String, serde_json::Value>> {
+pub(crate) fn json_object(line: &str) -> Option<serde_json::Value> {
     let line = line.trim();
     if !line.starts_with('{') {
         return None;
     }
-    match serde_json::from_str(line) {
-        Ok(serde_json::Value::Object(map)) => Some(map),
-        _ => None,
-    }
+    serde_json::from_str(line)
+        .ok()
+        .filter(serde_json::Value::is_object)
 }
 
 /// `v[key]` as a string, if it is one.

@@ -39,7 +39,7 @@
 use pedelec_common::Code;
 use serde_json::Value;
 
-use super::{CommandLine, Event, LineParser, SessionOnce, TurnSpec, json_object, str_at, u64_at};
+use super::{CommandLine, Event, LineParser, SessionOnce, TurnSpec, str_at, u64_at};
 
 pub const PROGRAM: &str = "pedelec-agent";
 
@@ -81,15 +81,10 @@ pub struct Parser {
 }
 
 impl LineParser for Parser {
-    fn parse_line(&mut self, line: &str) -> Vec<Event> {
-        let mut out = Vec::new();
-        let Some(obj) = json_object(line) else {
-            return out;
-        };
-        let v = Value::Object(obj);
-        let text = str_at(&v, "text").filter(|t| !t.is_empty());
-        match str_at(&v, "type").unwrap_or_default() {
-            "session" => self.session.offer(str_at(&v, "id"), &mut out),
+    fn parse_object(&mut self, v: &Value, out: &mut Vec<Event>) {
+        let text = str_at(v, "text").filter(|t| !t.is_empty());
+        match str_at(v, "type").unwrap_or_default() {
+            "session" => self.session.offer(str_at(v, "id"), out),
             "chat_delta" => {
                 if let Some(text) = text {
                     out.push(Event::ChatDelta(text.to_owned()));
@@ -97,19 +92,19 @@ impl LineParser for Parser {
             }
             "chat" => out.extend(text.map(|t| Event::Chat(t.to_owned()))),
             "usage" => {
-                let (input, output) = (u64_at(&v, "input"), u64_at(&v, "output"));
+                let (input, output) = (u64_at(v, "input"), u64_at(v, "output"));
                 if input > 0 || output > 0 {
                     out.push(Event::usage(input, output, false));
                 }
             }
             "error" if !self.failed => {
                 self.failed = true;
-                let message = str_at(&v, "message")
+                let message = str_at(v, "message")
                     .filter(|m| !m.is_empty())
                     .unwrap_or("pedelec-agent failed")
                     .to_owned();
                 let details = v.get("details").filter(|d| !d.is_null()).cloned();
-                let code = Some(agent_code(str_at(&v, "code")));
+                let code = Some(agent_code(str_at(v, "code")));
                 out.push(Event::Error {
                     message,
                     details,
@@ -118,7 +113,6 @@ impl LineParser for Parser {
             }
             _ => {}
         }
-        out
     }
 }
 

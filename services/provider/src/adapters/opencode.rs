@@ -9,15 +9,15 @@
 
 use serde_json::Value;
 
-use super::{CommandLine, Event, LineParser, SessionOnce, TurnSpec, json_object, str_at, u64_at};
+use super::{CommandLine, Event, LineParser, SessionOnce, TurnSpec, str_at, u64_at};
 
 pub const PROGRAM: &str = "opencode";
 
 /// `opencode run …`, prompt on stdin.
 ///
-/// DESIGN.md §8 ends this command with `-`, but `opencode run` has no stdin marker: it joins
-/// its positional message words and then appends piped stdin after a newline, so a `-` would
-/// reach the model as a stray first line. With no positional message the prompt is stdin alone.
+/// No `-` at the end, unlike codex: `opencode run` has no stdin marker: it joins its positional
+/// message words and then appends piped stdin after a newline, so a `-` would reach the model as
+/// a stray first line. With no positional message the prompt is stdin alone.
 pub fn command(turn: &TurnSpec) -> CommandLine {
     let mut cmd = CommandLine::new(PROGRAM, turn);
     cmd.arg("run")
@@ -93,15 +93,10 @@ pub struct Parser {
 }
 
 impl LineParser for Parser {
-    fn parse_line(&mut self, line: &str) -> Vec<Event> {
-        let mut out = Vec::new();
-        let Some(obj) = json_object(line) else {
-            return out;
-        };
-        let v = Value::Object(obj);
-        self.session.offer(str_at(&v, "sessionID"), &mut out);
+    fn parse_object(&mut self, v: &Value, out: &mut Vec<Event>) {
+        self.session.offer(str_at(v, "sessionID"), out);
         let part = v.get("part").unwrap_or(&Value::Null);
-        match str_at(&v, "type").unwrap_or_default() {
+        match str_at(v, "type").unwrap_or_default() {
             "text" => {
                 if let Some(text) = str_at(part, "text").filter(|t| !t.is_empty()) {
                     out.push(Event::Chat(text.to_owned()));
@@ -122,7 +117,6 @@ impl LineParser for Parser {
             }
             _ => {}
         }
-        out
     }
 }
 

@@ -36,7 +36,7 @@ use super::events::{Sink, Stop, error_event, exited};
 use super::job::Job;
 use super::lock;
 use super::servers::{Fallback, Input, Kind, Listener, Server, ServerChild, Servers, SpawnError};
-use crate::adapters::{LineSplitter, MAX_LINE, codex};
+use crate::adapters::{LineSplitter, MAX_LINE, codex, json_object};
 
 /// The oldest codex whose app-server speaks the protocol this module was
 /// verified against (the pinned 0.171.0); older ones run `codex exec --json`.
@@ -194,7 +194,7 @@ async fn read_loop(
             );
             continue;
         };
-        let Ok(msg) = serde_json::from_str::<Json>(&line) else {
+        let Some(msg) = json_object(&line) else {
             continue;
         };
         let method = msg.get("method").and_then(Json::as_str);
