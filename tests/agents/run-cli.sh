@@ -43,24 +43,10 @@ case "$cli" in
 codex)
   export CODEX_HOME="$AGENT_HOME/.codex"
   mkdir -p "$CODEX_HOME"
-  cat >"$CODEX_HOME/config.toml" <<EOF
-model = "${MODEL:-gpt-5.5}"
-model_provider = "mock"
-
-[model_providers.mock]
-name = "mock"
-base_url = "http://127.0.0.1:${MOCK_PORT}/v1"
-wire_api = "responses"
-request_max_retries = 0
-stream_max_retries = 0
-
-[analytics]
-enabled = false
-
-[features]
-plugins = false
-apps = false
-EOF
+  # The one copy of codex's mock config, pointed at the mock (and MODEL).
+  sed -e "s|MOCK_BASE_URL|http://127.0.0.1:${MOCK_PORT}/v1|" \
+    -e "s|^model = .*|model = \"${MODEL:-gpt-5.5}\"|" \
+    "$here/codex-mock-config.toml" >"$CODEX_HOME/config.toml"
   exec "$bin/codex" exec --cd "$WORKDIR" --sandbox danger-full-access --skip-git-repo-check --json "$@" -
   ;;
 claude)

@@ -8,6 +8,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
+# The pinned agent CLIs (the provider rows) and bubblewrap (turn_start).
+tests/setup.sh
 ./build-release.sh
 
 mkdir -p target/bench
