@@ -19,11 +19,8 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 use crate::Config;
 use crate::env::PATIENCE;
+use crate::measure::us;
 use crate::report::Row;
-
-fn us(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e6
-}
 
 /// N one-token chunks, each its own write, then `done` (as Ollama streams).
 fn stream(n: usize) -> Reply {

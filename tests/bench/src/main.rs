@@ -6,13 +6,24 @@
 //! socket echo), chosen by argv, so the harness needs nothing but itself.
 
 mod agent;
-mod bench;
+mod autostart;
+mod deltas;
 mod env;
+mod floors;
 mod helpers;
 mod host;
+mod journal;
+mod lifecycle;
+mod main_phase;
+mod measure;
+mod memory;
 mod provider;
 mod report;
+mod run;
+mod sessions;
+mod tool_calls;
 mod turn;
+mod up;
 
 use std::path::PathBuf;
 
@@ -109,7 +120,7 @@ fn main() {
         .expect("tokio runtime");
     let code = rt.block_on(async {
         tokio::select! {
-            code = bench::run(&cfg) => code,
+            code = run::run(&cfg) => code,
             _ = terminated() => {
                 eprintln!("interrupted");
                 130

@@ -167,7 +167,7 @@ struct Turn {
 }
 
 async fn turn(
-    sessions: &mut crate::bench::Sessions,
+    sessions: &mut crate::sessions::Sessions,
     events: &mut pedelec_tests::Events,
     mock: &Mock,
     cli: Cli,
@@ -272,7 +272,7 @@ pub async fn provider_phase(cfg: &Config) -> Result<Vec<Row>, String> {
         let channel = pedelec_common::uds::connect(&env.socket(ServiceName::Session))
             .await
             .map_err(|e| e.to_string())?;
-        let mut sessions = crate::bench::Sessions::new(channel);
+        let mut sessions = crate::sessions::Sessions::new(channel);
         let codex = threads(cfg, &env, &mut sessions, &mock, Cli::Codex).await?;
         let opencode = threads(cfg, &env, &mut sessions, &mock, Cli::Opencode).await?;
         let claude = threads(cfg, &env, &mut sessions, &mock, Cli::Claude).await?;
@@ -430,7 +430,7 @@ struct Threads {
 async fn threads(
     cfg: &Config,
     env: &BenchEnv,
-    sessions: &mut crate::bench::Sessions,
+    sessions: &mut crate::sessions::Sessions,
     mock: &Mock,
     cli: Cli,
 ) -> Result<Threads, String> {

@@ -13,9 +13,10 @@ use pedelec_common::process::confine::{self, Verdict};
 use pedelec_proto::v1 as pb;
 
 use crate::Config;
-use crate::bench::{Sessions, attach_request, stub_agent_settings, us};
 use crate::env::{BenchEnv, ORIGIN, PATIENCE, stop};
+use crate::measure::us;
 use crate::report::Row;
+use crate::sessions::{Sessions, attach_request, stub_agent_settings};
 
 pub async fn turn_start_phase(cfg: &Config) -> Result<Vec<Row>, String> {
     let bwrap = match confine::probe(std::env::var_os("PATH").as_deref()) {

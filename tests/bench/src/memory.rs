@@ -1,0 +1,82 @@
+//! Memory of the launcher, the four services and the native host: VmRSS and
+//! PSS summed, idle, loaded and after a burst.
+
+use crate::env::{BenchEnv, memory_kib};
+use crate::report::{Row, Target};
+
+/// (process name, VmRSS KiB, PSS KiB if readable).
+pub(crate) type MemSample = (String, u64, Option<u64>);
+
+pub(crate) struct Procs {
+    pub(crate) list: Vec<(String, u32)>,
+}
+
+impl Procs {
+    pub(crate) async fn of(env: &BenchEnv, launcher: u32, host: u32) -> Result<Procs, String> {
+        let status = env.status().await?;
+        let mut list = vec![("pedelecd".to_string(), launcher)];
+        list.extend(status.services.iter().map(|s| (s.name.clone(), s.pid)));
+        list.push(("pedelec-native-host".into(), host));
+        Ok(Procs { list })
+    }
+
+    pub(crate) fn sample(&self) -> Vec<MemSample> {
+        self.list
+            .iter()
+            .map(|(n, p)| {
+                let (rss, pss) = memory_kib(*p);
+                (n.clone(), rss, pss)
+            })
+            .collect()
+    }
+}
+
+pub(crate) fn memory_rows(kind: &'static str, sample: &[MemSample], n: usize) -> Vec<Row> {
+    let (rss_id, pss_id) = match kind {
+        "idle" => ("rss.idle", "pss.idle"),
+        "after burst" => ("rss.after_burst", "pss.after_burst"),
+        _ => ("rss.loaded", "pss.loaded"),
+    };
+    let rss: u64 = sample.iter().map(|s| s.1).sum();
+    let detail =
+        |f: &dyn Fn(&MemSample) -> String| sample.iter().map(f).collect::<Vec<_>>().join(", ");
+    let mut rows = vec![{
+        let row = Row::value(
+            rss_id,
+            format!("VmRSS summed over launcher, four services, native host ({kind})"),
+            "MiB",
+            rss as f64 / 1024.0,
+            n,
+        )
+        .note(detail(&|s| format!("{} {:.1}", s.0, s.1 as f64 / 1024.0)));
+        if kind == "idle" {
+            row.target(Target::AtMost(28.0), "≤ 28 MiB")
+        } else {
+            row
+        }
+    }];
+    if sample.iter().all(|s| s.2.is_some()) {
+        let pss: u64 = sample.iter().filter_map(|s| s.2).sum();
+        rows.push(
+            Row::value(
+                pss_id,
+                format!("PSS summed (smaps_rollup, {kind})"),
+                "MiB",
+                pss as f64 / 1024.0,
+                n,
+            )
+            .target(
+                Target::AtMost(if kind == "idle" { 16.0 } else { 40.0 }),
+                if kind == "idle" {
+                    "≤ 16 MiB"
+                } else {
+                    "≤ 40 MiB"
+                },
+            )
+            .note(detail(&|s| {
+                format!("{} {:.1}", s.0, s.2.unwrap_or(0) as f64 / 1024.0)
+            })),
+        );
+    }
+    rows
+}
