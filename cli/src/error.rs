@@ -56,7 +56,7 @@ impl CliError {
             | CliError::NoThreadId
             | CliError::Stdin(_) => Code::INVALID_INPUT.as_str(),
             CliError::Unavailable(_) => Code::CORE_UNAVAILABLE.as_str(),
-            CliError::Service(e) => &e.code,
+            CliError::Service(e) => e.wire_code(),
             CliError::Tool { code, .. } => code,
         }
     }
@@ -70,7 +70,7 @@ impl CliError {
             | CliError::NoThreadId
             | CliError::Stdin(_)
             | CliError::Unavailable(_) => EXIT_USAGE,
-            CliError::Service(e) if e.code == Code::CORE_UNAVAILABLE.as_str() => EXIT_USAGE,
+            CliError::Service(e) if e.code == Code::CORE_UNAVAILABLE => EXIT_USAGE,
             CliError::Service(_) | CliError::Tool { .. } => EXIT_TOOL_ERROR,
         }
     }

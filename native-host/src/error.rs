@@ -59,7 +59,7 @@ impl HostError {
             HostError::NotAllowed { .. } => Code::NATIVE_HOST_UNAVAILABLE.to_string(),
             HostError::ProtocolMismatch { .. } => Code::PROTOCOL_MISMATCH.to_string(),
             HostError::SettingsDenied { .. } => Code::SETTINGS_ACCESS_DENIED.to_string(),
-            HostError::Service(e) => e.code.clone(),
+            HostError::Service(e) => e.wire_code().to_string(),
             HostError::Internal(_) => Code::INTERNAL.to_string(),
         }
     }
@@ -100,7 +100,7 @@ impl HostError {
     pub fn from_status(status: &tonic::Status) -> Self {
         let coded =
             CodedError::from_status(status, pedelec_common::codes::classify_codeless(status));
-        if coded.code == Code::CORE_UNAVAILABLE.as_str() {
+        if coded.code == Code::CORE_UNAVAILABLE {
             return HostError::CoreUnavailable(coded.message);
         }
         HostError::Service(coded)

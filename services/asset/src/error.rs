@@ -94,14 +94,14 @@ impl AssetError {
                 TicketRefusal::Unknown => StatusCode::NOT_FOUND,
             };
         }
-        match Code::parse(&self.coded().code) {
-            Some(Code::INVALID_INPUT | Code::ASSET_PATH_INVALID) => StatusCode::BAD_REQUEST,
-            Some(Code::ASSET_NOT_FOUND | Code::THREAD_NOT_FOUND) => StatusCode::NOT_FOUND,
-            Some(Code::THREAD_ACCESS_DENIED) => StatusCode::FORBIDDEN,
-            Some(Code::ASSET_TOO_LARGE) => StatusCode::PAYLOAD_TOO_LARGE,
-            Some(Code::SESSION_ENDED | Code::WORKSPACE_OPEN_FAILED) => StatusCode::CONFLICT,
-            Some(Code::CORE_UNAVAILABLE) => StatusCode::SERVICE_UNAVAILABLE,
-            Some(Code::STORAGE_FULL) => StatusCode::INSUFFICIENT_STORAGE,
+        match self.coded().code {
+            Code::INVALID_INPUT | Code::ASSET_PATH_INVALID => StatusCode::BAD_REQUEST,
+            Code::ASSET_NOT_FOUND | Code::THREAD_NOT_FOUND => StatusCode::NOT_FOUND,
+            Code::THREAD_ACCESS_DENIED => StatusCode::FORBIDDEN,
+            Code::ASSET_TOO_LARGE => StatusCode::PAYLOAD_TOO_LARGE,
+            Code::SESSION_ENDED | Code::WORKSPACE_OPEN_FAILED => StatusCode::CONFLICT,
+            Code::CORE_UNAVAILABLE => StatusCode::SERVICE_UNAVAILABLE,
+            Code::STORAGE_FULL => StatusCode::INSUFFICIENT_STORAGE,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }

@@ -414,7 +414,7 @@ fn json_response(status: StatusCode, json: &serde_json::Value) -> Response<HttpB
 /// `{code, message}` with `status`; CORS headers only for the ticket's origin.
 fn error_response(e: &AssetError, status: StatusCode, cors: Option<&str>) -> Response<HttpBody> {
     let coded = e.coded();
-    let json = serde_json::json!({ "code": coded.code, "message": coded.message });
+    let json = serde_json::json!({ "code": coded.wire_code(), "message": coded.message });
     let mut resp = json_response(status, &json);
     if status == StatusCode::UNAUTHORIZED {
         resp.headers_mut()

@@ -492,7 +492,7 @@ mod tests {
             .issue_at(grant_for(Kind::Download, "thr_a"), t0)
             .unwrap_err();
         assert!(matches!(&err, AssetError::InvalidInput(m) if m.contains("too many open tickets")));
-        assert_eq!(err.coded().code, "INVALID_INPUT");
+        assert_eq!(err.coded().code, pedelec_common::Code::INVALID_INPUT);
         // Another thread is not affected.
         t.issue_at(grant_for(Kind::Upload, "thr_b"), t0).unwrap();
         // Spending one frees a place.

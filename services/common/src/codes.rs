@@ -110,19 +110,54 @@ impl fmt::Display for Code {
 }
 
 /// An error with its Pedelec code, as it crosses process boundaries.
+///
+/// The code is a [`Code`], so decisions are made on the type, never on text.
+/// A code's text arriving from outside this build (a page's tool error
+/// relayed through the extension, a service of a newer version, a journal
+/// record) may name no [`Code`]: it is then represented by the `fallback` the
+/// receiver chose ([`CodedError::from_wire`]) for its decisions, and its text
+/// is kept, unchanged, only to be forwarded ([`CodedError::wire_code`]), so
+/// what reaches the next hop is what arrived. The enum has no variant holding
+/// arbitrary text: every decision in this code base sees a known code.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CodedError {
-    pub code: String,
+    pub code: Code,
     pub message: String,
     pub details: Option<serde_json::Value>,
+    /// The code's text as it arrived, when it named no [`Code`] of this build.
+    unrecognised: Option<Box<str>>,
 }
 
 impl CodedError {
     pub fn new(code: Code, message: impl Into<String>) -> Self {
         CodedError {
-            code: code.as_str().to_string(),
+            code,
             message: message.into(),
             details: None,
+            unrecognised: None,
+        }
+    }
+
+    /// An error whose code arrived as text (a protobuf `code` field, a JSON
+    /// `code`, a journal record): a known code becomes its [`Code`]; an
+    /// empty one is `fallback`; any other is represented by `fallback` and
+    /// forwarded as it came ([`CodedError::wire_code`]).
+    pub fn from_wire(
+        code: &str,
+        fallback: Code,
+        message: impl Into<String>,
+        details: Option<serde_json::Value>,
+    ) -> Self {
+        let (code, unrecognised) = match Code::parse(code) {
+            Some(known) => (known, None),
+            None if code.is_empty() => (fallback, None),
+            None => (fallback, Some(code.into())),
+        };
+        CodedError {
+            code,
+            message: message.into(),
+            details,
+            unrecognised,
         }
     }
 
@@ -131,15 +166,29 @@ impl CodedError {
         self
     }
 
+    /// The code as it goes on the wire: the text it arrived with when it
+    /// named no [`Code`], else [`Code::as_str`].
+    pub fn wire_code(&self) -> &str {
+        self.unrecognised
+            .as_deref()
+            .unwrap_or_else(|| self.code.as_str())
+    }
+
     pub fn to_status(&self) -> Status {
-        let grpc = Code::parse(&self.code)
-            .map(Code::grpc)
-            .unwrap_or(tonic::Code::Unknown);
-        status_from_parts(grpc, &self.code, &self.message, self.details.as_ref())
+        // An unrecognised code travels on with gRPC's UNKNOWN, as it must:
+        // this build does not know what it means.
+        let grpc = match self.unrecognised {
+            Some(_) => tonic::Code::Unknown,
+            None => self.code.grpc(),
+        };
+        status_from_parts(grpc, self.wire_code(), &self.message, self.details.as_ref())
     }
 
     /// Reads the Pedelec code back from any status; one without a Pedelec code
     /// (a transport failure, say) becomes `fallback` with the status message.
+    /// A code this build does not know is INTERNAL for its decisions, not
+    /// `fallback` (which may say "the services are down"), and is forwarded
+    /// as it came ([`CodedError::from_wire`]).
     pub fn from_status(status: &Status, fallback: Code) -> Self {
         let info = status.get_error_details().error_info().cloned();
         let (code, details) = match info {
@@ -156,16 +205,12 @@ impl CodedError {
             },
         };
         let message = strip_prefix(status.message(), &code).to_string();
-        CodedError {
-            code,
-            message,
-            details,
-        }
+        CodedError::from_wire(&code, Code::INTERNAL, message, details)
     }
 
     pub fn to_proto(&self, source: i32) -> pedelec_proto::v1::PedelecError {
         pedelec_proto::v1::PedelecError {
-            code: self.code.clone(),
+            code: self.wire_code().to_string(),
             message: self.message.clone(),
             details: self.details.as_ref().map(crate::json::to_value),
             source,
@@ -176,7 +221,7 @@ impl CodedError {
 
 impl fmt::Display for CodedError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.code, self.message)
+        write!(f, "{}: {}", self.wire_code(), self.message)
     }
 }
 
@@ -282,7 +327,33 @@ mod tests {
     fn plain_status_falls_back() {
         let status = Status::unavailable("connection refused");
         let err = CodedError::from_status(&status, Code::CORE_UNAVAILABLE);
-        assert_eq!(err.code, "CORE_UNAVAILABLE");
+        assert_eq!(err.code, Code::CORE_UNAVAILABLE);
         assert_eq!(err.message, "connection refused");
+    }
+
+    /// A code this build does not know is decided on as the fallback and
+    /// forwarded as it came, on every form it travels in.
+    #[test]
+    fn an_unrecognised_code_is_forwarded_as_it_came() {
+        let err = CodedError::from_wire("APP_SPECIFIC", Code::TOOL_HANDLER_ERROR, "m", None);
+        assert_eq!(err.code, Code::TOOL_HANDLER_ERROR);
+        assert_eq!(err.wire_code(), "APP_SPECIFIC");
+        assert_eq!(err.to_string(), "APP_SPECIFIC: m");
+        assert_eq!(err.to_proto(0).code, "APP_SPECIFIC");
+        let status = err.to_status();
+        assert_eq!(status.code(), tonic::Code::Unknown);
+        assert_eq!(status.message(), "APP_SPECIFIC: m");
+        assert_eq!(code_of_status(&status).as_deref(), Some("APP_SPECIFIC"));
+        let back = CodedError::from_status(&status, Code::INTERNAL);
+        assert_eq!(
+            (back.code, back.wire_code()),
+            (Code::INTERNAL, "APP_SPECIFIC")
+        );
+        assert_eq!(back.message, "m");
+
+        let known = CodedError::from_wire("TOOL_TIMEOUT", Code::INTERNAL, "m", None);
+        assert_eq!(known, CodedError::new(Code::TOOL_TIMEOUT, "m"));
+        let empty = CodedError::from_wire("", Code::TOOL_HANDLER_ERROR, "m", None);
+        assert_eq!(empty, CodedError::new(Code::TOOL_HANDLER_ERROR, "m"));
     }
 }

@@ -61,7 +61,7 @@ impl SessionError {
             SessionError::Limit(_) => Code::LIMIT_EXCEEDED,
             SessionError::ManifestInvalid(_) => Code::TOOLS_MANIFEST_INVALID,
             SessionError::Profile(e) => e.code(),
-            SessionError::Upstream(e) => Code::parse(&e.code).unwrap_or(Code::INTERNAL),
+            SessionError::Upstream(e) => e.code,
             SessionError::Internal(_) => Code::INTERNAL,
         }
     }

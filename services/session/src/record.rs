@@ -51,7 +51,7 @@ pub struct ErrorRecord {
 impl ErrorRecord {
     pub fn new(e: &CodedError, source: pb::ErrorSource) -> Self {
         ErrorRecord {
-            code: e.code.clone(),
+            code: e.wire_code().to_string(),
             message: e.message.clone(),
             details: e.details.clone(),
             source,
@@ -83,11 +83,12 @@ mod source_as_from_provider {
 
 impl From<&ErrorRecord> for CodedError {
     fn from(e: &ErrorRecord) -> Self {
-        CodedError {
-            code: e.code.clone(),
-            message: e.message.clone(),
-            details: e.details.clone(),
-        }
+        CodedError::from_wire(
+            &e.code,
+            pedelec_common::Code::INTERNAL,
+            e.message.clone(),
+            e.details.clone(),
+        )
     }
 }
 

@@ -90,7 +90,7 @@ impl Sessions {
             Ok(profile) => Ok(profile),
             Err(refused @ SettingsError::ModelRequired { .. }) => {
                 match self.resolve_profile(Some(code), effort_level).await {
-                    Err(SessionError::Upstream(e)) if e.code == Code::CORE_UNAVAILABLE.as_str() => {
+                    Err(SessionError::Upstream(e)) if e.code == Code::CORE_UNAVAILABLE => {
                         Err(SessionError::Profile(refused))
                     }
                     answer => answer,

@@ -395,7 +395,7 @@ fn create_request(provider: Option<&str>, effort_level: Option<&str>) -> pb::Cre
 
 fn code_of(err: SessionError) -> (String, String) {
     let coded = err.to_coded();
-    (coded.code, coded.message)
+    (coded.wire_code().to_string(), coded.message)
 }
 
 /// A create refused by ProviderService (the default provider is not

@@ -233,7 +233,7 @@ async fn stream_turn(
     // transport's words.
     let lost = |status: tonic::Status| {
         let (e, source) = core(status);
-        if e.code != Code::CORE_UNAVAILABLE.as_str() {
+        if e.code != Code::CORE_UNAVAILABLE {
             return (e, source);
         }
         let message = format!(
@@ -294,15 +294,12 @@ async fn stream_turn(
                 must_save = true;
             }
             ProviderEvent::Error(e) => {
-                provider_error = Some(CodedError {
-                    code: if e.code.is_empty() {
-                        Code::PROVIDER_FAILED.to_string()
-                    } else {
-                        e.code
-                    },
-                    message: e.message,
-                    details: e.details.as_ref().map(json::from_value),
-                });
+                provider_error = Some(CodedError::from_wire(
+                    &e.code,
+                    Code::PROVIDER_FAILED,
+                    e.message,
+                    e.details.as_ref().map(json::from_value),
+                ));
             }
             ProviderEvent::Exited(exited) => exit = Some(exited),
             ProviderEvent::Warning(warning) => {

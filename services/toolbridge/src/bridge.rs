@@ -398,12 +398,6 @@ impl ToolBridge {
     /// already settled ids and oversized outcomes change nothing.
     pub fn resolve(&self, session_id: &str, tool_request_id: &str, outcome: Outcome) -> Result<()> {
         let size = outcome_size(&outcome);
-        let outcome = outcome.map_err(|mut e| {
-            if e.code.is_empty() {
-                e.code = Code::TOOL_HANDLER_ERROR.as_str().to_string();
-            }
-            e
-        });
         let mut threads = self.lock();
         let thread = threads
             .get_mut(session_id)
@@ -580,7 +574,7 @@ fn token_hash(token: &str) -> [u8; 32] {
 fn outcome_size(outcome: &Outcome) -> usize {
     match outcome {
         Ok(result) => json::tool_result_len(result),
-        Err(e) => json::tool_error_len(&e.code, &e.message, e.details.as_ref()),
+        Err(e) => json::tool_error_len(e.wire_code(), &e.message, e.details.as_ref()),
     }
 }
 
@@ -696,11 +690,8 @@ mod tests {
         let (_, mut rx) = bridge.subscribe();
         let task = spawn_call(&bridge, &token, call("echo", json!({"n": 1}), None));
         let (id, ..) = next_requested(&mut rx).await;
-        let page_error = CodedError {
-            code: "TOOL_HANDLER_NOT_FOUND".into(),
-            message: "no handler".into(),
-            details: Some(json!({"tool": "echo"})),
-        };
+        let page_error = CodedError::new(Code::TOOL_HANDLER_NOT_FOUND, "no handler")
+            .with_details(json!({"tool": "echo"}));
         bridge.resolve(SID, &id, Err(page_error.clone())).unwrap();
         assert_eq!(next_settled(&mut rx).await.1, SettleReason::Failed);
         assert_eq!(task.await.unwrap().unwrap(), Err(page_error));
@@ -708,16 +699,12 @@ mod tests {
         // A page error without a code becomes TOOL_HANDLER_ERROR.
         let task = spawn_call(&bridge, &token, call("echo", json!({"n": 1}), None));
         let (id, ..) = next_requested(&mut rx).await;
-        let bare = CodedError {
-            code: String::new(),
-            message: "boom".into(),
-            details: None,
-        };
+        let bare = CodedError::from_wire("", Code::TOOL_HANDLER_ERROR, "boom", None);
         bridge.resolve(SID, &id, Err(bare)).unwrap();
         let err = task.await.unwrap().unwrap().unwrap_err();
         assert_eq!(
-            (err.code.as_str(), err.message.as_str()),
-            ("TOOL_HANDLER_ERROR", "boom")
+            (err.code, err.message.as_str()),
+            (Code::TOOL_HANDLER_ERROR, "boom")
         );
     }
 
@@ -793,7 +780,7 @@ mod tests {
         let (id1, ..) = next_requested(&mut rx).await;
         let second = spawn_call(&bridge, &token, call("echo", json!({"n": 2}), None));
         let err = first.await.unwrap().unwrap().unwrap_err();
-        assert_eq!(err.code, "TOOL_TIMEOUT");
+        assert_eq!(err.code, Code::TOOL_TIMEOUT);
         assert_eq!(err.details.unwrap()["timeoutMs"], 50);
         assert_eq!(
             next_settled(&mut rx).await,
@@ -818,7 +805,7 @@ mod tests {
             .call_tool(Some(&token), call("echo", json!({"n": 1}), Some(30)))
             .await
             .unwrap();
-        assert_eq!(out.unwrap_err().code, "TOOL_TIMEOUT");
+        assert_eq!(out.unwrap_err().code, Code::TOOL_TIMEOUT);
         assert!(started.elapsed() < Duration::from_secs(5));
         let zero = bridge
             .call_tool(Some(&token), call("echo", json!({"n": 1}), Some(0)))
@@ -837,7 +824,7 @@ mod tests {
             .call_tool(Some(&token), call("echo", json!({"n": 2}), Some(30)))
             .await
             .unwrap();
-        assert_eq!(queued.unwrap_err().code, "TOOL_TIMEOUT");
+        assert_eq!(queued.unwrap_err().code, Code::TOOL_TIMEOUT);
         assert!(bridge.lock()[SID].queue.is_empty());
         assert!(
             rx.try_recv().is_err(),
@@ -903,7 +890,10 @@ mod tests {
         assert_eq!(bridge.drop_thread(SID, DropReason::Cancelled), 2);
         assert_eq!(next_settled(&mut rx).await, (id1, SettleReason::Dropped));
         for task in [first, second] {
-            assert_eq!(task.await.unwrap().unwrap().unwrap_err().code, "CANCELLED");
+            assert_eq!(
+                task.await.unwrap().unwrap().unwrap_err().code,
+                Code::CANCELLED
+            );
         }
         assert!(rx.try_recv().is_err());
         // Manifest and token survive: the next call works.
@@ -929,7 +919,7 @@ mod tests {
         assert_eq!(next_settled(&mut rx).await, (id, SettleReason::Dropped));
         assert_eq!(
             task.await.unwrap().unwrap().unwrap_err().code,
-            "SESSION_ENDED"
+            Code::SESSION_ENDED
         );
         let err = bridge
             .call_tool(Some(&token), call("echo", json!({"n": 1}), None))

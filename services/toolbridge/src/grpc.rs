@@ -4,9 +4,9 @@
 use std::pin::Pin;
 use std::sync::Arc;
 
-use pedelec_common::CodedError;
 use pedelec_common::json::{from_struct, from_value, to_struct, to_value};
 use pedelec_common::secret::InternalGate;
+use pedelec_common::{Code, CodedError};
 use pedelec_proto::v1 as pb;
 use pedelec_proto::v1::tool_bridge_service_server::ToolBridgeService;
 use serde_json::Value as Json;
@@ -42,7 +42,7 @@ fn token<T>(req: &Request<T>) -> Option<String> {
 
 fn to_tool_error(e: CodedError) -> pb::ToolError {
     pb::ToolError {
-        code: e.code,
+        code: e.wire_code().to_string(),
         message: e.message,
         details: e.details.as_ref().map(to_value),
     }
@@ -213,11 +213,14 @@ impl ToolBridgeService for ToolBridgeGrpc {
         let req = req.into_inner();
         let outcome = match req.outcome {
             Some(Outcome::Result(v)) => Ok(from_value(&v)),
-            Some(Outcome::Error(e)) => Err(CodedError {
-                code: e.code,
-                message: e.message,
-                details: e.details.as_ref().map(from_value),
-            }),
+            // The page's code passes on as it came; one it left empty is
+            // TOOL_HANDLER_ERROR.
+            Some(Outcome::Error(e)) => Err(CodedError::from_wire(
+                &e.code,
+                Code::TOOL_HANDLER_ERROR,
+                e.message,
+                e.details.as_ref().map(from_value),
+            )),
             None => {
                 return Err(ToolBridgeError::InvalidInput(
                     "Resolve needs a result or an error".into(),

@@ -67,16 +67,22 @@ impl PageTools {
         match self.client.call_tool(req).await {
             Ok(resp) => match resp.into_inner().outcome {
                 Some(Outcome::Result(v)) => Ok(from_value(&v)),
-                Some(Outcome::Error(e)) => Err(AgentError::Tool {
-                    code: Code::parse(&e.code).unwrap_or(Code::TOOL_HANDLER_ERROR),
-                    message: e.message,
-                }),
+                Some(Outcome::Error(e)) => {
+                    // What the model reads is a code of this build: a page's
+                    // own or empty code is TOOL_HANDLER_ERROR.
+                    let e =
+                        CodedError::from_wire(&e.code, Code::TOOL_HANDLER_ERROR, e.message, None);
+                    Err(AgentError::Tool {
+                        code: e.code,
+                        message: e.message,
+                    })
+                }
                 None => Ok(Json::Null),
             },
             Err(status) => {
                 let e = CodedError::from_status(&status, Code::CORE_UNAVAILABLE);
                 Err(AgentError::Tool {
-                    code: Code::parse(&e.code).unwrap_or(Code::INTERNAL),
+                    code: e.code,
                     message: e.message,
                 })
             }
