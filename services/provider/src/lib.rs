@@ -20,7 +20,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pedelec_common::secret::{InternalGate, ServiceSecret};
-use pedelec_common::{DataDir, MAX_GRPC_MESSAGE, RuntimeDir, ServiceName};
+use pedelec_common::server::ServiceServer;
+use pedelec_common::{DataDir, RuntimeDir, ServiceName};
 use pedelec_proto::v1::provider_service_server::ProviderServiceServer;
 
 pub use availability::ProgramEnv;
@@ -67,8 +68,8 @@ pub async fn run_until(
     config: Config,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ProviderError> {
-    config.runtime_dir.ensure()?;
-    config.data_dir.ensure()?;
+    let server =
+        ServiceServer::prepare(ServiceName::Provider, &config.runtime_dir, &config.data_dir)?;
     // Agents a crashed predecessor left running (their records survived it).
     turns::reap_orphans(config.runtime_dir.path());
     let providers = Arc::new(
@@ -79,15 +80,13 @@ pub async fn run_until(
                 data_dir: config.data_dir.path().to_path_buf(),
             }),
     );
-    let server = ProviderServiceServer::new(ProviderGrpc::new(
+    let grpc = ProviderGrpc::new(
         Arc::clone(&providers),
         InternalGate::new(config.service_secret),
-    ))
-    .max_decoding_message_size(MAX_GRPC_MESSAGE)
-    .max_encoding_message_size(MAX_GRPC_MESSAGE);
-    let routes = tonic::service::Routes::new(server);
-    let socket = config.runtime_dir.socket(ServiceName::Provider);
-    let served = pedelec_common::uds::serve(&socket, ServiceName::Provider, routes, shutdown).await;
+    );
+    let served = server
+        .serve(ProviderServiceServer::new(grpc), shutdown)
+        .await;
     // The RunTurn streams may still be open; no agent outlives the service.
     providers.turns().stop_all(STOP_TURNS_WITHIN).await;
     served?;

@@ -72,16 +72,18 @@ pub async fn run_until(
     config: Config,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    config.runtime_dir.ensure()?;
-    config.data_dir.ensure()?;
-    let socket = config.runtime_dir.socket(ServiceName::Session);
+    let server = pedelec_common::server::ServiceServer::prepare(
+        ServiceName::Session,
+        &config.runtime_dir,
+        &config.data_dir,
+    )?;
     let upstream = Upstream::on_sockets(&config.runtime_dir, config.service_secret.as_ref());
     let sessions = Sessions::open(config, upstream);
-    let routes = tonic::service::Routes::new(
-        SessionServiceServer::new(grpc::SessionGrpc(sessions))
-            .max_decoding_message_size(pedelec_common::MAX_GRPC_MESSAGE)
-            .max_encoding_message_size(pedelec_common::MAX_GRPC_MESSAGE),
-    );
-    pedelec_common::uds::serve(&socket, ServiceName::Session, routes, shutdown).await?;
+    server
+        .serve(
+            SessionServiceServer::new(grpc::SessionGrpc(sessions)),
+            shutdown,
+        )
+        .await?;
     Ok(())
 }

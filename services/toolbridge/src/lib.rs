@@ -12,9 +12,9 @@ use std::future::Future;
 use std::sync::Arc;
 
 use pedelec_common::secret::{InternalGate, ServiceSecret};
-use pedelec_common::{DataDir, MAX_GRPC_MESSAGE, RuntimeDir, ServiceName, uds};
+use pedelec_common::server::ServiceServer;
+use pedelec_common::{DataDir, RuntimeDir, ServiceName};
 use pedelec_proto::v1::tool_bridge_service_server::ToolBridgeServiceServer;
-use tonic::service::Routes;
 
 pub mod bridge;
 mod error;
@@ -51,18 +51,16 @@ pub async fn run_until(
     config: Config,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ToolBridgeError> {
-    config.runtime_dir.ensure()?;
-    config.data_dir.ensure()?;
+    let server = ServiceServer::prepare(
+        ServiceName::ToolBridge,
+        &config.runtime_dir,
+        &config.data_dir,
+    )?;
     let bridge = Arc::new(ToolBridge::new());
     tracing::info!(cli = %bridge.cli_path().display(), "pedelec-cli path for prompts");
-    let server = ToolBridgeServiceServer::new(ToolBridgeGrpc::new(
-        bridge,
-        InternalGate::new(config.service_secret),
-    ))
-    .max_decoding_message_size(MAX_GRPC_MESSAGE)
-    .max_encoding_message_size(MAX_GRPC_MESSAGE);
-    let routes = Routes::new(server);
-    let socket = config.runtime_dir.socket(ServiceName::ToolBridge);
-    uds::serve(&socket, ServiceName::ToolBridge, routes, shutdown).await?;
+    let grpc = ToolBridgeGrpc::new(bridge, InternalGate::new(config.service_secret));
+    server
+        .serve(ToolBridgeServiceServer::new(grpc), shutdown)
+        .await?;
     Ok(())
 }
