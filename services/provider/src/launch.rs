@@ -65,9 +65,9 @@ pub const PASSED_NAMES: &[&str] = &[
     "MAX_THINKING_TOKENS",
     "BASH_DEFAULT_TIMEOUT_MS",
     "BASH_MAX_TIMEOUT_MS",
-    "PEDELEC_TAVILY_ENDPOINT",
-    "PEDELEC_AGENT_CA_FILE",
-    "PEDELEC_AGENT_MAX_TOOL_ROUNDS",
+    env::TAVILY_ENDPOINT,
+    env::AGENT_CA_FILE,
+    env::AGENT_MAX_TOOL_ROUNDS,
 ];
 
 /// Variables an agent gets by prefix: locale categories, the XDG folders,

@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use pedelec_common::env;
 use pedelec_proto::v1::Settings;
 
 use crate::error::ProviderError;
@@ -15,7 +16,7 @@ use crate::error::ProviderError;
 use pedelec_common::wire::SettingsDoc as SettingsFile;
 
 /// pedelec-agent's settings, as it reads them from its environment (names in
-/// services/agent/src/lib.rs). Every variable is set, empty when unset, so a
+/// `pedelec_common::env`). Every variable is set, empty when unset, so a
 /// value inherited from the service's own environment never reaches the agent.
 pub fn agent_env(s: &Settings) -> std::collections::HashMap<String, String> {
     let endpoint = if s.ollama_endpoint.is_empty() {
@@ -24,9 +25,9 @@ pub fn agent_env(s: &Settings) -> std::collections::HashMap<String, String> {
         s.ollama_endpoint.as_str()
     };
     [
-        ("PEDELEC_OLLAMA_ENDPOINT", endpoint),
-        ("PEDELEC_OLLAMA_API_KEY", s.ollama_api_key.as_str()),
-        ("PEDELEC_TAVILY_API_KEY", s.tavily_api_key.as_str()),
+        (env::OLLAMA_ENDPOINT, endpoint),
+        (env::OLLAMA_API_KEY, s.ollama_api_key.as_str()),
+        (env::TAVILY_API_KEY, s.tavily_api_key.as_str()),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))

@@ -3,7 +3,7 @@
 //! # Command line
 //!
 //! `pedelec-agent --model M --workspace W [--session-id ID]`, run in `W`, prompt on stdin (read
-//! to EOF). `--model` is required ([`super::Provider::requires_model`]); effort has no flag, it is
+//! to EOF). `--model` is required ([`super::Provider::needs_model`]); effort has no flag, it is
 //! part of the model choice.
 //!
 //! # Stdout contract (JSON Lines, UTF-8, one object per line)
@@ -41,7 +41,7 @@ use serde_json::Value;
 
 use super::{CommandLine, Event, LineParser, SessionOnce, TurnSpec, str_at, u64_at};
 
-pub const PROGRAM: &str = "pedelec-agent";
+pub const PROGRAM: &str = pedelec_common::Program::Agent.file_name();
 
 /// The codes an error line may carry; the agent cannot claim any other
 /// (a thread or tool code would mislead the SDK).
