@@ -10,8 +10,6 @@ pub enum ProviderError {
     /// A request field is malformed; the message names the field.
     #[error("{0}")]
     InvalidInput(String),
-    #[error("unknown provider {code:?}; expected one of {expected}")]
-    ProviderNotFound { code: String, expected: String },
     #[error("no default provider is set; choose one in the settings")]
     DefaultProviderNotSet,
     #[error("the default provider {provider} is unavailable: {reason}")]
@@ -41,7 +39,6 @@ impl ProviderError {
     pub fn code(&self) -> Code {
         match self {
             ProviderError::InvalidInput(_) => Code::INVALID_INPUT,
-            ProviderError::ProviderNotFound { .. } => Code::PROVIDER_NOT_FOUND,
             ProviderError::DefaultProviderNotSet => Code::DEFAULT_PROVIDER_NOT_SET,
             ProviderError::DefaultProviderUnavailable { .. } => Code::DEFAULT_PROVIDER_UNAVAILABLE,
             ProviderError::Settings(e) => e.code(),
@@ -83,10 +80,10 @@ mod tests {
                 tonic::Code::InvalidArgument,
             ),
             (
-                ProviderError::ProviderNotFound {
+                ProviderError::Settings(SettingsError::ProviderNotFound {
                     code: "gpt".into(),
                     expected: "codex".into(),
-                },
+                }),
                 "PROVIDER_NOT_FOUND",
                 tonic::Code::NotFound,
             ),
@@ -119,17 +116,5 @@ mod tests {
             assert_eq!(code_of_status(&status).as_deref(), Some(code));
             assert_eq!(status.message(), format!("{code}: {message}"));
         }
-    }
-
-    /// RunTurn's unknown provider says what a create's does.
-    #[test]
-    fn provider_not_found_reads_as_the_settings_rules_say() {
-        let (code, expected) = ("gpt".to_string(), "codex, claude".to_string());
-        let here = ProviderError::ProviderNotFound {
-            code: code.clone(),
-            expected: expected.clone(),
-        };
-        let there = SettingsError::ProviderNotFound { code, expected };
-        assert_eq!(here.to_coded(), there.to_coded());
     }
 }

@@ -103,7 +103,9 @@ impl ProviderService for ProviderGrpc {
     ) -> Result<Response<Self::WatchSettingsStream>, Status> {
         self.internal.check(&request, "WatchSettings")?;
         let changes = self.providers.watch_settings();
-        Ok(Response::new(Box::pin(ReceiverStream::new(changes).map(Ok))))
+        Ok(Response::new(Box::pin(
+            ReceiverStream::new(changes).map(Ok),
+        )))
     }
 
     type RunTurnStream = ProviderEventStream;

@@ -227,7 +227,7 @@ impl Providers {
             .map_err(unavailable)?;
         Ok(pedelec_settings::profile_of(
             &profile_part(&settings),
-            catalog::facts(spec),
+            spec,
             level,
         )?)
     }
@@ -469,7 +469,9 @@ mod tests {
         }
         let err = f.resolve(Some("codex"), Some("max")).await.unwrap_err();
         match err {
-            ProviderError::Settings(SettingsError::InvalidInput(m)) => assert!(m.starts_with("effort_level:"), "{m}"),
+            ProviderError::Settings(SettingsError::InvalidInput(m)) => {
+                assert!(m.starts_with("effort_level:"), "{m}")
+            }
             other => panic!("{other:?}"),
         }
         // The level is checked before anything else.

@@ -176,7 +176,10 @@ mod tests {
     fn errors_carry_their_codes() {
         let none = ProfileSettings::default();
         let code = |r: Result<ResolvedProfile, SettingsError>| r.unwrap_err().code().to_string();
-        assert_eq!(code(resolve_named(&none, "gpt", None)), "PROVIDER_NOT_FOUND");
+        assert_eq!(
+            code(resolve_named(&none, "gpt", None)),
+            "PROVIDER_NOT_FOUND"
+        );
         assert_eq!(
             code(resolve_named(&none, "codex", Some("max"))),
             "INVALID_INPUT"

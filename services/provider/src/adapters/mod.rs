@@ -168,40 +168,19 @@ pub trait LineParser: Send {
     }
 }
 
-/// The providers Pedelec can launch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Provider {
-    Codex,
-    Claude,
-    Opencode,
-    Cursor,
-    Antigravity,
-    Ollama,
+/// The providers Pedelec can launch; their facts (codes, names, the model
+/// rule) are `pedelec_settings::catalog`'s.
+pub use pedelec_settings::Provider;
+
+/// What each provider's adapter does with a turn: its command line, and the
+/// parser of its output.
+pub trait Adapter {
+    fn command(self, turn: &TurnSpec) -> CommandLine;
+    fn parser(self) -> Box<dyn LineParser>;
 }
 
-/// Codes, names, programs and the model rule live in one table,
-/// [`crate::catalog::PROVIDERS`]; these read it.
-impl Provider {
-    /// Stable id used in settings and the API.
-    pub fn id(self) -> &'static str {
-        crate::catalog::spec(self).code
-    }
-
-    pub fn from_id(id: &str) -> Option<Provider> {
-        crate::catalog::find(id).map(|s| s.provider)
-    }
-
-    /// The executable, as looked up on `PATH`.
-    pub fn program(self) -> &'static str {
-        crate::catalog::spec(self).program
-    }
-
-    /// Whether a turn without a model cannot run (`MODEL_REQUIRED`).
-    pub fn requires_model(self) -> bool {
-        crate::catalog::spec(self).needs_model
-    }
-
-    pub fn command(self, turn: &TurnSpec) -> CommandLine {
+impl Adapter for Provider {
+    fn command(self, turn: &TurnSpec) -> CommandLine {
         match self {
             Provider::Codex => codex::command(turn),
             Provider::Claude => claude::command(turn),
@@ -212,7 +191,7 @@ impl Provider {
         }
     }
 
-    pub fn parser(self) -> Box<dyn LineParser> {
+    fn parser(self) -> Box<dyn LineParser> {
         match self {
             Provider::Codex => Box::new(codex::Parser::default()),
             Provider::Claude => Box::new(claude::Parser::default()),
@@ -221,6 +200,19 @@ impl Provider {
             Provider::Antigravity => Box::new(antigravity::Parser::default()),
             Provider::Ollama => Box::new(ollama::Parser::default()),
         }
+    }
+}
+
+/// The executable a provider's adapter runs, as looked up on `PATH`
+/// (`crate::catalog` says where else).
+pub const fn program(provider: Provider) -> &'static str {
+    match provider {
+        Provider::Codex => codex::PROGRAM,
+        Provider::Claude => claude::PROGRAM,
+        Provider::Opencode => opencode::PROGRAM,
+        Provider::Cursor => cursor::PROGRAM,
+        Provider::Antigravity => antigravity::PROGRAM,
+        Provider::Ollama => ollama::PROGRAM,
     }
 }
 

@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use super::events::{Sink, Stop, error_event, exited, provider_error, refuse};
 use super::job::Job;
 use super::terminate::Group;
-use crate::adapters::{Decoder, Event, MAX_LINE};
+use crate::adapters::{Adapter, Decoder, Event, MAX_LINE};
 use crate::launch::{AgentProcs, read_tail};
 
 /// Linux's limit on one argv string (MAX_ARG_STRLEN, 32 pages), NUL included.

@@ -53,11 +53,7 @@ impl Job {
         if req.session_id.is_empty() {
             return Err(ProviderError::invalid("session_id: required"));
         }
-        let unknown = || ProviderError::ProviderNotFound {
-            code: req.provider.clone(),
-            expected: catalog::codes_list(),
-        };
-        let spec = catalog::find(&req.provider).ok_or_else(unknown)?;
+        let spec = catalog::find_provider(&req.provider)?;
         let provider = spec.provider;
         let workspace = PathBuf::from(&req.workspace);
         if !workspace.is_absolute() {
