@@ -464,7 +464,7 @@ impl Drop for Launcher {
 }
 
 /// The visible entries of a folder: SessionService keeps hidden spare
-/// journal files ready for the next creates (`paths::RecyclingWriter`), which
+/// journal files ready for the next creates (`recycle::RecyclingWriter`), which
 /// are not records.
 pub fn visible_entries(dir: &Path) -> usize {
     std::fs::read_dir(dir)

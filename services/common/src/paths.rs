@@ -7,8 +7,6 @@ use std::path::{Path, PathBuf};
 
 use crate::ServiceName;
 use crate::error::CommonError;
-// Until the callers name `recycle` (removed once they do).
-pub use crate::recycle::{READY_SPARES, RecyclingWriter};
 
 /// sockaddr_un holds 108 bytes; stay well under it.
 pub const MAX_SOCKET_PATH: usize = 100;

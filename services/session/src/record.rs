@@ -256,13 +256,13 @@ impl From<Workspace> for WorkspaceFlags {
 
 pub struct Journal {
     /// Writes the records into the journal's folder (`dir()`).
-    writer: pedelec_common::paths::RecyclingWriter,
+    writer: pedelec_common::recycle::RecyclingWriter,
 }
 
 impl Journal {
     pub fn new(dir: PathBuf) -> Self {
         Journal {
-            writer: pedelec_common::paths::RecyclingWriter::new(dir, 0o600),
+            writer: pedelec_common::recycle::RecyclingWriter::new(dir, 0o600),
         }
     }
 

@@ -1075,7 +1075,7 @@ async fn a_create_makes_no_folder_and_takes_the_file_made_ahead() {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let h = harness(|_| {}).await;
     let (workspaces, journal) = (h.config.data_dir.workspaces(), h.config.data_dir.sessions());
-    let ready = || entries(&journal, true).len() == pedelec_common::paths::READY_SPARES;
+    let ready = || entries(&journal, true).len() == pedelec_common::recycle::READY_SPARES;
     eventually("the first spares", ready).await;
     let ino = |p: &std::path::Path| std::fs::metadata(p).unwrap().ino();
     let files: Vec<u64> = entries(&journal, true).iter().map(|p| ino(p)).collect();

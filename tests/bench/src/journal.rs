@@ -21,7 +21,7 @@ pub(crate) async fn journal_write(cfg: &Config) -> Result<Vec<Row>, String> {
     let name = "thr_0123456789abcdef.json";
     let file = dir.path().join(name);
     let record = vec![b'x'; 1536];
-    let writer = pedelec_common::paths::RecyclingWriter::new(dir.path().into(), 0o600);
+    let writer = pedelec_common::recycle::RecyclingWriter::new(dir.path().into(), 0o600);
     let mut recycled = Vec::with_capacity(n);
     for i in 0..n + 20 {
         let t = Instant::now();

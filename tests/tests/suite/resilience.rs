@@ -624,7 +624,7 @@ async fn a_full_data_disk_is_reported_and_the_last_good_state_kept() {
 
     let filler = fill(&env.data_dir());
     // A record larger than any the journal wrote before: the journal reuses
-    // replaced files' space (paths::RecyclingWriter), so a small record may
+    // replaced files' space (recycle::RecyclingWriter), so a small record may
     // still fit on a full disk, and then its create rightly succeeds.
     let mut manifest = skills();
     manifest["guidance"] = "g".repeat(16 * 1024).into();

@@ -133,7 +133,7 @@ impl Sessions {
 
     /// Makes the next creates' journal files on the blocking pool: a new inode
     /// can cost most of a millisecond on this kind of disk
-    /// (`paths::RecyclingWriter`), which a create should not wait for.
+    /// (`recycle::RecyclingWriter`), which a create should not wait for.
     fn refill_spares(&self) {
         let inner = self.inner.clone();
         tokio::task::spawn_blocking(move || {
