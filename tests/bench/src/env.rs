@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use pb::supervisor_service_client::SupervisorServiceClient;
-use pedelec_common::ServiceName;
+use pedelec_common::{Program, ServiceName};
 use pedelec_proto::v1 as pb;
 
 pub const ORIGIN: &str = "https://bench.example";
@@ -98,16 +98,6 @@ fn runtime_dir() -> Result<PathBuf, String> {
         .map_err(|e| format!("runtime dir: {e}"))
 }
 
-const BINARIES: [&str; 7] = [
-    "pedelecd",
-    "pedelec-session",
-    "pedelec-toolbridge",
-    "pedelec-provider",
-    "pedelec-asset",
-    "pedelec-cli",
-    "pedelec-native-host",
-];
-
 impl BenchEnv {
     pub fn new(release: &Path) -> Result<BenchEnv, String> {
         // Short root: socket paths must stay under 100 bytes.
@@ -126,11 +116,12 @@ impl BenchEnv {
         let bin = root.join("bin");
         // The services find each other and `pedelec-agent` beside their own
         // executable; links keep the stub agent there without touching target/.
-        for name in BINARIES {
+        for program in Program::ALL.into_iter().filter(|p| *p != Program::Agent) {
+            let name = program.file_name();
             link(&release.join(name), &bin.join(name))?;
         }
         let me = std::env::current_exe().map_err(|e| e.to_string())?;
-        link(&me, &bin.join("pedelec-agent"))?;
+        link(&me, &bin.join(Program::Agent.file_name()))?;
         Ok(BenchEnv { root, bin, rt })
     }
 
