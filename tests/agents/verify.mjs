@@ -127,7 +127,7 @@ function save(cli, name, home, stdout) {
   fs.writeFileSync(path.join(dir, `${cli}_${name}.jsonl`), stdout.split(home).join('/home/user').split(`127.0.0.1:${mock.port}`).join('127.0.0.1:PORT'));
 }
 
-// ---- per-CLI knowledge (DESIGN.md §8) ----
+// ---- per-CLI knowledge: where each CLI puts the session id, the text and the usage ----
 const spec = {
   codex: {
     sessionId: (ls) => ls.find((l) => l.type === 'thread.started')?.thread_id,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Pedelec's benchmark suite (issue 7; docs/benchmarks.md):
+# Pedelec's benchmarks (docs/benchmarks.md):
 #   ./tests/bench/run.sh [--quick]
 # Builds the workspace's binaries in release, builds the static no-op program
 # for the spawn floor, then runs the harness, which prints the table and

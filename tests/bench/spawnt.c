@@ -2,7 +2,7 @@
 // warm-ups), interleaved, stdio on /dev/null, and prints wall-clock p10/p50/p90 and
 // the mean CPU time (user + system, from wait4) per command. CPU time is much less
 // disturbed than wall time when other work shares the machine, so start-up costs of
-// two builds can be compared there (docs/benchmarks.md, "Issue 19").
+// two builds can be compared there (docs/benchmarks.md, "Reading the figures on a VM").
 //   cc -O2 -o target/bench/spawnt tests/bench/spawnt.c
 #include <spawn.h>
 #include <stdio.h>

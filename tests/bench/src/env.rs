@@ -84,8 +84,7 @@ pub struct BenchEnv {
 /// `/dev/shm` is not writable. Under /tmp on this VM's journal-less ext4, the
 /// sockets, pid files and logs of the `up` phase's hundred starts left over a
 /// thousand recently deleted inodes, and every new record file of the phases
-/// after it scanned past them (docs/benchmarks.md, "Session 14"). The data
-/// dir stays on disk, as installed.
+/// after it scanned past them. The data dir stays on disk, as installed.
 fn runtime_dir() -> Result<PathBuf, String> {
     let make = |parent: &str| {
         tempfile::Builder::new()

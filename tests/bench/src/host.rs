@@ -21,7 +21,7 @@ use crate::env::{BenchEnv, EXTENSION, ORIGIN, PATIENCE, mono_ns, register_group}
 /// ns). The body stays bytes until a consumer looks, and then only the fields
 /// it needs are parsed: a burst is 200,000 frames on two shared cores, and a
 /// `Value` tree per frame made this harness a bigger consumer of CPU than the
-/// host it measures (docs/benchmarks.md, "Session 5").
+/// host it measures.
 pub struct Incoming {
     pub at_ns: u64,
     pub body: Vec<u8>,

@@ -1,6 +1,7 @@
-//! Pedelec's benchmark harness (issue 7): measures DESIGN.md section 9 over the
-//! real release binaries on temp dirs, next to the floors they are bounded by,
-//! all in one run. `tests/bench/run.sh [--quick]` builds and runs it.
+//! Pedelec's benchmark harness (docs/benchmarks.md): measures the real release
+//! binaries on temp dirs against their targets, next to the floors they are
+//! bounded by, all in one run. `tests/bench/run.sh [--quick]` builds and runs
+//! it.
 //!
 //! The same executable doubles as the helper processes (stub agent, frame echo,
 //! socket echo), chosen by argv, so the harness needs nothing but itself.
@@ -112,8 +113,7 @@ fn main() {
     }));
     // One thread, like the processes it measures (pedelec_common::runtime):
     // on a multi-thread runtime the harness's own cross-thread wake-ups added
-    // about 100 µs to every gRPC round trip it timed, floors included
-    // (docs/benchmarks.md, "Session 7").
+    // about 100 µs to every gRPC round trip it timed, floors included.
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

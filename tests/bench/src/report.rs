@@ -2,10 +2,10 @@
 
 use serde_json::{Value, json};
 
-/// How a figure is judged against DESIGN.md section 9.
+/// How a figure is judged against its target (docs/benchmarks.md, "Targets").
 #[derive(Clone, Copy)]
 pub enum Target {
-    /// No target in section 9 (floors, comparisons, breakdowns).
+    /// No target (floors, comparisons, breakdowns).
     None,
     /// Latency percentiles must stay at or under these (µs).
     Latency { p50: f64, p99: Option<f64> },

@@ -105,7 +105,7 @@ pub async fn run(cfg: &Config) -> i32 {
     .await;
     // Last: its fresh-inode half deletes hundreds of files under /tmp, and on
     // this VM's journal-less ext4 every new inode of the next minutes (each
-    // create's record file) scans past them (docs/benchmarks.md, "Session 14").
+    // create's record file) scans past them.
     phase(
         cfg,
         &mut rows,

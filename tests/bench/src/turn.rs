@@ -1,4 +1,4 @@
-//! What bubblewrap confinement adds to a turn's start (issue 16): the same
+//! What bubblewrap confinement adds to a turn's start: the same
 //! stub agent's turn, `SendText` → its first `chat_delta` at a SessionService
 //! Attach client, with the services confining agents (the default where bwrap
 //! works) and with `PEDELEC_CONFINE=0`; and, as its breakdown, spawn+exit of

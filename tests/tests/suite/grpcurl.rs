@@ -11,7 +11,7 @@ use pedelec_tests::*;
 fn grpcurl_command(env: &TestEnv, service: ServiceName, flags: &[&str], args: &[&str]) -> Command {
     let mut cmd = Command::new(grpcurl());
     // -authority localhost: grpcurl 1.8.6 would send the socket path as :authority,
-    // which hyper rejects (TESTING.md section 3).
+    // which hyper rejects (docs/grpc-clients.md).
     cmd.args(["-plaintext", "-authority", "localhost", "-unix"]);
     cmd.args(flags).arg(env.socket(service)).args(args);
     cmd

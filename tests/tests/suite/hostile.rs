@@ -1,4 +1,4 @@
-//! Hostile input over the real processes (issue 16's resilience suite): every
+//! Hostile input over the real processes: every
 //! thread-scoped RPC from another origin, a wrong tool token on every tool RPC,
 //! a runtime dir someone else made or left open to every user.
 //! `docs/reliability.md` lists each case with the test that checks it.
@@ -446,7 +446,7 @@ async fn a_runtime_dir_of_another_user_or_open_to_all_is_refused_at_start() {
         if let Some(uid) = owner {
             std::os::unix::fs::chown(&rt, Some(uid), Some(uid)).unwrap();
         }
-        // `start` first: before the fix it succeeded (and `up` would not return).
+        // `start` first: it must refuse too, not start an `up` that never returns.
         for args in [&["start"][..], &["up"][..]] {
             let out = env.pedelecd(args);
             let said = String::from_utf8_lossy(&out.stderr);
@@ -491,10 +491,10 @@ async fn a_runtime_dir_of_another_user_or_open_to_all_is_refused_at_start() {
 /// The largest manifest the caps allow (128 tools, each argsSchema just under
 /// 64 KiB, 256 distinct patterns: about 8 MiB) is accepted through the host,
 /// its tools work, and they work for the very next turn after ToolBridge is
-/// killed (before the fix that turn's tool calls were mostly refused
-/// TOOL_ACCESS_DENIED: SessionService registered the manifest again only in
-/// the background, once its Watch noticed the restart); one byte more in one
-/// schema is refused with its pointer.
+/// killed (the turn registers the manifest again itself rather than waiting
+/// for SessionService's Watch to notice the restart, so its tool calls are
+/// not refused TOOL_ACCESS_DENIED); one byte more in one schema is refused
+/// with its pointer.
 /// (Every unsupported keyword, and depth: toolbridge's manifest unit tests
 /// and native_host.rs deep_or_oversized_payloads_are_not_core_unavailable.)
 #[tokio::test]

@@ -1,5 +1,5 @@
-//! `pedelecd install`, `uninstall` and `doctor` on a temp HOME (issue 14,
-//! docs/install.md): the files and their modes per browser folder present,
+//! `pedelecd install`, `uninstall` and `doctor` on a temp HOME
+//! (docs/install.md): the files and their modes per browser folder present,
 //! idempotence, --dry-run, an uninstall that leaves HOME as it was, the
 //! doctor's verdict on a good install and on each broken state, the systemd
 //! unit through `systemd-analyze verify`, the launchd plist through plistlib.

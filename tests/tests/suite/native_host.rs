@@ -472,9 +472,9 @@ async fn a_burst_of_chat_deltas_reaches_stdout_whole_and_in_order() {
     );
 }
 
-/// Review finding 1: a detach sent right after an attach (before its stream
-/// opened) used to find nothing and leave the stream running. Each pair now
-/// detaches, and no event of the session follows its detach reply.
+/// A detach sent right after an attach (before its stream opened) still finds
+/// and ends that stream: each pair detaches, and no event of the session
+/// follows its detach reply.
 #[tokio::test]
 async fn back_to_back_attach_and_detach_leave_no_stream() {
     let mut env = TestEnv::new();
@@ -540,7 +540,7 @@ async fn back_to_back_attach_and_detach_leave_no_stream() {
     assert_eq!(routes, 0, "{list:?}");
 }
 
-/// Review finding 2: another origin may neither detach (and so auto-end) nor
+/// Another origin may neither detach (and so auto-end) nor
 /// take over a session attached through this host.
 #[tokio::test]
 async fn another_origin_cannot_detach_or_take_over_an_attached_session() {
@@ -576,7 +576,7 @@ fn nested(levels: usize) -> Value {
     v
 }
 
-/// Review finding 3: deep JSON is INVALID_INPUT naming the limit, before any
+/// Deep JSON is INVALID_INPUT naming the limit, before any
 /// gRPC call; a payload larger than a gRPC message may be is MESSAGE_TOO_LARGE.
 /// Neither is a core outage.
 #[tokio::test]
@@ -634,7 +634,7 @@ async fn deep_or_oversized_payloads_are_not_core_unavailable() {
     assert_eq!(pong["coreRunning"], true);
 }
 
-/// Review finding 4: with no pedelecd to start, concurrent requests all fail
+/// With no pedelecd to start, concurrent requests all fail
 /// at once with CORE_UNAVAILABLE and the reason, instead of 10 s each.
 #[tokio::test]
 async fn without_pedelecd_concurrent_requests_fail_fast_with_the_reason() {

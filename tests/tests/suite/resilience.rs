@@ -1,4 +1,4 @@
-//! Faults over the real processes (issue 16's resilience suite): kill -9 of
+//! Faults over the real processes: kill -9 of
 //! each process in the middle of a turn that waits for a tool result, a
 //! misbehaving agent (never exits, floods stdout, prints binary garbage or an
 //! endless line, exits mid-line), and a full disk under the data dir.

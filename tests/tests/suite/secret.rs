@@ -1,4 +1,4 @@
-//! The service secret and non-dumpable services (issue 16, docs/security.md
+//! The service secret and non-dumpable services (docs/security.md
 //! "Internal RPCs and the service secret"), over the real binaries started by
 //! `pedelecd up`.
 //!
