@@ -62,7 +62,7 @@ fn link_built_binaries(dir: &Path, except: Option<&str>) {
     }
 }
 
-/// The real grpcurl: `$PEDELEC_GRPCURL`, else where tests/run.sh installs it.
+/// The real grpcurl: `$PEDELEC_GRPCURL`, else where tests/setup.sh installs it.
 pub fn grpcurl() -> PathBuf {
     let path = std::env::var_os("PEDELEC_GRPCURL")
         .map(PathBuf::from)
@@ -606,7 +606,7 @@ pub async fn read_pid(path: &Path) -> u32 {
 /// The limit of a loop that polls for something to happen: a test waits for
 /// the condition itself, never for a fixed time it hopes is enough.
 ///
-/// ```ignore
+/// ```text
 /// let deadline = Deadline::patience();
 /// while !done().await {
 ///     deadline.tick("done").await;
