@@ -19,6 +19,7 @@ mod host_fuzz;
 mod hostile;
 mod install;
 mod launcher_cli;
+mod layout;
 mod load;
 mod mcp;
 mod native_host;
