@@ -8,11 +8,11 @@ use pedelec_proto::v1::provider_service_server::ProviderService;
 use pedelec_proto::v1::{
     CancelTurnRequest, CancelTurnResponse, GetSettingsRequest, ListProvidersRequest,
     ListProvidersResponse, ProfileSettings, ProviderEvent, PublicSettings, ResolveProfileRequest,
-    ResolvedProfile, RunTurnRequest, Settings, UpdateSettingsRequest,
+    ResolvedProfile, RunTurnRequest, Settings, SettingsAck, UpdateSettingsRequest,
 };
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
-use tonic::{Request, Response, Status};
+use tonic::{Request, Response, Status, Streaming};
 
 use crate::error::ProviderError;
 use crate::service::Providers;
@@ -99,10 +99,15 @@ impl ProviderService for ProviderGrpc {
 
     async fn watch_settings(
         &self,
-        request: Request<GetSettingsRequest>,
+        request: Request<Streaming<SettingsAck>>,
     ) -> Result<Response<Self::WatchSettingsStream>, Status> {
         self.internal.check(&request, "WatchSettings")?;
-        let changes = self.providers.watch_settings();
+        // Acks that fail end like acks that stop: nothing waits for them.
+        let acks = request
+            .into_inner()
+            .map_while(Result::ok)
+            .map(|ack| ack.generation);
+        let changes = self.providers.watch_settings(acks);
         Ok(Response::new(Box::pin(
             ReceiverStream::new(changes).map(Ok),
         )))

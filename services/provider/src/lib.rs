@@ -37,8 +37,9 @@ pub struct Config {
     pub data_dir: DataDir,
     /// Where provider CLIs are looked up; the process's own PATH by default.
     pub programs: ProgramEnv,
-    /// What the internal RPCs (ResolveProfile, RunTurn, CancelTurn) require;
-    /// None admits every caller (a service started by hand).
+    /// What the internal RPCs (ResolveProfile, WatchSettings, RunTurn,
+    /// CancelTurn) require; None admits every caller (a service started by
+    /// hand).
     pub service_secret: Option<ServiceSecret>,
 }
 

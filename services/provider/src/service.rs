@@ -1,12 +1,13 @@
 //! The service logic, free of gRPC: `Providers` answers with plain values or a `ProviderError`.
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use pedelec_proto::v1::{ProfileSettings, ProviderInfo, PublicSettings, ResolvedProfile, Settings};
 use pedelec_settings::{Provider, profile_part};
 use tokio::sync::{mpsc, watch};
+use tokio_stream::{Stream, StreamExt};
 
 use crate::availability::{Availability, ProgramEnv};
 use crate::catalog;
@@ -18,12 +19,23 @@ use crate::turns::Turns;
 /// hand (a `stat`; the file is read again only when it changed).
 pub const HAND_EDIT_POLL: Duration = Duration::from_secs(1);
 
+/// How long UpdateSettings waits for the WatchSettings watchers to
+/// acknowledge the change before it returns anyway (with a warning): a
+/// watcher that is stuck must not hang whoever changes the settings.
+/// SessionService acknowledges within a millisecond or so.
+pub const SETTINGS_ACK_WITHIN: Duration = Duration::from_secs(2);
+
 pub struct Providers {
     settings: SettingsStore,
-    /// The profile part of the settings last stored or seen, for the
-    /// WatchSettings streams: UpdateSettings sends here, and so does a stream
-    /// that finds the file edited by hand.
+    /// The profile part of the settings last stored or seen, numbered by its
+    /// `generation`, for the WatchSettings streams: UpdateSettings sends
+    /// here, and so does a stream that finds the file edited by hand.
     profile_part: watch::Sender<ProfileSettings>,
+    /// Per WatchSettings stream, the generation its watcher acknowledged
+    /// last; a closed one is a watcher gone (or no longer acknowledging).
+    acks: Mutex<Vec<watch::Receiver<u64>>>,
+    /// How long UpdateSettings waits for the acks ([`SETTINGS_ACK_WITHIN`]).
+    ack_within: Duration,
     availability: Arc<Availability>,
     turns: Turns,
 }
@@ -32,10 +44,16 @@ impl Providers {
     /// `settings_file` is `<data dir>/settings.json`; `programs` says where the CLIs are looked up.
     pub fn new(settings_file: impl Into<PathBuf>, programs: ProgramEnv) -> Self {
         let settings = SettingsStore::new(settings_file);
-        let (profile_part, _) = watch::channel(profile_part(&settings.load()));
+        let first = ProfileSettings {
+            generation: 1,
+            ..profile_part(&settings.load())
+        };
+        let (profile_part, _) = watch::channel(first);
         Providers {
             settings,
             profile_part,
+            acks: Mutex::default(),
+            ack_within: SETTINGS_ACK_WITHIN,
             turns: Turns::new(programs.clone()),
             availability: Arc::new(Availability::new(programs)),
         }
@@ -128,40 +146,86 @@ impl Providers {
 
     /// Validates and replaces the settings; returns them as stored.
     /// Replaces the settings, or with a `mask` (UpdateSettings' `update_mask`
-    /// paths) only the parts it names. The WatchSettings streams are sent the
-    /// change before this returns.
+    /// paths) only the parts it names. Returns once every WatchSettings
+    /// watcher has acknowledged the change (or gone away), or after
+    /// [`SETTINGS_ACK_WITHIN`]: a create sent after this returned sees it.
     pub async fn update_settings(
         &self,
         settings: Settings,
         mask: Option<&[String]>,
     ) -> Result<Settings, ProviderError> {
         let stored = self.settings.update(settings, mask).await?;
-        self.publish(&stored);
+        // The file as it is now rather than `stored`: an update that stored
+        // after this one must not be undone for the watchers.
+        let generation = self.publish(&self.settings.load());
+        self.until_acknowledged(generation).await;
         Ok(stored)
     }
 
     /// Hands the profile part of `settings` to the WatchSettings streams, if
-    /// it changed.
-    fn publish(&self, settings: &Settings) {
-        let part = profile_part(settings);
+    /// it changed, as the next generation. Returns the generation now current.
+    fn publish(&self, settings: &Settings) -> u64 {
+        let mut part = profile_part(settings);
+        let mut generation = 0;
         self.profile_part.send_if_modified(|current| {
+            part.generation = current.generation;
             let changed = *current != part;
             if changed {
+                part.generation += 1;
                 *current = part;
             }
+            generation = current.generation;
             changed
         });
+        generation
+    }
+
+    /// Until every WatchSettings watcher connected now has acknowledged
+    /// `generation` or gone away, for at most `ack_within`. One that connects
+    /// later is sent that generation or a later one first.
+    async fn until_acknowledged(&self, generation: u64) {
+        let watchers = {
+            let mut acks = self.acks.lock().unwrap_or_else(PoisonError::into_inner);
+            acks.retain(|acked| acked.has_changed().is_ok());
+            acks.clone()
+        };
+        let all = async {
+            for mut acked in watchers {
+                // An error is a watcher gone: nothing to wait for.
+                let _ = acked.wait_for(|acked| *acked >= generation).await;
+            }
+        };
+        if tokio::time::timeout(self.ack_within, all).await.is_err() {
+            tracing::warn!(
+                generation,
+                "a settings watcher did not acknowledge a change within {:?}; \
+                 UpdateSettings returns without it",
+                self.ack_within
+            );
+        }
     }
 
     /// WatchSettings: the profile part of the settings now, then after every
-    /// change. While the stream is open, settings.json is looked at every
-    /// [`HAND_EDIT_POLL`], so an edit by hand is sent too. The stream's task
-    /// ends when its receiver is dropped (the caller went away).
-    pub fn watch_settings(self: &Arc<Self>) -> mpsc::Receiver<ProfileSettings> {
+    /// change; `acks` are the generations the watcher acknowledges. While the
+    /// stream is open, settings.json is looked at every [`HAND_EDIT_POLL`],
+    /// so an edit by hand is sent too. The stream's task ends when its
+    /// receiver is dropped (the caller went away); a watcher whose `acks` end
+    /// is no longer waited for.
+    pub fn watch_settings(
+        self: &Arc<Self>,
+        acks: impl Stream<Item = u64> + Send + 'static,
+    ) -> mpsc::Receiver<ProfileSettings> {
         let (tx, rx) = mpsc::channel(1);
+        let (acked, acked_rx) = watch::channel(0);
+        self.acks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(acked_rx);
         let providers = Arc::clone(self);
         let mut changes = self.profile_part.subscribe();
         tokio::spawn(async move {
+            let mut acks = std::pin::pin!(acks);
+            let mut acked = Some(acked);
             // The file as it is now comes first: an edit by hand since the
             // last look is part of "now".
             providers.publish(&providers.settings.load());
@@ -183,7 +247,18 @@ impl Providers {
                             Ok(()) => break,
                             Err(_) => return,
                         },
-                        _ = poll.tick() => providers.publish(&providers.settings.load()),
+                        ack = acks.next(), if acked.is_some() => match ack {
+                            Some(generation) => {
+                                if let Some(acked) = &acked {
+                                    acked.send_modify(|last| *last = generation.max(*last));
+                                }
+                            }
+                            // No more acks: nothing waits for this watcher now.
+                            None => acked = None,
+                        },
+                        _ = poll.tick() => {
+                            providers.publish(&providers.settings.load());
+                        }
                     }
                 }
             }
@@ -248,14 +323,44 @@ mod tests {
     }
 
     fn fixture() -> Fixture {
+        fixture_acking_within(SETTINGS_ACK_WITHIN)
+    }
+
+    fn fixture_acking_within(ack_within: Duration) -> Fixture {
         let bin = Bin::new();
         let data = tempfile::tempdir().unwrap();
-        let providers = Arc::new(Providers::new(data.path().join("settings.json"), bin.env()));
+        let mut providers = Providers::new(data.path().join("settings.json"), bin.env());
+        providers.ack_within = ack_within;
         Fixture {
             bin,
             _data: data,
-            providers,
+            providers: Arc::new(providers),
         }
+    }
+
+    /// A WatchSettings watcher that acknowledges every value once it has
+    /// passed it on, as SessionService does once its copy holds it.
+    fn acking_watcher(providers: &Arc<Providers>) -> mpsc::UnboundedReceiver<ProfileSettings> {
+        let (ack, acks) = mpsc::unbounded_channel();
+        let mut changes =
+            providers.watch_settings(tokio_stream::wrappers::UnboundedReceiverStream::new(acks));
+        let (applied, out) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Some(part) = changes.recv().await {
+                let generation = part.generation;
+                if applied.send(part).is_err() || ack.send(generation).is_err() {
+                    return;
+                }
+            }
+        });
+        out
+    }
+
+    fn ollama_default_model(part: &ProfileSettings) -> Option<String> {
+        part.profiles
+            .get("ollama")
+            .and_then(|p| p.levels.get("default"))
+            .map(|l| l.model.clone())
     }
 
     impl Fixture {
@@ -550,28 +655,32 @@ mod tests {
     }
 
     /// WatchSettings sends the profile part at once, again after an
-    /// UpdateSettings, and again after an edit of the file by hand; never a key.
+    /// UpdateSettings, and again after an edit of the file by hand, each as
+    /// the next generation; never a key.
     #[tokio::test]
     async fn watch_settings_sends_now_after_an_update_and_after_a_hand_edit() {
         let f = fixture();
-        let next = async |rx: &mut mpsc::Receiver<ProfileSettings>| {
+        let next = async |rx: &mut mpsc::UnboundedReceiver<ProfileSettings>| {
             tokio::time::timeout(HAND_EDIT_POLL * 5, rx.recv())
                 .await
                 .expect("a snapshot in time")
                 .expect("the stream goes on")
         };
-        let model = |part: &ProfileSettings| {
-            part.profiles
-                .get("ollama")
-                .and_then(|p| p.levels.get("default"))
-                .map(|l| l.model.clone())
-        };
-        let mut rx = f.providers.watch_settings();
-        assert_eq!(next(&mut rx).await, ProfileSettings::default());
+        let model = ollama_default_model;
+        let mut rx = acking_watcher(&f.providers);
+        let first = next(&mut rx).await;
+        assert_eq!(
+            first,
+            ProfileSettings {
+                generation: 1,
+                ..Default::default()
+            }
+        );
 
         f.set_level("ollama", "default", "qwen3:8b", "").await;
         let part = next(&mut rx).await;
         assert_eq!(model(&part).as_deref(), Some("qwen3:8b"));
+        assert_eq!(part.generation, 2);
 
         // A key alone is not in the part: nothing is sent for it.
         let mut s = f.providers.full_settings();
@@ -587,5 +696,64 @@ mod tests {
         let part = next(&mut rx).await;
         assert_eq!(model(&part).as_deref(), Some("by-hand"));
         assert!(part.shell_tools_only.is_empty());
+        assert_eq!(part.generation, 4);
+    }
+
+    /// UpdateSettings returns only once every watcher has acknowledged the
+    /// change: by then each has been sent it. A change the part does not
+    /// show (a key) sends nothing and waits for nothing new.
+    #[tokio::test]
+    async fn update_settings_returns_once_every_watcher_has_the_change() {
+        let f = fixture();
+        let mut watchers = [acking_watcher(&f.providers), acking_watcher(&f.providers)];
+        for round in 0..50 {
+            let model = format!("model-{round}");
+            f.set_level("ollama", "default", &model, "").await;
+            for rx in &mut watchers {
+                let mut latest = None;
+                while let Ok(part) = rx.try_recv() {
+                    latest = Some(part);
+                }
+                let latest = latest.expect("sent before UpdateSettings returned");
+                assert_eq!(ollama_default_model(&latest), Some(model.clone()));
+            }
+        }
+        let mut s = f.providers.full_settings();
+        s.tavily_api_key = "another-key".into();
+        tokio::time::timeout(Duration::from_secs(1), f.set(s))
+            .await
+            .expect("no wait for a change nobody is sent");
+        assert!(watchers.iter_mut().all(|rx| rx.try_recv().is_err()));
+    }
+
+    /// A watcher that never acknowledges holds UpdateSettings up for the
+    /// bound and no longer; one that went away, or whose acks ended, not at all.
+    #[tokio::test]
+    async fn update_settings_waits_for_a_silent_watcher_only_as_long_as_the_bound() {
+        let bound = Duration::from_millis(300);
+        let f = fixture_acking_within(bound);
+        let timed_update = async |model: &str| {
+            let started = std::time::Instant::now();
+            f.set_level("ollama", "default", model, "").await;
+            started.elapsed()
+        };
+
+        let gone = f.providers.watch_settings(tokio_stream::pending());
+        drop(gone);
+        let _no_acks = f.providers.watch_settings(tokio_stream::empty());
+        let took = timed_update("a").await;
+        assert!(took < bound, "waited {took:?} for watchers that cannot ack");
+
+        let _silent = f.providers.watch_settings(tokio_stream::pending());
+        let took = timed_update("b").await;
+        assert!(
+            took >= bound && took < bound * 3,
+            "waited {took:?} for a silent watcher"
+        );
+        assert_eq!(
+            ollama_default_model(&profile_part(&f.providers.full_settings())).as_deref(),
+            Some("b"),
+            "stored all the same"
+        );
     }
 }

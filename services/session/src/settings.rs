@@ -4,53 +4,88 @@
 //! prompt, resolve from them in this process with the rules ProviderService
 //! uses (`pedelec-settings`): no round trip, the same answer and errors.
 //!
-//! Until the first have arrived (ProviderService not up yet) ResolveProfile
-//! answers instead, so nothing is resolved from no settings. While
-//! ProviderService restarts the last ones received answer.
+//! Each value sent is acknowledged (its `generation`) once it is in place
+//! here, and UpdateSettings returns only after that: a create that follows an
+//! UpdateSettings sees its change. While the watch is not open (before
+//! ProviderService is up, while it restarts) a change could be missed, so
+//! ResolveProfile answers instead, and the settings received last only when
+//! ProviderService cannot be asked.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use pedelec_common::Code;
 use pedelec_proto::v1 as pb;
-use pedelec_settings::SettingsError;
+use tokio::sync::watch;
+use tokio_stream::StreamExt;
+use tokio_stream::wrappers::WatchStream;
 
 use crate::error::{SessionError, upstream};
 use crate::sessions::Sessions;
 
-/// The profile part of the settings ProviderService last sent, if any.
+/// The profile part of the settings ProviderService last sent, if any, and
+/// whether the watch it came on is still open.
 #[derive(Default)]
-pub(crate) struct LatestSettings(Mutex<Option<Arc<pb::ProfileSettings>>>);
+pub(crate) struct LatestSettings(Mutex<Current>);
+
+/// What a named provider's profile is resolved from.
+#[derive(Clone, Debug)]
+pub(crate) enum Current {
+    /// Received on the open watch: no change is missed.
+    Watched(Arc<pb::ProfileSettings>),
+    /// The watch is not open: the settings received last, if any.
+    Unwatched(Option<Arc<pb::ProfileSettings>>),
+}
+
+impl Default for Current {
+    fn default() -> Self {
+        Current::Unwatched(None)
+    }
+}
 
 impl LatestSettings {
-    pub(crate) fn get(&self) -> Option<Arc<pb::ProfileSettings>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    pub(crate) fn current(&self) -> Current {
+        self.lock().clone()
     }
 
     fn set(&self, settings: pb::ProfileSettings) {
-        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(settings));
+        *self.lock() = Current::Watched(Arc::new(settings));
+    }
+
+    /// The watch closed: what it sent last may miss a change from now on.
+    fn unwatched(&self) {
+        let mut current = self.lock();
+        if let Current::Watched(last) = &*current {
+            *current = Current::Unwatched(Some(Arc::clone(last)));
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Current> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
 /// Watches ProviderService's settings for as long as the process lives,
-/// reconnecting after ProviderService restarts (the settings received last
-/// answer meanwhile).
+/// acknowledging each value once it is in place, and reconnecting after
+/// ProviderService restarts.
 pub async fn follow(sessions: Sessions) {
     let mut delay = Duration::from_millis(20);
     loop {
-        let watch = sessions
-            .inner
-            .provider
-            .clone()
-            .watch_settings(pb::GetSettingsRequest {})
-            .await;
+        // Only the generation in place last needs acknowledging.
+        let (applied, acks) = watch::channel(0);
+        let acks = WatchStream::from_changes(acks).map(|generation| pb::SettingsAck { generation });
+        let watch = sessions.inner.provider.clone().watch_settings(acks).await;
         match watch {
             Ok(stream) => {
                 delay = Duration::from_millis(20);
                 let mut stream = stream.into_inner();
                 loop {
                     match stream.message().await {
-                        Ok(Some(settings)) => sessions.inner.settings.set(settings),
+                        Ok(Some(settings)) => {
+                            let generation = settings.generation;
+                            sessions.inner.settings.set(settings);
+                            applied.send_replace(generation);
+                        }
                         Ok(None) => break,
                         Err(status) => {
                             tracing::warn!(error = %status.message(), "settings watch interrupted");
@@ -58,6 +93,7 @@ pub async fn follow(sessions: Sessions) {
                         }
                     }
                 }
+                sessions.inner.settings.unwatched();
             }
             Err(status) => {
                 tracing::debug!(error = %status.message(), "settings watch not available yet");
@@ -70,39 +106,34 @@ pub async fn follow(sessions: Sessions) {
 
 impl Sessions {
     /// The profile of the provider named `code` at `effort_level`, from the
-    /// settings last received, or from ResolveProfile before any have.
-    ///
-    /// A refusal that depends on the settings (`MODEL_REQUIRED`) is checked
-    /// with ResolveProfile before it is returned: the settings an
-    /// UpdateSettings just stored reach this process one message later, and a
-    /// create sent at once must not be refused by the ones before. (A success
-    /// in that instant uses the ones before, as a create a moment earlier
-    /// would have.) When ProviderService cannot be asked, the refusal stands.
+    /// settings on the open watch; while it is not open, from ResolveProfile,
+    /// or from the settings received last when ProviderService cannot be
+    /// asked (and then a refusal they give stands).
     pub(crate) async fn named_profile(
         &self,
         code: &str,
         effort_level: Option<&str>,
     ) -> Result<pb::ResolvedProfile, SessionError> {
-        let Some(settings) = self.inner.settings.get() else {
-            return self.resolve_profile(Some(code), effort_level).await;
+        let resolve = |settings: &pb::ProfileSettings| {
+            pedelec_settings::resolve_named(settings, code, effort_level)
+                .map_err(SessionError::Profile)
         };
-        match pedelec_settings::resolve_named(&settings, code, effort_level) {
-            Ok(profile) => Ok(profile),
-            Err(refused @ SettingsError::ModelRequired { .. }) => {
-                match self.resolve_profile(Some(code), effort_level).await {
-                    Err(SessionError::Upstream(e)) if e.code == Code::CORE_UNAVAILABLE => {
-                        Err(SessionError::Profile(refused))
-                    }
-                    answer => answer,
-                }
-            }
-            Err(refused) => Err(SessionError::Profile(refused)),
+        let last = match self.inner.settings.current() {
+            Current::Watched(settings) => return resolve(&settings),
+            Current::Unwatched(last) => last,
+        };
+        match self.resolve_profile(Some(code), effort_level).await {
+            Err(SessionError::Upstream(e)) if e.code == Code::CORE_UNAVAILABLE => match last {
+                Some(settings) => resolve(&settings),
+                None => Err(SessionError::Upstream(e)),
+            },
+            answer => answer,
         }
     }
 
     /// ProviderService's ResolveProfile: for the default provider (absent
-    /// `code`), which must also be installed, and for a named one before any
-    /// settings arrived.
+    /// `code`), which must also be installed, and for a named one while the
+    /// settings watch is not open.
     pub(crate) async fn resolve_profile(
         &self,
         code: Option<&str>,

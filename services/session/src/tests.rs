@@ -14,11 +14,12 @@ use pb::tool_bridge_service_server::{ToolBridgeService, ToolBridgeServiceServer}
 use pedelec_common::{DataDir, RuntimeDir, ServiceName};
 use pedelec_proto::v1 as pb;
 use tokio::sync::{mpsc, oneshot, watch};
-use tokio_stream::wrappers::{ReceiverStream, WatchStream};
-use tokio_stream::{Stream, StreamExt};
+use tokio_stream::Stream;
+use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
 use crate::record::Workspace;
+use crate::settings::Current;
 use crate::{Config, SessionError, Sessions, Upstream};
 
 type Reply<T> = Result<Response<T>, Status>;
@@ -54,7 +55,8 @@ struct Fakes {
     /// from them, WatchSettings sends them at once and every change.
     settings: Arc<watch::Sender<pb::ProfileSettings>>,
     /// WatchSettings answers only while this is true (ProviderService not up
-    /// yet, as far as the watch can tell).
+    /// yet, as far as the watch can tell), and its stream ends when it turns
+    /// false (ProviderService restarting).
     watch_open: Arc<watch::Sender<bool>>,
 }
 
@@ -117,13 +119,31 @@ impl ProviderService for Fakes {
         }))
     }
     type WatchSettingsStream = Events<pb::ProfileSettings>;
+    /// Sends the settings and ignores the acks: the fake's UpdateSettings,
+    /// which would wait for them, is not needed.
     async fn watch_settings(
         &self,
-        _: Request<pb::GetSettingsRequest>,
+        _: Request<tonic::Streaming<pb::SettingsAck>>,
     ) -> Reply<Self::WatchSettingsStream> {
-        let _ = self.watch_open.subscribe().wait_for(|open| *open).await;
-        let changes = WatchStream::new(self.settings.subscribe());
-        Ok(Response::new(Box::pin(changes.map(Ok))))
+        let mut open = self.watch_open.subscribe();
+        let _ = open.wait_for(|open| *open).await;
+        let mut settings = self.settings.subscribe();
+        let (tx, rx) = mpsc::channel(1);
+        tokio::spawn(async move {
+            loop {
+                let current = settings.borrow_and_update().clone();
+                if tx.send(Ok(current)).await.is_err() {
+                    return;
+                }
+                tokio::select! {
+                    changed = settings.changed() => if changed.is_err() {
+                        return;
+                    },
+                    _ = open.wait_for(|open| !*open) => return,
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
     type RunTurnStream = Events<pb::ProviderEvent>;
     async fn run_turn(&self, _: Request<pb::RunTurnRequest>) -> Reply<Self::RunTurnStream> {
@@ -269,7 +289,10 @@ impl Harness {
     /// Until SessionService holds `settings` from the fake's WatchSettings.
     async fn settings_arrived(&self, settings: &pb::ProfileSettings) {
         eventually("the settings reach SessionService", || {
-            self.sessions.inner.settings.get().as_deref() == Some(settings)
+            matches!(
+                self.sessions.inner.settings.current(),
+                Current::Watched(held) if *held == *settings
+            )
         })
         .await;
     }
@@ -442,9 +465,8 @@ fn profile_settings(models: &[(&str, &str, &str)], shell_only: &[&str]) -> pb::P
 }
 
 /// A named provider's profile is resolved in this process from the settings
-/// ProviderService sent; only the default provider, which must also be
-/// installed, is asked of ProviderService, and a refusal that depends on the
-/// settings (MODEL_REQUIRED) is checked with it before it is returned.
+/// ProviderService sent, refusals included; only the default provider, which
+/// must also be installed, is asked of ProviderService.
 #[tokio::test]
 async fn a_named_providers_profile_comes_from_the_watched_settings() {
     let h = harness(|_| {}).await;
@@ -452,7 +474,6 @@ async fn a_named_providers_profile_comes_from_the_watched_settings() {
     // Ollama has no model of its own: without settings it needs one.
     let (code, message) = code_of(create(Some("ollama"), Some("high")).await.unwrap_err());
     assert_eq!(code, "MODEL_REQUIRED", "{message}");
-    assert_eq!(h.fakes.seen().resolved, 1, "the refusal was checked");
     h.push_settings(profile_settings(&[("ollama", "high", "qwen3:4b")], &[]))
         .await;
     let created = create(Some("ollama"), Some("high")).await.unwrap();
@@ -469,11 +490,78 @@ async fn a_named_providers_profile_comes_from_the_watched_settings() {
     );
     let (code, _) = code_of(create(Some("ollama"), Some("extreme")).await.unwrap_err());
     assert_eq!(code, "INVALID_INPUT");
-    assert_eq!(h.fakes.seen().resolved, 1);
+    assert_eq!(h.fakes.seen().resolved, 0);
 
     let created = create(None, None).await.unwrap();
     assert_eq!(created.provider, "codex");
-    assert_eq!(h.fakes.seen().resolved, 2);
+    assert_eq!(h.fakes.seen().resolved, 1);
+}
+
+/// Once UpdateSettings has returned, the next create that names the provider
+/// has the change: against the real ProviderService, many times over,
+/// alternating two models.
+#[tokio::test]
+async fn the_next_create_sees_what_update_settings_returned_from() {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime_dir = RuntimeDir::at(dir.path().join("rt"));
+    let data_dir = DataDir::at(dir.path().join("data"));
+    let provider = pedelec_provider::Config::new(runtime_dir.clone(), data_dir.clone());
+    // On a runtime of its own, as in its own process.
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        runtime.block_on(pedelec_provider::run_until(
+            provider,
+            std::future::pending(),
+        ))
+    });
+    let socket = runtime_dir.socket(ServiceName::Provider);
+    eventually("ProviderService up", || socket.exists()).await;
+    let config = Config::new(runtime_dir.clone(), data_dir);
+    let sessions = Sessions::open(config, Upstream::on_sockets(&runtime_dir, None));
+    eventually("the settings watch is open", || {
+        matches!(sessions.inner.settings.current(), Current::Watched(_))
+    })
+    .await;
+    let mut client = pedelec_common::Clients::new(runtime_dir).provider();
+    let mut stale = Vec::new();
+    for i in 0..200 {
+        let model = if i % 2 == 0 { "gpt-a" } else { "gpt-b" };
+        let mut settings = pb::Settings::default();
+        settings
+            .profiles
+            .entry("codex".into())
+            .or_default()
+            .levels
+            .insert(
+                "default".into(),
+                pb::EffortProfile {
+                    model: model.into(),
+                    effort: String::new(),
+                },
+            );
+        client
+            .update_settings(pb::UpdateSettingsRequest {
+                settings: Some(settings),
+                update_mask: Some(pedelec_proto::prost_types::FieldMask {
+                    paths: vec!["profiles.codex.default".into()],
+                }),
+            })
+            .await
+            .unwrap();
+        let created = sessions
+            .create(create_request(Some("codex"), None))
+            .await
+            .unwrap();
+        let seen = created.snapshot.unwrap().model;
+        if seen != model {
+            stale.push((i, seen));
+        }
+    }
+    assert!(
+        stale.is_empty(),
+        "{} of 200 creates had the settings before: {stale:?}",
+        stale.len()
+    );
 }
 
 /// A change of the settings pushed through the watch reaches the next create
@@ -534,6 +622,38 @@ async fn a_named_create_before_any_settings_asks_resolve_profile() {
         .await
         .unwrap();
     assert_eq!(h.fakes.seen().resolved, 1);
+}
+
+/// While the watch is not open (ProviderService restarting) a change could be
+/// missed: a named create asks ResolveProfile, and the settings received last
+/// answer only when ProviderService cannot be asked.
+#[tokio::test]
+async fn a_named_create_asks_resolve_profile_while_the_watch_is_closed() {
+    let mut h = harness(|_| {}).await;
+    h.push_settings(profile_settings(&[("ollama", "default", "old")], &[]))
+        .await;
+    h.fakes.watch_open.send_replace(false);
+    eventually("the watch closed", || {
+        matches!(
+            h.sessions.inner.settings.current(),
+            Current::Unwatched(Some(_))
+        )
+    })
+    .await;
+    h.fakes
+        .settings
+        .send_replace(profile_settings(&[("ollama", "default", "new")], &[]));
+    let model = async || {
+        let created = h.sessions.create(create_request(Some("ollama"), None));
+        created.await.unwrap().snapshot.unwrap().model
+    };
+    assert_eq!(model().await, "new");
+    assert_eq!(h.fakes.seen().resolved, 1);
+
+    h.stop_provider.take().unwrap().send(()).unwrap();
+    let socket = h.config.runtime_dir.socket(ServiceName::Provider);
+    eventually("ProviderService down", || !socket.exists()).await;
+    assert_eq!(model().await, "old");
 }
 
 /// While ProviderService is down, the settings it sent last answer.

@@ -12,11 +12,13 @@ pub fn public_part(s: &Settings) -> PublicSettings {
 }
 
 /// What a named provider's profile and `native_tools` are resolved from
-/// ([`crate::resolve_named`]): the profiles and the shell-only list.
+/// ([`crate::resolve_named`]): the profiles and the shell-only list. Its
+/// `generation` is left 0: ProviderService numbers what it sends.
 pub fn profile_part(s: &Settings) -> ProfileSettings {
     ProfileSettings {
         profiles: s.profiles.clone(),
         shell_tools_only: s.shell_tools_only.clone(),
+        generation: 0,
     }
 }
 

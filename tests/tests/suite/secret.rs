@@ -140,8 +140,8 @@ async fn pending_tool_call(env: &TestEnv, events: &mut Events) -> (std::process:
 }
 
 /// Every internal RPC — ToolBridge Register, RenderPrompt, Watch, Resolve,
-/// Drop; ProviderService ResolveProfile, RunTurn, CancelTurn — refuses a
-/// caller without the secret and one with a wrong secret with
+/// Drop; ProviderService ResolveProfile, WatchSettings, RunTurn, CancelTurn —
+/// refuses a caller without the secret and one with a wrong secret with
 /// SERVICE_ACCESS_DENIED, and the refused call changed nothing: the thread's
 /// tools, token, pending call and running agent are as they were, and no
 /// agent was started. The right secret is admitted, and the secret is on no
@@ -223,6 +223,10 @@ async fn internal_rpcs_refuse_callers_without_the_secret_and_change_nothing() {
             code(provider.cancel_turn(with(cancel, given)).await),
             DENIED
         );
+        // A watcher that never acknowledges would hold every UpdateSettings up.
+        let acks = tokio_stream::pending::<pb::SettingsAck>();
+        let watch = provider.watch_settings(with(acks, given)).await;
+        assert_eq!(code(watch.map(|_| ())), DENIED);
     }
 
     // Nothing changed: the thread still waits for the same call, its agent
