@@ -9,6 +9,8 @@ mod error;
 mod grpc;
 /// The program: flags, then the service.
 pub mod program;
+/// A stream kept open to another service, reopened with backoff.
+mod reconnect;
 /// A thread's durable record and the journal of one file per thread.
 mod record;
 /// The bounded buffer of recent events a route replays from.

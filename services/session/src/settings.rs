@@ -12,7 +12,6 @@
 //! ProviderService cannot be asked.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use pedelec_common::Code;
 use pedelec_proto::v1 as pb;
@@ -21,6 +20,7 @@ use tokio_stream::StreamExt;
 use tokio_stream::wrappers::WatchStream;
 
 use crate::error::{SessionError, upstream};
+use crate::reconnect::keep_open;
 use crate::sessions::Sessions;
 
 /// The profile part of the settings ProviderService last sent, if any, and
@@ -69,39 +69,25 @@ impl LatestSettings {
 /// acknowledging each value once it is in place, and reconnecting after
 /// ProviderService restarts.
 pub async fn follow(sessions: Sessions) {
-    let mut delay = Duration::from_millis(20);
-    loop {
-        // Only the generation in place last needs acknowledging.
-        let (applied, acks) = watch::channel(0);
-        let acks = WatchStream::from_changes(acks).map(|generation| pb::SettingsAck { generation });
-        let watch = sessions.inner.provider.clone().watch_settings(acks).await;
-        match watch {
-            Ok(stream) => {
-                delay = Duration::from_millis(20);
-                let mut stream = stream.into_inner();
-                loop {
-                    match stream.message().await {
-                        Ok(Some(settings)) => {
-                            let generation = settings.generation;
-                            sessions.inner.settings.set(settings);
-                            applied.send_replace(generation);
-                        }
-                        Ok(None) => break,
-                        Err(status) => {
-                            tracing::warn!(error = %status.message(), "settings watch interrupted");
-                            break;
-                        }
-                    }
-                }
-                sessions.inner.settings.unwatched();
-            }
-            Err(status) => {
-                tracing::debug!(error = %status.message(), "settings watch not available yet");
-            }
+    let open = || {
+        let sessions = sessions.clone();
+        async move {
+            // Only the generation in place last needs acknowledging.
+            let (applied, acks) = watch::channel(0);
+            let acks =
+                WatchStream::from_changes(acks).map(|generation| pb::SettingsAck { generation });
+            let stream = sessions.inner.provider.clone().watch_settings(acks).await?;
+            let handle = move |settings: pb::ProfileSettings| {
+                let generation = settings.generation;
+                sessions.inner.settings.set(settings);
+                applied.send_replace(generation);
+            };
+            Ok((stream.into_inner(), handle))
         }
-        tokio::time::sleep(delay).await;
-        delay = (delay * 2).min(Duration::from_secs(2));
-    }
+    };
+    // From now on a change may be missed: creates ask ResolveProfile.
+    let closed = || sessions.inner.settings.unwatched();
+    keep_open("settings watch", open, closed).await
 }
 
 impl Sessions {

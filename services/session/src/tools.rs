@@ -8,8 +8,6 @@
 //! the agent's turn (its RunTurn stream breaks) and so fails the operation and
 //! its pending request anyway. Only their seqs must be covered.
 
-use std::time::Duration;
-
 use pb::session_event::Event;
 use pb::tool_event::Event as ToolEvent;
 use pedelec_common::{Code, json};
@@ -18,6 +16,7 @@ use tonic::metadata::MetadataValue;
 
 use crate::SessionError;
 use crate::error::upstream;
+use crate::reconnect::keep_open;
 use crate::record::{Status, ToolRequestRecord};
 use crate::sessions::{Sessions, SharedThread, lock};
 
@@ -27,41 +26,24 @@ use crate::sessions::{Sessions, SharedThread, lock};
 /// may not have them. Registering twice is harmless: registrations of one
 /// thread take turns, so the second sends the token the first one stored.
 pub async fn follow(sessions: Sessions) {
-    let mut delay = Duration::from_millis(20);
-    loop {
-        let watch = sessions
-            .inner
-            .tools
-            .clone()
-            .watch(pb::WatchToolsRequest {})
-            .await;
-        match watch {
-            Ok(stream) => {
-                // The bridge replays the requests it still holds first; any other
-                // pending request died with a previous bridge (its caller got an
-                // error), so it must not keep the thread waiting.
-                sessions.clear_pending_tool_requests();
-                sessions.reregister_all_tools();
-                delay = Duration::from_millis(20);
-                let mut stream = stream.into_inner();
-                loop {
-                    match stream.message().await {
-                        Ok(Some(event)) => apply(&sessions, event),
-                        Ok(None) => break,
-                        Err(status) => {
-                            tracing::warn!(error = %status.message(), "tool watch interrupted");
-                            break;
-                        }
-                    }
-                }
-            }
-            Err(status) => {
-                tracing::debug!(error = %status.message(), "tool watch not available yet");
-            }
+    let open = || {
+        let sessions = sessions.clone();
+        async move {
+            let stream = sessions
+                .inner
+                .tools
+                .clone()
+                .watch(pb::WatchToolsRequest {})
+                .await?;
+            // The bridge replays the requests it still holds first; any other
+            // pending request died with a previous bridge (its caller got an
+            // error), so it must not keep the thread waiting.
+            sessions.clear_pending_tool_requests();
+            sessions.reregister_all_tools();
+            Ok((stream.into_inner(), move |event| apply(&sessions, event)))
         }
-        tokio::time::sleep(delay).await;
-        delay = (delay * 2).min(Duration::from_secs(2));
-    }
+    };
+    keep_open("tool watch", open, || {}).await
 }
 
 impl Sessions {

@@ -1,0 +1,52 @@
+//! A stream this service keeps open to another service for as long as the
+//! process lives (ToolBridgeService's Watch, ProviderService's
+//! WatchSettings): opened again whenever it ends or could not be opened, so a
+//! restart of the other service is followed. The pause before the next try
+//! doubles from 20 ms up to 2 s while the other service is away, and starts
+//! over at 20 ms once a stream opens.
+
+use std::future::Future;
+use std::time::Duration;
+
+/// The pause after the first try that fails: a restarted service is
+/// followed well within a second.
+const FIRST_PAUSE: Duration = Duration::from_millis(20);
+const LONGEST_PAUSE: Duration = Duration::from_secs(2);
+
+/// Keeps the stream `what` (a name for the log) open, forever. `open` opens
+/// it and returns it with what handles its messages (a new handler per
+/// stream, with what that stream needs); `closed` runs each time an open
+/// stream ends.
+pub(crate) async fn keep_open<T, Handle, Opening>(
+    what: &str,
+    mut open: impl FnMut() -> Opening,
+    mut closed: impl FnMut(),
+) where
+    Opening: Future<Output = Result<(tonic::Streaming<T>, Handle), tonic::Status>>,
+    Handle: FnMut(T),
+{
+    let mut pause = FIRST_PAUSE;
+    loop {
+        match open().await {
+            Ok((mut stream, mut handle)) => {
+                pause = FIRST_PAUSE;
+                loop {
+                    match stream.message().await {
+                        Ok(Some(message)) => handle(message),
+                        Ok(None) => break,
+                        Err(status) => {
+                            tracing::warn!(error = %status.message(), "{what} interrupted");
+                            break;
+                        }
+                    }
+                }
+                closed();
+            }
+            Err(status) => {
+                tracing::debug!(error = %status.message(), "{what} not available yet");
+            }
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(LONGEST_PAUSE);
+    }
+}
