@@ -241,6 +241,46 @@ async fn provider_service_lists_resolves_and_keeps_settings() {
     assert_eq!(stored_after, stored);
 }
 
+/// Once UpdateSettings has returned, the next create that names the provider
+/// has the change (SessionService acknowledges each value WatchSettings sends
+/// it once it resolves from it, and UpdateSettings waits for that): many times
+/// over, alternating two models.
+#[tokio::test]
+async fn the_next_create_sees_what_update_settings_returned_from() {
+    let env = env_with_codex();
+    let _launcher = env.up().await;
+    let mut provider = env.provider().await;
+    let mut sessions = env.session().await;
+    let mut stale = Vec::new();
+    for i in 0..200 {
+        let model = if i % 2 == 0 { "gpt-a" } else { "gpt-b" };
+        provider
+            .update_settings(pb::UpdateSettingsRequest {
+                settings: Some(settings_with_default_models(&[("codex", model)])),
+                update_mask: Some(pedelec_proto::prost_types::FieldMask {
+                    paths: vec!["profiles.codex.default".into()],
+                }),
+            })
+            .await
+            .unwrap();
+        let created = sessions
+            .create_session(create_session_request(Some("codex")))
+            .await
+            .unwrap()
+            .into_inner();
+        let seen = created.snapshot.unwrap().model;
+        if seen != model {
+            stale.push((i, seen));
+        }
+    }
+    assert!(
+        stale.is_empty(),
+        "{} of 200 creates had the settings before, the first: {:?}",
+        stale.len(),
+        &stale[..stale.len().min(5)]
+    );
+}
+
 #[tokio::test]
 async fn session_lifecycle_errors_and_replay() {
     let env = env_with_codex();

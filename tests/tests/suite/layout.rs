@@ -1,6 +1,8 @@
 //! The shape docs/architecture.md describes, checked: services meet only
 //! through their gRPC contract, so no service crate links another service
-//! crate; the rules two services share live in library crates.
+//! crate, not even for its tests (a test that needs two services runs their
+//! binaries, in this suite); the rules two services share live in library
+//! crates.
 
 use std::path::Path;
 
@@ -22,13 +24,14 @@ const LIBRARIES: [&str; 4] = [
     "pedelec-manifest",
 ];
 
-/// The `pedelec-*` names in a Cargo.toml's `[dependencies]` table.
+/// The `pedelec-*` names in a Cargo.toml's `[dependencies]` and
+/// `[dev-dependencies]` tables.
 fn our_dependencies(manifest: &str) -> Vec<String> {
     let mut in_deps = false;
     let mut found = Vec::new();
     for line in manifest.lines().map(str::trim) {
         if line.starts_with('[') {
-            in_deps = line == "[dependencies]";
+            in_deps = matches!(line, "[dependencies]" | "[dev-dependencies]");
             continue;
         }
         if in_deps && line.starts_with("pedelec-") {
@@ -56,7 +59,8 @@ fn no_service_crate_links_another_service_crate() {
             assert!(
                 LIBRARIES.contains(&dep.as_str()),
                 "{krate} depends on {dep}: services meet only through their gRPC contract \
-                 (docs/architecture.md); move the shared rule into a library crate"
+                 (docs/architecture.md); move the shared rule into a library crate, or a \
+                 test that needs both services into this suite"
             );
         }
     }
@@ -67,7 +71,11 @@ fn the_dependency_reader_sees_a_service_crate() {
     let deps = our_dependencies(
         "[package]\nname = \"x\"\n\n[dependencies]\npedelec-common.workspace = true\n\
          pedelec-provider = { path = \"../provider\" }\ntokio.workspace = true\n\n\
-         [dev-dependencies]\npedelec-session.workspace = true\n",
+         [dev-dependencies]\npedelec-session.workspace = true\n\n\
+         [build-dependencies]\npedelec-agent.workspace = true\n",
     );
-    assert_eq!(deps, ["pedelec-common", "pedelec-provider"]);
+    assert_eq!(
+        deps,
+        ["pedelec-common", "pedelec-provider", "pedelec-session"]
+    );
 }
