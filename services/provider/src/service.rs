@@ -312,6 +312,7 @@ impl Providers {
 mod tests {
     use pedelec_proto::v1::EffortProfile;
     use pedelec_settings::SettingsError;
+    use pedelec_settings::testutil::resolved;
 
     use super::*;
     use crate::testutil::Bin;
@@ -392,16 +393,6 @@ mod tests {
             level: Option<&str>,
         ) -> Result<ResolvedProfile, ProviderError> {
             self.providers.resolve_profile(provider, level).await
-        }
-    }
-
-    fn resolved(provider: &str, level: &str, model: &str, effort: &str) -> ResolvedProfile {
-        ResolvedProfile {
-            provider: provider.into(),
-            effort_level: level.into(),
-            model: model.into(),
-            effort: effort.into(),
-            native_tools: matches!(provider, "codex" | "claude" | "opencode"),
         }
     }
 

@@ -183,45 +183,8 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
 
     use super::*;
-    use pedelec_proto::v1::{EffortProfile, ProviderProfiles};
     use pedelec_settings::SettingsError;
-
-    fn level(model: &str, effort: &str) -> EffortProfile {
-        EffortProfile {
-            model: model.into(),
-            effort: effort.into(),
-        }
-    }
-
-    fn profiles(levels: &[(&str, EffortProfile)]) -> ProviderProfiles {
-        ProviderProfiles {
-            levels: levels
-                .iter()
-                .map(|(name, p)| (name.to_string(), p.clone()))
-                .collect(),
-        }
-    }
-
-    fn mask(paths: &[&str]) -> Vec<String> {
-        paths.iter().map(|p| p.to_string()).collect()
-    }
-
-    fn sample() -> Settings {
-        let mut s = Settings {
-            default_provider: Some("codex".into()),
-            ollama_endpoint: "http://127.0.0.1:11434".into(),
-            ollama_api_key: "k1".into(),
-            tavily_api_key: "t1".into(),
-            ..Default::default()
-        };
-        s.profiles.insert(
-            "codex".into(),
-            profiles(&[("low", level("m1", "low")), ("high", level("m2", "high"))]),
-        );
-        s.profiles
-            .insert("claude".into(), profiles(&[("default", level("opus", ""))]));
-        s
-    }
+    use pedelec_settings::testutil::{level, mask, profiles, sample};
 
     #[test]
     fn a_hand_edit_is_seen_by_the_next_load_in_place_or_replaced() {

@@ -22,8 +22,11 @@ mod update;
 /// What a stored settings value must be.
 mod validate;
 
-#[cfg(test)]
-mod testutil;
+/// Settings values for tests, this crate's and ProviderService's. Always
+/// compiled: behind a feature only tests enable, every `cargo test` of the
+/// workspace would build this crate and its dependents a second time.
+#[doc(hidden)]
+pub mod testutil;
 
 pub use catalog::{Provider, ProviderSpec};
 pub use error::SettingsError;

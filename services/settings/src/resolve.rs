@@ -84,19 +84,9 @@ mod tests {
     use pedelec_proto::v1::Settings;
 
     use super::*;
-    use crate::testutil::{level, mask, profiles, sample};
+    use crate::testutil::{level, mask, profiles, resolved, sample};
     use crate::validate::tests::invalid_message;
     use crate::{apply_update, profile_part, validate};
-
-    fn resolved(provider: &str, level: &str, model: &str, effort: &str) -> ResolvedProfile {
-        ResolvedProfile {
-            provider: provider.into(),
-            effort_level: level.into(),
-            model: model.into(),
-            effort: effort.into(),
-            native_tools: matches!(provider, "codex" | "claude" | "opencode"),
-        }
-    }
 
     #[test]
     fn native_tools_where_mcp_works_unless_kept_on_the_shell() {

@@ -1,6 +1,7 @@
-//! Settings values the tests of several modules share.
+//! Settings values the tests share: this crate's, and ProviderService's
+//! (which keeps these settings). No code outside tests uses them.
 
-use pedelec_proto::v1::{EffortProfile, ProviderProfiles, Settings};
+use pedelec_proto::v1::{EffortProfile, ProviderProfiles, ResolvedProfile, Settings};
 
 /// One effort level's profile.
 pub fn level(model: &str, effort: &str) -> EffortProfile {
@@ -10,6 +11,7 @@ pub fn level(model: &str, effort: &str) -> EffortProfile {
     }
 }
 
+/// A provider's profiles: these levels, by name.
 pub fn profiles(levels: &[(&str, EffortProfile)]) -> ProviderProfiles {
     ProviderProfiles {
         levels: levels
@@ -19,10 +21,13 @@ pub fn profiles(levels: &[(&str, EffortProfile)]) -> ProviderProfiles {
     }
 }
 
+/// An update mask of these paths.
 pub fn mask(paths: &[&str]) -> Vec<String> {
     paths.iter().map(|p| p.to_string()).collect()
 }
 
+/// Settings with every field set: codex's low and high levels, claude's
+/// default one, both keys.
 pub fn sample() -> Settings {
     let mut s = Settings {
         default_provider: Some("codex".into()),
@@ -38,4 +43,16 @@ pub fn sample() -> Settings {
     s.profiles
         .insert("claude".into(), profiles(&[("default", level("opus", ""))]));
     s
+}
+
+/// What resolving `provider`'s `level` gives, with `native_tools` as it is
+/// by default (no provider kept on the shell tools).
+pub fn resolved(provider: &str, level: &str, model: &str, effort: &str) -> ResolvedProfile {
+    ResolvedProfile {
+        provider: provider.into(),
+        effort_level: level.into(),
+        model: model.into(),
+        effort: effort.into(),
+        native_tools: matches!(provider, "codex" | "claude" | "opencode"),
+    }
 }
