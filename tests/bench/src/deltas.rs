@@ -11,12 +11,12 @@ use pedelec_proto::v1 as pb;
 use serde_json::json;
 
 use crate::Config;
-use crate::env::{BenchEnv, ORIGIN, PATIENCE, memory_kib, mono_ns};
+use crate::env::{BenchEnv, memory_kib, mono_ns};
 use crate::host::Host;
 use crate::measure::profiled;
 use crate::memory::{MemSample, Procs, memory_rows};
 use crate::report::{Row, Target};
-use crate::sessions::{Sessions, attach_request, open_host_session, thread};
+use crate::sessions::{Sessions, attach_request, next_event, open_host_session, send_text, thread};
 
 /// Checks the deltas of one turn: indices in order, seqs consecutive; counts
 /// what was lost instead of stopping, since loss is a result worth reporting.
@@ -211,21 +211,10 @@ pub(crate) async fn deltas(
         .await
         .map_err(|e| e.to_string())?
         .into_inner();
-    sessions
-        .send_text(pb::SendTextRequest {
-            session_id: id.clone(),
-            origin: ORIGIN.into(),
-            text: format!("@@stream {n}"),
-        })
-        .await
-        .map_err(|e| format!("SendText: {e}"))?;
+    send_text(sessions, &id, format!("@@stream {n}")).await?;
     let mut grpc = DeltaCheck::default();
     loop {
-        let ev = tokio::time::timeout(PATIENCE, stream.message())
-            .await
-            .map_err(|_| "no event within the ceiling")?
-            .map_err(|e| e.to_string())?
-            .ok_or("Attach stream ended")?;
+        let ev = next_event(&mut stream).await?;
         let at = mono_ns();
         if matches!(ev.event, Some(Event::Snapshot(_))) {
             continue;

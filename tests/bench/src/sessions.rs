@@ -6,7 +6,7 @@ use pedelec_proto::v1 as pb;
 use serde_json::{Value, json};
 use tonic::transport::Channel;
 
-use crate::env::ORIGIN;
+use crate::env::{ORIGIN, PATIENCE};
 use crate::host::Host;
 
 pub(crate) type Sessions = pb::session_service_client::SessionServiceClient<Channel>;
@@ -71,6 +71,34 @@ pub(crate) fn attach_request(id: &str, route: &str) -> pb::AttachRequest {
         route_id: route.into(),
         after_seq: None,
     }
+}
+
+/// SendText of `text` to thread `id`.
+pub(crate) async fn send_text(
+    sessions: &mut Sessions,
+    id: &str,
+    text: String,
+) -> Result<(), String> {
+    sessions
+        .send_text(pb::SendTextRequest {
+            session_id: id.into(),
+            origin: ORIGIN.into(),
+            text,
+        })
+        .await
+        .map(drop)
+        .map_err(|e| format!("SendText: {e}"))
+}
+
+/// The next event of an Attach stream, within [`PATIENCE`].
+pub(crate) async fn next_event(
+    stream: &mut tonic::Streaming<pb::SessionEvent>,
+) -> Result<pb::SessionEvent, String> {
+    tokio::time::timeout(PATIENCE, stream.message())
+        .await
+        .map_err(|_| "no event within the ceiling")?
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| "Attach stream ended".into())
 }
 
 pub(crate) fn thread(id: &str) -> pb::ThreadRequest {

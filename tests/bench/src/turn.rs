@@ -13,10 +13,10 @@ use pedelec_common::process::confine::{self, Verdict};
 use pedelec_proto::v1 as pb;
 
 use crate::Config;
-use crate::env::{BenchEnv, ORIGIN, PATIENCE, stop};
+use crate::env::{BenchEnv, ORIGIN, stop};
 use crate::measure::us;
 use crate::report::Row;
-use crate::sessions::{Sessions, attach_request, stub_agent_settings};
+use crate::sessions::{Sessions, attach_request, next_event, send_text, stub_agent_settings};
 
 pub async fn turn_start_phase(cfg: &Config) -> Result<Vec<Row>, String> {
     let bwrap = match confine::probe(std::env::var_os("PATH").as_deref()) {
@@ -106,21 +106,10 @@ async fn turns_in(env: &BenchEnv, confined: bool, n: usize) -> Result<Vec<f64>, 
     let mut samples = Vec::with_capacity(n);
     for i in 0..n + 5 {
         let t = Instant::now();
-        sessions
-            .send_text(pb::SendTextRequest {
-                session_id: id.clone(),
-                origin: ORIGIN.into(),
-                text: "@@stream 1".into(),
-            })
-            .await
-            .map_err(|e| format!("SendText: {e}"))?;
+        send_text(&mut sessions, &id, "@@stream 1".into()).await?;
         let mut first = None;
         loop {
-            let ev = tokio::time::timeout(PATIENCE, stream.message())
-                .await
-                .map_err(|_| "no event within the ceiling")?
-                .map_err(|e| e.to_string())?
-                .ok_or("Attach stream ended")?;
+            let ev = next_event(&mut stream).await?;
             match ev.event {
                 Some(Event::ChatDelta(_)) if first.is_none() => first = Some(t.elapsed()),
                 Some(Event::OperationFinished(f)) => {
