@@ -21,18 +21,6 @@ pub enum Program {
 }
 
 impl Program {
-    /// Every program, pedelecd first.
-    pub const ALL: [Program; 8] = [
-        Program::Launcher,
-        Program::Session,
-        Program::ToolBridge,
-        Program::Provider,
-        Program::Asset,
-        Program::NativeHost,
-        Program::Cli,
-        Program::Agent,
-    ];
-
     /// The long-running programs, which the release build makes one
     /// executable (`pedelec-multicall`), pedelecd first.
     pub const LONG_RUNNING: [Program; 6] = [
@@ -43,6 +31,15 @@ impl Program {
         Program::Asset,
         Program::NativeHost,
     ];
+
+    /// Every program: the long-running ones (pedelecd first), then the ones
+    /// started per tool call and per turn. The pattern names each
+    /// long-running program once, so one added to LONG_RUNNING stops the
+    /// build here until ALL counts it.
+    pub const ALL: [Program; 8] = {
+        let [a, b, c, d, e, f] = Program::LONG_RUNNING;
+        [a, b, c, d, e, f, Program::Cli, Program::Agent]
+    };
 
     /// The executable's file name.
     pub const fn file_name(self) -> &'static str {
