@@ -101,7 +101,7 @@ impl Providers {
         let has_tools = req.tool_env.contains_key(pedelec_common::env::TOOL_TOKEN);
         let mcp = pedelec_settings::catalog::find(&req.provider)
             .filter(|spec| {
-                has_tools && pedelec_settings::native_tools(&profile_part(&settings), spec)
+                has_tools && pedelec_settings::native_tools(&settings.shell_tools_only, spec)
             })
             .map(|_| pedelec_common::paths::cli_path());
         self.turns.run_with_env(req, env, mcp)

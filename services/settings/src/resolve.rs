@@ -10,9 +10,10 @@ use crate::catalog::{self, DEFAULT_LEVEL, ProviderSpec};
 use crate::error::SettingsError;
 
 /// Whether `spec`'s turns get the page's tools as native MCP tools: the CLI
-/// supports it and the settings do not keep it on the shell path.
-pub fn native_tools(s: &ProfileSettings, spec: &ProviderSpec) -> bool {
-    spec.mcp && !s.shell_tools_only.iter().any(|c| c == spec.code)
+/// supports it and the settings' `shell_tools_only` does not keep it on the
+/// shell path.
+pub fn native_tools(shell_tools_only: &[String], spec: &ProviderSpec) -> bool {
+    spec.mcp && !shell_tools_only.iter().any(|c| c == spec.code)
 }
 
 /// The profile of a provider named by its code.
@@ -75,7 +76,7 @@ pub fn profile_of(
         effort_level: level.to_string(),
         model: profile.model,
         effort,
-        native_tools: native_tools(s, spec),
+        native_tools: native_tools(&s.shell_tools_only, spec),
     })
 }
 
@@ -90,10 +91,9 @@ mod tests {
 
     #[test]
     fn native_tools_where_mcp_works_unless_kept_on_the_shell() {
-        let none = ProfileSettings::default();
         let on: Vec<&str> = catalog::PROVIDERS
             .iter()
-            .filter(|p| native_tools(&none, p))
+            .filter(|p| native_tools(&[], p))
             .map(|p| p.code)
             .collect();
         assert_eq!(on, ["codex", "opencode", "claude"]);
@@ -105,8 +105,8 @@ mod tests {
         assert_eq!(s.shell_tools_only, ["claude", "codex"]);
         let claude = catalog::find("claude").unwrap();
         let opencode = catalog::find("opencode").unwrap();
-        assert!(!native_tools(&profile_part(&s), claude));
-        assert!(native_tools(&profile_part(&s), opencode));
+        assert!(!native_tools(&s.shell_tools_only, claude));
+        assert!(native_tools(&s.shell_tools_only, opencode));
         let m = invalid_message(Settings {
             shell_tools_only: vec!["vim".into()],
             ..Default::default()
