@@ -18,6 +18,8 @@ export const BROWSER_CODES = [
   "TOOL_HANDLER_ERROR",
   "ASSET_TEXT_DECODE_FAILED",
   "ASSET_INVALID_JSON",
+  // A request from a frame whose embedding site the user did not allow.
+  "FRAME_NOT_ALLOWED",
 ] as const;
 
 /** Codes made by the native host (or by the extension about the host). */
@@ -44,6 +46,13 @@ export const SERVICE_CODES = [
   "THREAD_ACCESS_DENIED",
   "SETTINGS_ACCESS_DENIED",
   "WORKSPACE_OPEN_FAILED",
+  "SITE_NOT_APPROVED",
+  "ORIGIN_NOT_SECURE",
+  "PROVIDER_NOT_GRANTED",
+  "MODEL_NOT_ALLOWED",
+  "FOLDER_NOT_GRANTED",
+  "FOLDER_NOT_GRANTABLE",
+  "WORKSPACE_IN_USE",
   "TOOLS_MANIFEST_INVALID",
   "TOOL_NOT_FOUND",
   "TOOL_ARGS_INVALID",

@@ -49,6 +49,8 @@ codes! {
     TOOL_HANDLER_ERROR => Aborted,
     ASSET_TEXT_DECODE_FAILED => InvalidArgument,
     ASSET_INVALID_JSON => InvalidArgument,
+    // The extension: a request from a frame whose embedding site the user did not allow.
+    FRAME_NOT_ALLOWED => PermissionDenied,
     NATIVE_HOST_UNAVAILABLE => Unavailable,
     MESSAGE_TOO_LARGE => ResourceExhausted,
     CORE_UNAVAILABLE => Unavailable,
@@ -70,6 +72,19 @@ codes! {
     // The native host's settings requests from anything but the extension's own pages.
     SETTINGS_ACCESS_DENIED => PermissionDenied,
     WORKSPACE_OPEN_FAILED => FailedPrecondition,
+    // Site grants (docs/security.md, "Site grants"): a web origin the user
+    // did not approve (or blocked, or whose grant expired or was revoked).
+    SITE_NOT_APPROVED => PermissionDenied,
+    // A plain http:// origin other than loopback: never approvable.
+    ORIGIN_NOT_SECURE => PermissionDenied,
+    // A provider, model or folder outside the site's grant.
+    PROVIDER_NOT_GRANTED => PermissionDenied,
+    MODEL_NOT_ALLOWED => PermissionDenied,
+    FOLDER_NOT_GRANTED => PermissionDenied,
+    // A folder no grant may name: Pedelec's own dirs, home, /, credentials.
+    FOLDER_NOT_GRANTABLE => PermissionDenied,
+    // The folder is another origin's workspace.
+    WORKSPACE_IN_USE => FailedPrecondition,
     TOOLS_MANIFEST_INVALID => InvalidArgument,
     TOOL_NOT_FOUND => NotFound,
     TOOL_ARGS_INVALID => InvalidArgument,

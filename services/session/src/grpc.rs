@@ -88,4 +88,28 @@ impl SessionService for SessionGrpc {
         let sessions = self.0.list(origin.as_deref());
         Ok(Response::new(pb::ListResponse { sessions }))
     }
+
+    // Site grants: being built (docs/security.md, "Site grants").
+    async fn list_sites(&self, _: Request<pb::ListSitesRequest>) -> Reply<pb::ListSitesResponse> {
+        Err(tonic::Status::unimplemented("ListSites"))
+    }
+
+    async fn grant_site(&self, _: Request<pb::GrantSiteRequest>) -> Reply<pb::Site> {
+        Err(tonic::Status::unimplemented("GrantSite"))
+    }
+
+    async fn block_site(&self, _: Request<pb::SiteRequest>) -> Reply<pb::Site> {
+        Err(tonic::Status::unimplemented("BlockSite"))
+    }
+
+    async fn revoke_site(&self, _: Request<pb::SiteRequest>) -> Reply<pb::EndSiteSessionsResponse> {
+        Err(tonic::Status::unimplemented("RevokeSite"))
+    }
+
+    async fn end_site_sessions(
+        &self,
+        _: Request<pb::SiteRequest>,
+    ) -> Reply<pb::EndSiteSessionsResponse> {
+        Err(tonic::Status::unimplemented("EndSiteSessions"))
+    }
 }

@@ -162,6 +162,8 @@ fn turn_request(sessions: &Sessions, r: &ThreadRecord) -> (pb::RunTurnRequest, b
         prompt: String::new(),
         provider_session_id: r.provider_session_id.clone(),
         tool_env: tool_env(sessions, &r.session_id, r.tool_token.as_deref()),
+        // Today's behaviour until the site grants apply their level here.
+        access: pb::AccessLevel::Full as i32,
     };
     let wants_tool_block = !r.first_turn_done && r.manifest.is_some();
     (request, wants_tool_block)

@@ -53,6 +53,7 @@ impl Fixture {
             prompt: "hello agent".into(),
             provider_session_id: None,
             tool_env: HashMap::new(),
+            access: pb::AccessLevel::Full as i32,
         }
     }
 
