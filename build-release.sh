@@ -21,8 +21,23 @@
 #   `cpuid` instructions, each a trap to the hypervisor on a VM, at every one
 #   of the CLI's starts (docs/decisions.md, "pedelec-cli on musl"). Without
 #   it, pedelec-cli is a static glibc program as above.
+#
+# --static-only builds only pedelec-multicall and pedelec-cli, not
+# pedelec-agent and the bench: what the test suite's release-build tests
+# run (tests/run.sh; its quick benchmark run takes those two from the debug
+# build), saving the third set of dependency compiles and LTO links.
 set -euo pipefail
 cd "$(dirname "$0")"
+
+static_only=no
+case "${1:-}" in
+  --static-only) static_only=yes ;;
+  "") ;;
+  *)
+    echo "usage: $0 [--static-only]" >&2
+    exit 2
+    ;;
+esac
 
 release=target/release
 triple=$(rustc -vV | sed -n 's/^host: //p')
@@ -102,7 +117,9 @@ if [ "$static" = yes ]; then
     --prefix none --format '{p}' | awk '/ \(\// { print $1 }')
   excludes=(--exclude pedelec-cli)
   for package in $multicall_packages; do excludes+=(--exclude "$package"); done
-  cargo build --release --workspace --bins "${excludes[@]}"
+  if [ "$static_only" = no ]; then
+    cargo build --release --workspace --bins "${excludes[@]}"
+  fi
   # The services keep position-independent code (static-pie: their addresses
   # still change with every start). pedelec-cli is linked non-PIE by
   # cli/build.rs (no relocations to apply at each of its many starts), which
@@ -115,8 +132,11 @@ if [ "$static" = yes ]; then
     cargo build --release --target "$triple" --bin pedelec-multicall
   multicall="target/$triple/release/pedelec-multicall"
   check_hot_list "$multicall" multicall/hot-functions.txt
-else
+elif [ "$static_only" = no ]; then
   cargo build --release --workspace --bins
+  multicall="$release/pedelec-multicall"
+else
+  cargo build --release --bin pedelec-multicall --bin pedelec-cli
   multicall="$release/pedelec-multicall"
 fi
 

@@ -76,8 +76,10 @@ step "format"
 cargo fmt --all -- --check
 
 step "release build (in the background, nice 19)"
-# build-release.sh: what `pedelecd install` copies and the benchmarks measure.
-start release nice -n 19 ./build-release.sh
+# build-release.sh: what `pedelecd install` copies and the benchmarks measure;
+# here only the programs the release-build tests and the quick benchmarks run
+# (pedelec-agent and the bench harness come from the debug build).
+start release nice -n 19 ./build-release.sh --static-only
 
 step "debug build: binaries and tests"
 # Every cargo command here selects the whole workspace: features are unified

@@ -105,8 +105,11 @@ def main() -> int:
     # can, else for the host: the newer of the two is the one it shipped.
     clis = list(ROOT.glob("target/*-*/release/pedelec-cli"))  # target/<triple>/...
     cli = max(clis, key=lambda p: p.stat().st_mtime) if clis else built / "pedelec-cli"
-    release = ROOT / "target" / "release"
-    for needed in [multicall, cli, release / "pedelec-bench", ROOT / "target/bench/noop-static"]:
+    # The harness only drives the services: the quick run leaves the debug
+    # build's, a full benchmark run the release one's.
+    harnesses = [ROOT / "target" / kind / "pedelec-bench" for kind in ("release", "debug")]
+    harness = next((h for h in harnesses if h.exists()), harnesses[0])
+    for needed in [multicall, cli, harness, ROOT / "target/bench/noop-static"]:
         if not needed.exists():
             print(f"missing {needed}: run ./tests/bench/run.sh --quick first", file=sys.stderr)
             return 2
@@ -129,7 +132,7 @@ def main() -> int:
             script.chmod(0o755)
         subprocess.run(
             [
-                str(release / "pedelec-bench"),
+                str(harness),
                 "--release", str(wrapped),
                 "--noop", str(ROOT / "target/bench/noop-static"),
                 "--out", str(work / "results.json"),

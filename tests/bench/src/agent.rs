@@ -114,7 +114,10 @@ async fn bare_client(url: &str, n: usize) -> Result<f64, String> {
 }
 
 pub async fn agent_phase(cfg: &Config) -> Result<Vec<Row>, String> {
-    let real = cfg.release.join("pedelec-agent");
+    let real = cfg
+        .agent
+        .clone()
+        .unwrap_or_else(|| cfg.release.join("pedelec-agent"));
     if !real.exists() {
         return Err(format!("{} missing", real.display()));
     }

@@ -32,6 +32,10 @@ pub struct Config {
     pub quick: bool,
     /// Folder with the release binaries.
     pub release: PathBuf,
+    /// `--agent PROGRAM`: the pedelec-agent the agent rows run; default
+    /// the one in `release`. The suite's quick run passes the debug build's
+    /// (it builds only the release programs its tests use).
+    pub agent: Option<PathBuf>,
     /// The trivial static program for the spawn floor.
     pub noop: PathBuf,
     /// `--noop-bare PROGRAM`: a no-op with no C library, for the floor under
@@ -51,7 +55,7 @@ impl Config {
     }
 }
 
-const USAGE: &str = "usage: pedelec-bench [--quick] [--release DIR] [--noop PROGRAM] [--noop-bare PROGRAM] [--out FILE] [--profile DIR] [--only PREFIX]";
+const USAGE: &str = "usage: pedelec-bench [--quick] [--release DIR] [--agent PROGRAM] [--noop PROGRAM] [--noop-bare PROGRAM] [--out FILE] [--profile DIR] [--only PREFIX]";
 
 fn main() {
     let argv0 = std::env::args().next().unwrap_or_default();
@@ -78,12 +82,14 @@ fn main() {
         profile: None,
         only: None,
         release,
+        agent: None,
     };
     let mut it = args.into_iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--quick" => cfg.quick = true,
             "--release" => cfg.release = it.next().map(PathBuf::from).unwrap_or_default(),
+            "--agent" => cfg.agent = it.next().map(PathBuf::from),
             "--noop" => cfg.noop = it.next().map(PathBuf::from).unwrap_or_default(),
             "--noop-bare" => cfg.noop_bare = it.next().map(PathBuf::from),
             "--out" => cfg.out = it.next().map(PathBuf::from).unwrap_or_default(),
@@ -100,6 +106,7 @@ fn main() {
     for path in [&mut cfg.release, &mut cfg.noop]
         .into_iter()
         .chain(cfg.noop_bare.as_mut())
+        .chain(cfg.agent.as_mut())
     {
         if let Ok(absolute) = std::path::absolute(&*path) {
             *path = absolute;
