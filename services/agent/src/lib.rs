@@ -46,6 +46,10 @@ pub struct Args {
     /// Resume this session's saved conversation.
     #[arg(long)]
     pub session_id: Option<String>,
+    /// Offer no tool that writes (the site's access level "tools"): the
+    /// model reads the workspace and calls the page's tools only.
+    #[arg(long)]
+    pub read_only: bool,
     /// Rounds of tool calls allowed in one turn.
     #[arg(long, env = env::AGENT_MAX_TOOL_ROUNDS, default_value_t = DEFAULT_MAX_TOOL_ROUNDS)]
     pub max_tool_rounds: u32,
@@ -160,6 +164,9 @@ pub async fn run_turn(config: &Config, prompt: &str, out: &mut Output) -> Result
         key: key.clone(),
     });
     let mut toolset = tools::Toolset::new(tools::files::Files::new(workspace), page, web);
+    if config.args.read_only {
+        toolset = toolset.read_only();
+    }
     let client = ollama::Client {
         http,
         endpoint,

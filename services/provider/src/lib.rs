@@ -4,6 +4,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod access;
 pub mod adapters;
 pub mod availability;
 pub mod catalog;

@@ -102,6 +102,15 @@ impl Toolset {
         }
     }
 
+    /// Without the tools that write ([`WRITE_ASSET`]): neither offered to
+    /// the model nor served if it names them anyway.
+    pub fn read_only(mut self) -> Self {
+        self.routes.retain(|_, route| *route != Route::WriteAsset);
+        self.definitions
+            .retain(|d| d["function"]["name"].as_str() != Some(WRITE_ASSET));
+        self
+    }
+
     pub fn definitions(&self) -> &[Json] {
         &self.definitions
     }
@@ -197,5 +206,18 @@ mod tests {
             names(&with),
             [LIST_FILES, READ_FILE, WRITE_ASSET, WEB_SEARCH]
         );
+    }
+
+    #[tokio::test]
+    async fn read_only_offers_and_serves_no_writing_tool() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut tools =
+            Toolset::new(files::Files::new(dir.path().to_path_buf()), None, None).read_only();
+        assert_eq!(names(&tools), [LIST_FILES, READ_FILE]);
+        let answer = tools
+            .call(WRITE_ASSET, json!({"name": "a.txt", "content": "x"}))
+            .await;
+        assert_eq!(answer["error"]["code"], "TOOL_NOT_FOUND");
+        assert!(!dir.path().join(".pedelec-runtime/assets/a.txt").exists());
     }
 }

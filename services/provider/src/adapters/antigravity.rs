@@ -23,7 +23,7 @@ pub fn command(turn: &TurnSpec) -> CommandLine {
         .arg("--output-format")
         .arg("stream-json");
     if let Some(model) = &turn.model {
-        cmd.arg("--model").arg(model);
+        cmd.arg(format!("--model={model}"));
     }
     if let Some(id) = &turn.resume_id {
         cmd.arg("--conversation").arg(id);
@@ -122,7 +122,7 @@ mod tests {
         let full = command(&turn("more", Some("gemini-3-flash"), None, Some("C1")));
         assert_eq!(
             args(&full)[4..],
-            ["--model", "gemini-3-flash", "--conversation", "C1"]
+            ["--model=gemini-3-flash", "--conversation", "C1"]
         );
     }
 }

@@ -18,21 +18,26 @@
 
 use serde_json::{Value, json};
 
-use super::{CommandLine, Event, LineParser, SessionOnce, TurnSpec, str_at, text_blocks, u64_at};
+use super::{
+    Access, CommandLine, Event, LineParser, SessionOnce, TurnSpec, str_at, text_blocks, u64_at,
+};
 
 pub const PROGRAM: &str = "claude";
 
 /// `claude -p …`, prompt on stdin. Runs in the workspace (`cwd`): claude has no directory flag.
 /// As root it needs `IS_SANDBOX=1` in its environment (the spawner's job). Partial messages
-/// are on so the answer streams into the page as it is written.
+/// are on so the answer streams into the page as it is written. Every value is one `--name=`
+/// argument: the option lists are variadic, and a model must not be read as an option.
 pub fn command(turn: &TurnSpec) -> CommandLine {
     let mut cmd = CommandLine::new(PROGRAM, turn);
     cmd.arg("-p")
         .arg("--output-format")
         .arg("stream-json")
         .arg("--verbose")
-        .arg("--include-partial-messages")
-        .arg("--dangerously-skip-permissions");
+        .arg("--include-partial-messages");
+    for flag in permission_flags(turn) {
+        cmd.arg(flag);
+    }
     if let Some(cli) = &turn.mcp {
         // `--mcp-config` is variadic: the `=` form keeps it to one value.
         // Strict: the user's own servers (~/.claude.json, a project
@@ -48,15 +53,50 @@ pub fn command(turn: &TurnSpec) -> CommandLine {
             .push(("CLAUDE_CODE_MCP_ALLOWLIST_ENV".into(), "1".into()));
     }
     if let Some(model) = &turn.model {
-        cmd.arg("--model").arg(model);
+        cmd.arg(format!("--model={model}"));
     }
     if let Some(effort) = &turn.effort {
-        cmd.arg("--effort").arg(effort);
+        cmd.arg(format!("--effort={effort}"));
     }
     if let Some(id) = &turn.resume_id {
         cmd.arg("--resume").arg(id);
     }
     cmd
+}
+
+/// Tools claude must not use below [`Access::Edit`]: every one that writes a file.
+pub const WRITE_TOOLS: &str = "Edit,MultiEdit,Write,NotebookEdit";
+
+/// claude's permissions for a level. Full: no checks at all. Below: claude's
+/// own rules decide, and in `-p` nobody can approve, so whatever the rules do
+/// not allow is refused to the model at once. Allowed at both: the page's
+/// MCP tools (`mcp__pedelec`, every tool of that server) and the shell
+/// commands that start with `pedelec-cli` (by name or by the prompt's path);
+/// reading needs no permission. Tools adds the write tools to the refused
+/// ones; Edit accepts file edits inside the working directory (the
+/// workspace), not outside it, and no other command.
+fn permission_flags(turn: &TurnSpec) -> Vec<String> {
+    let mode = match turn.access {
+        Access::Full => return vec!["--dangerously-skip-permissions".to_string()],
+        Access::Edit => "acceptEdits",
+        Access::Tools => "default",
+    };
+    let mut allowed = vec![format!("mcp__{}", super::MCP_SERVER)];
+    allowed.extend(
+        turn.tool_commands()
+            .into_iter()
+            // claude splits the list at commas and spaces.
+            .filter(|c| !c.contains([',', ' ', '(', ')']))
+            .map(|c| format!("Bash({c}:*)")),
+    );
+    let mut flags = vec![
+        format!("--permission-mode={mode}"),
+        format!("--allowedTools={}", allowed.join(",")),
+    ];
+    if turn.access == Access::Tools {
+        flags.push(format!("--disallowedTools={WRITE_TOOLS}"));
+    }
+    flags
 }
 
 /// The `--mcp-config` JSON: `${NAME}` placeholders that claude expands from
@@ -319,14 +359,45 @@ mod tests {
         assert_eq!(
             args(&full)[6..],
             [
-                "--model",
-                "claude-sonnet-4-5",
-                "--effort",
-                "high",
+                "--model=claude-sonnet-4-5",
+                "--effort=high",
                 "--resume",
                 SESSION
             ]
         );
         assert_eq!(full.stdin.as_deref(), Some("more"));
+    }
+
+    #[test]
+    fn below_full_claude_checks_permissions_and_lets_the_page_tools_through() {
+        let at = |access| {
+            let cmd = command(&TurnSpec {
+                access,
+                tool_cli: Some("/opt/pedelec/pedelec-cli".into()),
+                ..turn("hi", None, None, None)
+            });
+            args(&cmd)[5..].to_vec()
+        };
+        let allowed =
+            "--allowedTools=mcp__pedelec,Bash(pedelec-cli:*),Bash(/opt/pedelec/pedelec-cli:*)";
+        assert_eq!(
+            at(Access::Tools),
+            [
+                "--permission-mode=default",
+                allowed,
+                "--disallowedTools=Edit,MultiEdit,Write,NotebookEdit"
+            ]
+        );
+        assert_eq!(at(Access::Edit), ["--permission-mode=acceptEdits", allowed]);
+        assert_eq!(at(Access::Full), ["--dangerously-skip-permissions"]);
+        // A path claude would split is left out; the bare name still works.
+        let spaced = command(&TurnSpec {
+            access: Access::Edit,
+            tool_cli: Some("/opt/my tools/pedelec-cli".into()),
+            ..turn("hi", None, None, None)
+        });
+        assert!(
+            args(&spaced).contains(&"--allowedTools=mcp__pedelec,Bash(pedelec-cli:*)".to_string())
+        );
     }
 }

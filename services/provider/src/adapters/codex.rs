@@ -9,24 +9,28 @@
 
 use serde_json::Value;
 
-use super::{CommandLine, Event, LineParser, SessionOnce, TurnSpec, str_at, u64_at};
+use super::{Access, CommandLine, Event, LineParser, SessionOnce, TurnSpec, str_at, u64_at};
 
 pub const PROGRAM: &str = "codex";
 
 /// `codex exec … -`, prompt on stdin.
 ///
 /// On resume, `--cd` and `--sandbox` belong to `exec` and are not accepted after `resume`, so
-/// every exec option (and `-c`, a global) goes before `resume ID`; `-m` follows the id (codex
-/// marks it global, so either place parses).
+/// every exec option (and `-c`, a global) goes before `resume ID`; `--model=` follows the id
+/// (codex marks it global, so either place parses). The model is one argument, so no value can
+/// be read as another option.
 pub fn command(turn: &TurnSpec) -> CommandLine {
     let mut cmd = CommandLine::new(PROGRAM, turn);
     cmd.arg("exec")
         .arg("--cd")
         .arg(&turn.workspace)
         .arg("--sandbox")
-        .arg("danger-full-access")
+        .arg(sandbox_mode(turn.access))
         .arg("--skip-git-repo-check")
         .arg("--json");
+    for setting in access_settings(turn.access) {
+        cmd.arg("-c").arg(setting);
+    }
     if let Some(cli) = &turn.mcp {
         for setting in mcp_settings(cli) {
             cmd.arg("-c").arg(setting);
@@ -42,11 +46,11 @@ pub fn command(turn: &TurnSpec) -> CommandLine {
         }
         cmd.arg("resume").arg(id);
         if let Some(model) = &turn.model {
-            cmd.arg("-m").arg(model);
+            cmd.arg(format!("--model={model}"));
         }
     } else {
         if let Some(model) = &turn.model {
-            cmd.arg("-m").arg(model);
+            cmd.arg(format!("--model={model}"));
         }
         if let Some(effort) = effort {
             cmd.arg("-c").arg(effort);
@@ -54,6 +58,28 @@ pub fn command(turn: &TurnSpec) -> CommandLine {
     }
     cmd.arg("-");
     cmd
+}
+
+/// codex's sandbox for a level (`--sandbox`, the app-server's `sandbox`):
+/// its own confinement of the commands and patches the model runs.
+pub fn sandbox_mode(access: Access) -> &'static str {
+    match access {
+        Access::Tools => "read-only",
+        Access::Edit => "workspace-write",
+        Access::Full => "danger-full-access",
+    }
+}
+
+/// `-c` overrides every level gets: never ask (nobody could answer, so a
+/// refused action fails at once instead of waiting) and, at
+/// [`Access::Edit`], no network for commands (codex's default, said
+/// explicitly so a user's config cannot turn it on for a site).
+pub fn access_settings(access: Access) -> Vec<String> {
+    let mut out = vec![r#"approval_policy="never""#.to_string()];
+    if access == Access::Edit {
+        out.push("sandbox_workspace_write.network_access=false".to_string());
+    }
+    out
 }
 
 /// `-c` overrides registering `pedelec-cli mcp` for this run only (codex does
@@ -267,6 +293,8 @@ mod tests {
                 "danger-full-access",
                 "--skip-git-repo-check",
                 "--json",
+                "-c",
+                r#"approval_policy="never""#,
                 "-"
             ]
         );
@@ -275,13 +303,42 @@ mod tests {
     }
 
     #[test]
+    fn each_level_has_its_sandbox_and_never_asks() {
+        for (access, mode, extra) in [
+            (Access::Tools, "read-only", None),
+            (
+                Access::Edit,
+                "workspace-write",
+                Some("sandbox_workspace_write.network_access=false"),
+            ),
+            (Access::Full, "danger-full-access", None),
+        ] {
+            for resume in [None, Some("T1")] {
+                let cmd = command(&TurnSpec {
+                    access,
+                    ..turn("x", None, None, resume)
+                });
+                let a = args(&cmd);
+                assert_eq!(a[3..5], ["--sandbox", mode], "{access:?}");
+                let settings: Vec<&str> = a
+                    .windows(2)
+                    .filter(|w| w[0] == "-c")
+                    .map(|w| w[1].as_str())
+                    .collect();
+                let mut expected = vec![r#"approval_policy="never""#];
+                expected.extend(extra);
+                assert_eq!(settings, expected, "{access:?}");
+            }
+        }
+    }
+
+    #[test]
     fn command_model_and_effort() {
         let cmd = command(&turn("hi", Some("gpt-5.5"), Some("high"), None));
         assert_eq!(
-            args(&cmd)[7..],
+            args(&cmd)[9..],
             [
-                "-m",
-                "gpt-5.5",
+                "--model=gpt-5.5",
                 "-c",
                 "model_reasoning_effort=\"high\"",
                 "-"
@@ -303,22 +360,23 @@ mod tests {
                 "--skip-git-repo-check",
                 "--json",
                 "-c",
+                r#"approval_policy="never""#,
+                "-c",
                 "model_reasoning_effort=\"low\"",
                 "resume",
                 "T1",
-                "-m",
-                "gpt-5.5",
+                "--model=gpt-5.5",
                 "-"
             ]
         );
         assert_eq!(cmd.stdin.as_deref(), Some("more"));
         let plain = command(&turn("more", None, None, Some("T1")));
-        assert_eq!(args(&plain)[7..], ["resume", "T1", "-"]);
+        assert_eq!(args(&plain)[9..], ["resume", "T1", "-"]);
     }
 
     #[test]
     fn effort_is_quoted_as_toml() {
         let cmd = command(&turn("x", None, Some("a\"b"), None));
-        assert_eq!(args(&cmd)[8], r#"model_reasoning_effort="a\"b""#);
+        assert_eq!(args(&cmd)[10], r#"model_reasoning_effort="a\"b""#);
     }
 }

@@ -13,12 +13,14 @@
 
 use serde_json::Value;
 
-use super::{CommandLine, Event, LineParser, SessionOnce, TurnSpec, str_at, text_blocks};
+use super::{Access, CommandLine, Event, LineParser, SessionOnce, TurnSpec, str_at, text_blocks};
 
 pub const PROGRAM: &str = "cursor-agent";
 
 /// `cursor-agent -p …`, prompt on stdin, partial text streamed. Effort has no flag: it is part
-/// of the model choice.
+/// of the model choice. Per level: Full runs every command (`--force`); Edit leaves it out, so
+/// commands need an approval nobody can give in print mode and do not run (edits in the
+/// workspace do); Tools also asks for cursor's read-only mode (`--mode=ask`).
 pub fn command(turn: &TurnSpec) -> CommandLine {
     let mut cmd = CommandLine::new(PROGRAM, turn);
     cmd.arg("-p")
@@ -26,10 +28,14 @@ pub fn command(turn: &TurnSpec) -> CommandLine {
         .arg(&turn.workspace)
         .arg("--output-format")
         .arg("stream-json")
-        .arg("--stream-partial-output")
-        .arg("--force");
+        .arg("--stream-partial-output");
+    match turn.access {
+        Access::Full => cmd.arg("--force"),
+        Access::Edit => &mut cmd,
+        Access::Tools => cmd.arg("--mode=ask"),
+    };
     if let Some(model) = &turn.model {
-        cmd.arg("--model").arg(model);
+        cmd.arg(format!("--model={model}"));
     }
     if let Some(id) = &turn.resume_id {
         cmd.arg("--resume").arg(id);
@@ -145,7 +151,17 @@ mod tests {
         assert_eq!(first.stdin.as_deref(), Some("hi"));
 
         let full = command(&turn("more", Some("sonnet-4"), None, Some("S1")));
-        assert_eq!(args(&full)[7..], ["--model", "sonnet-4", "--resume", "S1"]);
+        assert_eq!(args(&full)[7..], ["--model=sonnet-4", "--resume", "S1"]);
+        let level = |access| {
+            let cmd = command(&TurnSpec {
+                access,
+                ..turn("hi", None, None, None)
+            });
+            args(&cmd)[6..].to_vec()
+        };
+        assert_eq!(level(Access::Full), ["--force"]);
+        assert!(level(Access::Edit).is_empty());
+        assert_eq!(level(Access::Tools), ["--mode=ask"]);
         assert_eq!(full.stdin.as_deref(), Some("more"));
     }
 }

@@ -34,6 +34,8 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
+pub use crate::access::Access;
+
 pub mod antigravity;
 pub mod claude;
 pub mod codex;
@@ -89,6 +91,24 @@ pub struct TurnSpec {
     /// mcp`, named [`MCP_SERVER`]), for CLIs that support one; `None` keeps the
     /// page's tools on the shell path.
     pub mcp: Option<PathBuf>,
+    /// What the agent may do this turn.
+    pub access: Access,
+    /// The `pedelec-cli` the prompt tells the agent to run on the shell
+    /// path: the one command let through where a CLI filters commands below
+    /// [`Access::Full`]. `None`: only the bare name is.
+    pub tool_cli: Option<PathBuf>,
+}
+
+impl TurnSpec {
+    /// The shell commands that call the page's tools: `pedelec-cli` by name
+    /// and by the path the prompt gives.
+    pub fn tool_commands(&self) -> Vec<String> {
+        let mut out = vec![crate::access::TOOL_COMMAND.to_string()];
+        if let Some(cli) = &self.tool_cli {
+            out.push(cli.to_string_lossy().into_owned());
+        }
+        out
+    }
 }
 
 /// The MCP server name the CLIs list the page's tools under (the prompt says

@@ -39,7 +39,7 @@
 use pedelec_common::Code;
 use serde_json::Value;
 
-use super::{CommandLine, Event, LineParser, SessionOnce, TurnSpec, str_at, u64_at};
+use super::{Access, CommandLine, Event, LineParser, SessionOnce, TurnSpec, str_at, u64_at};
 
 pub const PROGRAM: &str = pedelec_common::Program::Agent.file_name();
 
@@ -61,14 +61,19 @@ fn agent_code(code: Option<&str>) -> Code {
         .unwrap_or(Code::PROVIDER_FAILED)
 }
 
+/// The agent runs no commands at any level; at [`Access::Tools`] it is told
+/// `--read-only` and offers no tool that writes (docs/agent.md).
 pub fn command(turn: &TurnSpec) -> CommandLine {
     let mut cmd = CommandLine::new(PROGRAM, turn);
     if let Some(model) = &turn.model {
-        cmd.arg("--model").arg(model);
+        cmd.arg(format!("--model={model}"));
     }
     cmd.arg("--workspace").arg(&turn.workspace);
     if let Some(id) = &turn.resume_id {
         cmd.arg("--session-id").arg(id);
+    }
+    if turn.access == Access::Tools {
+        cmd.arg("--read-only");
     }
     cmd
 }
@@ -180,14 +185,27 @@ mod tests {
     fn command_lines() {
         let first = command(&turn("hi", Some("qwen3:8b"), Some("high"), None));
         assert_eq!(first.program, "pedelec-agent");
-        assert_eq!(
-            args(&first),
-            ["--model", "qwen3:8b", "--workspace", "/ws/a b"]
-        );
+        assert_eq!(args(&first), ["--model=qwen3:8b", "--workspace", "/ws/a b"]);
         assert_eq!(first.stdin.as_deref(), Some("hi"));
 
         let resumed = command(&turn("more", Some("qwen3:8b"), None, Some("a1")));
-        assert_eq!(args(&resumed)[4..], ["--session-id", "a1"]);
+        assert_eq!(args(&resumed)[3..], ["--session-id", "a1"]);
         assert_eq!(resumed.stdin.as_deref(), Some("more"));
+
+        for (access, read_only) in [
+            (Access::Tools, true),
+            (Access::Edit, false),
+            (Access::Full, false),
+        ] {
+            let cmd = command(&TurnSpec {
+                access,
+                ..turn("hi", Some("qwen3:8b"), None, None)
+            });
+            assert_eq!(
+                args(&cmd).contains(&"--read-only".to_string()),
+                read_only,
+                "{access:?}"
+            );
+        }
     }
 }

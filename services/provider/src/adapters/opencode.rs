@@ -9,7 +9,7 @@
 
 use serde_json::Value;
 
-use super::{CommandLine, Event, LineParser, SessionOnce, TurnSpec, str_at, u64_at};
+use super::{Access, CommandLine, Event, LineParser, SessionOnce, TurnSpec, str_at, u64_at};
 
 pub const PROGRAM: &str = "opencode";
 
@@ -17,26 +17,26 @@ pub const PROGRAM: &str = "opencode";
 ///
 /// No `-` at the end, unlike codex: `opencode run` has no stdin marker: it joins its positional
 /// message words and then appends piped stdin after a newline, so a `-` would reach the model as
-/// a stray first line. With no positional message the prompt is stdin alone.
+/// a stray first line. With no positional message the prompt is stdin alone. Below
+/// [`Access::Full`] permissions are checked ([`config`]); `run` refuses what would need asking.
 pub fn command(turn: &TurnSpec) -> CommandLine {
     let mut cmd = CommandLine::new(PROGRAM, turn);
     cmd.arg("run")
         .arg("--format")
         .arg("json")
         .arg("--dir")
-        .arg(&turn.workspace)
-        .arg("--dangerously-skip-permissions");
-    if let Some(cli) = &turn.mcp {
-        // opencode takes extra config only from its environment; it is merged
-        // with the user's own config. `{env:NAME}` is filled in by opencode.
-        cmd.env
-            .push(("OPENCODE_CONFIG_CONTENT".into(), mcp_config(cli)));
+        .arg(&turn.workspace);
+    if turn.access.is_full() {
+        cmd.arg("--dangerously-skip-permissions");
+    }
+    if let Some(config) = config(turn) {
+        cmd.env.push((CONFIG_ENV.into(), config));
     }
     if let Some(model) = &turn.model {
-        cmd.arg("--model").arg(model);
+        cmd.arg(format!("--model={model}"));
     }
     if let Some(effort) = &turn.effort {
-        cmd.arg("--variant").arg(effort);
+        cmd.arg(format!("--variant={effort}"));
     }
     if let Some(id) = &turn.resume_id {
         cmd.arg("--session").arg(id);
@@ -44,9 +44,54 @@ pub fn command(turn: &TurnSpec) -> CommandLine {
     cmd
 }
 
-/// `{"mcp":{"pedelec":{…}}}` for `OPENCODE_CONFIG_CONTENT`: placeholders only.
-/// `opencode serve` gets the same registration.
-pub fn mcp_config(cli: &std::path::Path) -> String {
+/// Where opencode takes extra config: only from its environment; it is
+/// merged over the user's own config.
+pub const CONFIG_ENV: &str = "OPENCODE_CONFIG_CONTENT";
+
+/// The turn's extra config, `run` and `serve` alike: the page's MCP server
+/// ([`mcp_config`]) and, below [`Access::Full`], the level's permissions
+/// ([`permission_config`]). `None` when there is neither.
+pub fn config(turn: &TurnSpec) -> Option<String> {
+    let mut config = serde_json::Map::new();
+    if let Some(cli) = &turn.mcp {
+        config.extend(mcp_config(cli).as_object().cloned().unwrap_or_default());
+    }
+    if let Some(permission) = permission_config(turn) {
+        config.insert("permission".into(), permission);
+    }
+    (!config.is_empty()).then(|| Value::Object(config).to_string())
+}
+
+/// opencode's `permission` config for a level below Full (`None` at Full,
+/// where nothing is checked): no command but `pedelec-cli` (by name or the
+/// prompt's path; the last matching pattern wins, `*` comes first), no file
+/// outside the workspace (`external_directory`), no web requests, no
+/// sub-agents (they would run under their own rules); file edits only at
+/// Edit. MCP tools (the page's) and reading are allowed.
+pub fn permission_config(turn: &TurnSpec) -> Option<Value> {
+    let edit = match turn.access {
+        Access::Full => return None,
+        Access::Edit => "allow",
+        Access::Tools => "deny",
+    };
+    let mut bash = serde_json::Map::new();
+    bash.insert("*".into(), "deny".into());
+    for command in turn.tool_commands() {
+        bash.insert(format!("{command} *"), "allow".into());
+    }
+    Some(serde_json::json!({
+        "edit": edit,
+        "bash": bash,
+        "external_directory": "deny",
+        "webfetch": "deny",
+        "websearch": "deny",
+        "task": "deny",
+    }))
+}
+
+/// `{"mcp":{"pedelec":{…}}}`: placeholders only, `{env:NAME}` is filled in by
+/// opencode.
+fn mcp_config(cli: &std::path::Path) -> Value {
     use super::{MCP_ARGS, MCP_ENV, MCP_SERVER};
     let mut command = vec![Value::from(cli.to_string_lossy())];
     command.extend(MCP_ARGS.iter().map(|a| Value::from(*a)));
@@ -60,7 +105,6 @@ pub fn mcp_config(cli: &std::path::Path) -> String {
         "enabled": true,
         "environment": environment,
     }}})
-    .to_string()
 }
 
 /// The usage of one model call from a step-finish part's `tokens` (the same
@@ -200,15 +244,43 @@ mod tests {
         let full = command(&turn("more", Some("mock/m1"), Some("high"), Some(SESSION)));
         assert_eq!(
             args(&full)[6..],
-            [
-                "--model",
-                "mock/m1",
-                "--variant",
-                "high",
-                "--session",
-                SESSION
-            ]
+            ["--model=mock/m1", "--variant=high", "--session", SESSION]
         );
         assert_eq!(full.stdin.as_deref(), Some("more"));
+    }
+
+    #[test]
+    fn below_full_opencode_checks_permissions_from_its_config() {
+        let at = |access| {
+            command(&TurnSpec {
+                access,
+                tool_cli: Some("/opt/pedelec/pedelec-cli".into()),
+                ..turn("hi", None, None, None)
+            })
+        };
+        let full = at(Access::Full);
+        assert!(args(&full).contains(&"--dangerously-skip-permissions".to_string()));
+        assert!(full.env.is_empty());
+        for (access, edit) in [(Access::Tools, "deny"), (Access::Edit, "allow")] {
+            let cmd = at(access);
+            assert!(!args(&cmd).iter().any(|a| a.contains("dangerously")));
+            let [(name, config)] = &cmd.env[..] else {
+                panic!("{:?}", cmd.env)
+            };
+            assert_eq!(name, CONFIG_ENV);
+            let config: Value = serde_json::from_str(config).unwrap();
+            assert_eq!(
+                config,
+                serde_json::json!({"permission": {
+                    "edit": edit,
+                    "bash": {"*": "deny", "pedelec-cli *": "allow", "/opt/pedelec/pedelec-cli *": "allow"},
+                    "external_directory": "deny",
+                    "webfetch": "deny",
+                    "websearch": "deny",
+                    "task": "deny",
+                }}),
+                "{access:?}"
+            );
+        }
     }
 }

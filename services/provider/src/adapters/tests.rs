@@ -179,6 +179,7 @@ fn mcp_turn(resume: bool) -> TurnSpec {
         prompt: "hi".into(),
         resume_id: resume.then(|| "sess-1".to_string()),
         mcp: Some("/opt/pedelec/pedelec-cli".into()),
+        access: Access::Full,
         ..Default::default()
     }
 }

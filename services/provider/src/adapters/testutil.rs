@@ -101,5 +101,7 @@ pub fn turn(
         effort: effort.map(str::to_owned),
         resume_id: resume_id.map(str::to_owned),
         mcp: None,
+        access: super::Access::Full,
+        tool_cli: None,
     }
 }

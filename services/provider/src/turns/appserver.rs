@@ -16,9 +16,13 @@
 //! Streaming: `item/agentMessage/delta` → chat_delta, a completed agentMessage
 //! item → chat, `thread/tokenUsage/updated` (the thread's total) → usage,
 //! `turn/completed` ends the turn (its error, codex's own text, fails it).
-//! Approval requests are answered at once per the thread's policy, full
-//! access as `codex exec --sandbox danger-full-access` runs, so none can hang
-//! a turn; requests Pedelec cannot answer get a JSON-RPC error.
+//! The thread runs in the sandbox of the turn's level (`thread/start` and
+//! `thread/resume`'s `sandbox`, [`codex::sandbox_mode`]) with approval policy
+//! `never`; the level is part of the process's fingerprint, so a thread whose
+//! level changes gets a new process. Approval requests are answered at once
+//! ([`answer_server_request`]): granted at full access, declined below it,
+//! so none can hang a turn; requests Pedelec cannot answer get a JSON-RPC
+//! error.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -36,7 +40,7 @@ use super::events::{Sink, Stop, error_event, exited};
 use super::job::Job;
 use super::lock;
 use super::servers::{Fallback, Input, Kind, Listener, Server, ServerChild, Servers, SpawnError};
-use crate::adapters::{LineSplitter, MAX_LINE, codex, json_object};
+use crate::adapters::{Access, LineSplitter, MAX_LINE, codex, json_object};
 
 /// The oldest codex whose app-server speaks the protocol this module was
 /// verified against (the pinned 0.171.0); older ones run `codex exec --json`.
@@ -73,8 +77,9 @@ impl Server for Proc {
 
 /// What the reader hands to the rest: responses to our requests and the
 /// notifications of the running turn.
-#[derive(Default)]
 struct Shared {
+    /// The level the process was started for (see [`answer_server_request`]).
+    access: Access,
     pending: Mutex<HashMap<u64, oneshot::Sender<Result<Json, String>>>>,
     /// The running turn's notifications.
     listener: Listener,
@@ -92,6 +97,10 @@ pub struct Proc {
 impl Proc {
     async fn spawn(job: &Job, program: &Path) -> Result<Proc, SpawnError> {
         let mut args = vec!["app-server".to_string()];
+        for setting in codex::access_settings(job.turn.access) {
+            args.push("-c".to_string());
+            args.push(setting);
+        }
         if let Some(cli) = &job.turn.mcp {
             // The same MCP registration an exec turn gets, for the process.
             for setting in codex::mcp_settings(cli) {
@@ -101,7 +110,11 @@ impl Proc {
         }
         let (child, stdout) =
             ServerChild::spawn(job, program, &args, &[], Input::Lines, "codex app-server").await?;
-        let shared = Arc::new(Shared::default());
+        let shared = Arc::new(Shared {
+            access: job.turn.access,
+            pending: Mutex::default(),
+            listener: Listener::default(),
+        });
         // Weak: stopping drops the one strong sender, which must close stdin.
         tokio::spawn(read_loop(stdout, Arc::clone(&shared), child.stdin_handle()));
         let proc = Proc {
@@ -216,7 +229,7 @@ async fn read_loop(
                 let _ = tx.send(answer);
             }
             (Some(method), Some(id)) => {
-                let reply = answer_server_request(method, msg.get("params"), id);
+                let reply = answer_server_request(method, msg.get("params"), id, shared.access);
                 let mut line = reply.to_string();
                 line.push('\n');
                 if let Some(w) = writer.as_ref().and_then(mpsc::WeakUnboundedSender::upgrade) {
@@ -232,20 +245,37 @@ async fn read_loop(
     shared.listener.close();
 }
 
-/// Answers a request from the app-server per the thread's policy (full
-/// access): approvals are granted; what needs a person at a terminal is
-/// refused with an error, which codex reports to the model, so nothing hangs.
-fn answer_server_request(method: &str, params: Option<&Json>, id: &Json) -> Json {
+/// Answers a request from the app-server per the process's level. At full
+/// access approvals are granted; below it, a command, a patch or more
+/// permissions asked for are beyond what the sandbox allows, so they are
+/// declined (the model reads the refusal). An MCP elicitation is accepted at
+/// full access, and below it only from the page's own server (the page's
+/// tools work at every level). What needs a person at a terminal is refused
+/// with an error, which codex reports to the model, so nothing hangs.
+fn answer_server_request(method: &str, params: Option<&Json>, id: &Json, access: Access) -> Json {
+    let full = access.is_full();
     let result = match method {
         "item/commandExecution/requestApproval" | "item/fileChange/requestApproval" => {
-            json!({"decision": "accept"})
+            json!({"decision": if full { "accept" } else { "decline" }})
         }
-        "execCommandApproval" | "applyPatchApproval" => json!({"decision": "approved"}),
-        "item/permissions/requestApproval" => json!({
-            "permissions": params.and_then(|p| p.get("permissions")).cloned().unwrap_or(json!({})),
-            "scope": "turn"
-        }),
-        "mcpServer/elicitation/request" => json!({"action": "accept", "content": null}),
+        "execCommandApproval" | "applyPatchApproval" => {
+            json!({"decision": if full { "approved" } else { "denied" }})
+        }
+        "item/permissions/requestApproval" => {
+            let asked = params.and_then(|p| p.get("permissions")).cloned();
+            let granted = asked.filter(|_| full).unwrap_or(json!({}));
+            json!({"permissions": granted, "scope": "turn"})
+        }
+        "mcpServer/elicitation/request" => {
+            let server = params
+                .and_then(|p| p.get("serverName"))
+                .and_then(Json::as_str);
+            if full || server == Some(crate::adapters::MCP_SERVER) {
+                json!({"action": "accept", "content": null})
+            } else {
+                json!({"action": "decline", "content": null})
+            }
+        }
         other => {
             tracing::debug!(method = other, "codex app-server request refused");
             return json!({
@@ -460,12 +490,13 @@ async fn load_thread(
     if let Some(id) = lock(&proc.threads).last().cloned() {
         return Ok(Some(id));
     }
-    // Full access without prompts: what `codex exec --sandbox danger-full-access` runs.
+    // The level's sandbox without prompts: what `codex exec` runs.
     let mut params = json!({
         "cwd": job.turn.workspace,
         "approvalPolicy": "never",
-        "sandbox": "danger-full-access",
+        "sandbox": codex::sandbox_mode(job.turn.access),
     });
+
     let method = match &job.turn.resume_id {
         Some(id) => {
             params["threadId"] = json!(id);
@@ -528,16 +559,50 @@ mod tests {
     }
 
     #[test]
-    fn approvals_are_granted_and_other_requests_refused() {
+    fn approvals_are_granted_at_full_access_and_other_requests_refused() {
         let id = json!(0);
-        let a = answer_server_request("item/commandExecution/requestApproval", None, &id);
+        let full = Access::Full;
+        let a = answer_server_request("item/commandExecution/requestApproval", None, &id, full);
         assert_eq!(a, json!({"id": 0, "result": {"decision": "accept"}}));
-        let a = answer_server_request("execCommandApproval", None, &id);
+        let a = answer_server_request("execCommandApproval", None, &id, full);
         assert_eq!(a["result"]["decision"], "approved");
         let p = json!({"permissions": {"network": {"enabled": true}}});
-        let a = answer_server_request("item/permissions/requestApproval", Some(&p), &id);
+        let a = answer_server_request("item/permissions/requestApproval", Some(&p), &id, full);
         assert_eq!(a["result"]["permissions"], p["permissions"]);
-        let a = answer_server_request("item/tool/requestUserInput", None, &id);
+        let other = json!({"serverName": "other"});
+        let a = answer_server_request("mcpServer/elicitation/request", Some(&other), &id, full);
+        assert_eq!(a["result"]["action"], "accept");
+        let a = answer_server_request("item/tool/requestUserInput", None, &id, full);
         assert_eq!(a["error"]["code"], -32601);
+    }
+
+    #[test]
+    fn below_full_access_approvals_are_declined_but_the_pages_tools_pass() {
+        let id = json!(1);
+        for access in [Access::Tools, Access::Edit] {
+            for method in [
+                "item/commandExecution/requestApproval",
+                "item/fileChange/requestApproval",
+            ] {
+                let a = answer_server_request(method, None, &id, access);
+                assert_eq!(a["result"]["decision"], "decline", "{method} {access:?}");
+            }
+            for method in ["execCommandApproval", "applyPatchApproval"] {
+                let a = answer_server_request(method, None, &id, access);
+                assert_eq!(a["result"]["decision"], "denied", "{method} {access:?}");
+            }
+            let p = json!({"permissions": {"network": {"enabled": true}}});
+            let a =
+                answer_server_request("item/permissions/requestApproval", Some(&p), &id, access);
+            assert_eq!(a["result"]["permissions"], json!({}));
+            let ours = json!({"serverName": "pedelec"});
+            let a =
+                answer_server_request("mcpServer/elicitation/request", Some(&ours), &id, access);
+            assert_eq!(a["result"]["action"], "accept");
+            let other = json!({"serverName": "other"});
+            let a =
+                answer_server_request("mcpServer/elicitation/request", Some(&other), &id, access);
+            assert_eq!(a["result"]["action"], "decline");
+        }
     }
 }

@@ -19,7 +19,7 @@ use super::events::{Sink, refuse};
 use super::record::Records;
 use super::serve::{self, OpencodeServers};
 use super::servers::Fallback;
-use crate::adapters::{Provider, TurnSpec};
+use crate::adapters::{Access, Provider, TurnSpec};
 use crate::availability::ProgramEnv;
 use crate::catalog;
 use crate::error::ProviderError;
@@ -74,6 +74,7 @@ impl Job {
         if req.tool_env.values().any(|v| v.contains('\0')) {
             return Err(ProviderError::invalid("tool_env: a value contains NUL"));
         }
+        let access = Access::from_request(req.access)?;
         let profile = req.profile.unwrap_or_default();
         let non_empty = |s: String| Some(s).filter(|s| !s.is_empty());
         Ok(Job {
@@ -87,6 +88,8 @@ impl Job {
                 effort: non_empty(profile.effort),
                 resume_id: req.provider_session_id.and_then(non_empty),
                 mcp: None,
+                access,
+                tool_cli: Some(pedelec_common::paths::cli_path()),
             },
             tool_env: req.tool_env,
             agent_env: HashMap::new(),
@@ -115,6 +118,13 @@ impl Job {
             Ok(p) => p,
             Err(message) => return refuse(&mut sink, Code::PROVIDER_NOT_FOUND, message).await,
         };
+        if !crate::access::honours(self.provider, self.turn.access) {
+            let message = format!(
+                "{} runs only with full access; grant the site full access or use another provider",
+                self.spec.code
+            );
+            return refuse(&mut sink, Code::PROVIDER_NOT_GRANTED, message).await;
+        }
         if self.turn.prompt.contains('\0') {
             let message = "prompt: contains a NUL byte".to_string();
             return refuse(&mut sink, Code::INVALID_INPUT, message).await;
@@ -172,9 +182,10 @@ impl Job {
             format!("{v:?}")
         };
         format!(
-            "{}\0{:?}\0{}\0{}\0{}\0{}",
+            "{}\0{:?}\0{}\0{}\0{}\0{}\0{}",
             program.display(),
             self.turn.mcp,
+            self.turn.access.name(),
             self.turn.workspace.display(),
             sorted(&self.tool_env),
             sorted(&self.agent_env),

@@ -18,8 +18,9 @@
 //! `session.error` (opencode's own text) and `session.idle` (the end).
 //! Cancel is `POST /session/:id/abort`, then the server is stopped (the
 //! process-group kill stays the fallback). Permission requests are granted
-//! once (what `run --dangerously-skip-permissions` does) and questions
-//! rejected, so nothing waits for a person.
+//! once at full access (what `run --dangerously-skip-permissions` does) and
+//! rejected below it, questions always rejected, so nothing waits for a
+//! person.
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -39,7 +40,7 @@ use tokio::sync::mpsc;
 use super::events::{Sink, Stop, error_event, turn_ended};
 use super::job::Job;
 use super::servers::{Fallback, Input, Kind, Listener, Server, ServerChild, Servers, SpawnError};
-use crate::adapters::{Event, LineSplitter, MAX_LINE, opencode};
+use crate::adapters::{Access, Event, LineSplitter, MAX_LINE, opencode};
 
 /// The oldest opencode whose server this module was verified against (the
 /// pinned 1.18.33; 1.14.46–1.14.48 had an `/event` stream that closed at
@@ -104,9 +105,10 @@ impl Proc {
             ("OPENCODE_SERVER_PASSWORD", password.clone()),
             ("OPENCODE_SERVER_USERNAME", USER.to_string()),
         ];
-        if let Some(cli) = &job.turn.mcp {
-            // The same MCP registration a `run` turn gets, for the process.
-            env.push(("OPENCODE_CONFIG_CONTENT", opencode::mcp_config(cli)));
+        if let Some(config) = opencode::config(&job.turn) {
+            // The same MCP registration and permissions a `run` turn gets,
+            // for the process (its level is part of its fingerprint).
+            env.push((opencode::CONFIG_ENV, config));
         }
         let (child, stdout) =
             ServerChild::spawn(job, program, &args, &env, Input::None, "opencode serve").await?;
@@ -139,6 +141,7 @@ impl Proc {
             api.clone(),
             Arc::clone(&listener),
             connected_tx,
+            job.turn.access,
         ));
         let proc = Proc {
             child,
@@ -304,13 +307,15 @@ impl Api {
 }
 
 /// Follows the server's `GET /event` stream for the process's life: every
-/// event goes to the running turn, if any; permission requests are granted
-/// once and questions rejected (for any session of this server, sub-agents
-/// included), so nothing waits for a person. Returns when the stream ends.
+/// event goes to the running turn, if any; permission requests are answered
+/// per the server's level ([`permission_reply`]) and questions rejected (for
+/// any session of this server, sub-agents included), so nothing waits for a
+/// person. Returns when the stream ends.
 async fn read_events(
     api: Api,
     listener: Arc<Listener>,
     connected: tokio::sync::oneshot::Sender<()>,
+    access: Access,
 ) {
     let mut connected = Some(connected);
     let res = async {
@@ -367,7 +372,9 @@ async fn read_events(
                         let _ = c.send(());
                     }
                 }
-                "permission.asked" => answer(&api, &event, "permission", json!({"reply": "once"})),
+                "permission.asked" => {
+                    answer(&api, &event, "permission", permission_reply(access));
+                }
                 "question.asked" => answer(&api, &event, "question", Json::Null),
                 _ => {}
             }
@@ -378,7 +385,16 @@ async fn read_events(
     listener.close();
 }
 
-/// Grants a permission request once, or rejects a question, off the reader.
+/// The answer to every permission request: at Full it is granted once (what
+/// `run --dangerously-skip-permissions` does); below, the level's config
+/// already allows what the level allows, so what still asks (a file outside
+/// the workspace, a command, a repeated call) is beyond it and refused.
+fn permission_reply(access: Access) -> Json {
+    let reply = if access.is_full() { "once" } else { "reject" };
+    json!({ "reply": reply })
+}
+
+/// Answers a permission request, or rejects a question, off the reader.
 fn answer(api: &Api, event: &Json, what: &'static str, reply: Json) {
     let Some(id) = event.pointer("/properties/id").and_then(Json::as_str) else {
         return;
@@ -683,6 +699,14 @@ mod tests {
     use super::*;
 
     const S: &str = "ses_1";
+
+    #[test]
+    fn permission_requests_are_granted_only_at_full_access() {
+        assert_eq!(permission_reply(Access::Full), json!({"reply": "once"}));
+        for access in [Access::Tools, Access::Edit] {
+            assert_eq!(permission_reply(access), json!({"reply": "reject"}));
+        }
+    }
 
     fn ev(kind: &str, props: Json) -> Json {
         json!({"id": "evt_x", "type": kind, "properties": props})

@@ -250,7 +250,7 @@ async fn prompt_arrives_on_stdin_and_args_carry_model_and_resume() {
         args.windows(2).any(|w| w == ["resume", "prev-thread"]),
         "{args:?}"
     );
-    assert!(args.windows(2).any(|w| w == ["-m", "gpt-5.5"]), "{args:?}");
+    assert!(args.contains(&"--model=gpt-5.5"), "{args:?}");
     assert!(args.iter().any(|a| a.contains("high")), "{args:?}");
 }
 
@@ -298,6 +298,7 @@ async fn environment_has_tool_env_and_cli_folder_first_on_path() {
         workspace: work.path().display().to_string(),
         prompt: "p".into(),
         tool_env,
+        access: pb::AccessLevel::Full as i32,
         ..Default::default()
     };
     let events = collect(turns.run(req).unwrap()).await;
@@ -372,8 +373,48 @@ async fn bad_requests_are_refused_before_anything_runs() {
     req.workspace = "relative".into();
     assert_eq!(code(f.turns.run(req.clone())), "INVALID_INPUT");
     req.workspace = f.work.path().display().to_string();
+    req.access = pb::AccessLevel::Unspecified as i32;
+    assert_eq!(code(f.turns.run(req.clone())), "INVALID_INPUT");
+    req.access = pb::AccessLevel::Full as i32;
     req.tool_env.insert("A=B".into(), "x".into());
     assert_eq!(code(f.turns.run(req)), "INVALID_INPUT");
+}
+
+#[tokio::test]
+async fn antigravity_below_full_access_is_refused_before_it_starts() {
+    let f = fixture();
+    let ran = f.file("ran");
+    f.bin.script("agy", &format!("touch {}", ran.display()));
+    for level in [pb::AccessLevel::Tools, pb::AccessLevel::Edit] {
+        let mut req = f.request("thr_1", "antigravity");
+        req.access = level as i32;
+        let events = f.run(req).await;
+        assert_eq!(error_of(&events).code, "PROVIDER_NOT_GRANTED", "{level:?}");
+        assert_eq!(events.len(), 2, "{events:?}");
+        assert!(!ran.exists(), "agy ran at {level:?}");
+    }
+}
+
+#[tokio::test]
+async fn the_level_reaches_the_cli_as_its_own_flags() {
+    let f = fixture();
+    let argv = f.file("argv");
+    f.bin.script(
+        "claude",
+        &format!("for a in \"$@\"; do echo \"$a\"; done > {}", argv.display()),
+    );
+    for (level, expected) in [
+        (pb::AccessLevel::Tools, "--permission-mode=default"),
+        (pb::AccessLevel::Edit, "--permission-mode=acceptEdits"),
+        (pb::AccessLevel::Full, "--dangerously-skip-permissions"),
+    ] {
+        let mut req = f.request("thr_1", "claude");
+        req.access = level as i32;
+        let events = f.run(req).await;
+        assert_eq!(events.last(), Some(&exited_code(0)), "{level:?}");
+        let args = std::fs::read_to_string(&argv).unwrap();
+        assert!(args.lines().any(|a| a == expected), "{level:?}: {args}");
+    }
 }
 
 /// A CLI that hangs with a child of its own; writes both pids.
