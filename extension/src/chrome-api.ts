@@ -12,7 +12,8 @@ export type MessageSender = {
   id?: string;
   origin?: string;
   url?: string;
-  tab?: { id?: number };
+  /** `url` and `title` only where the extension has host permission for the tab's page. */
+  tab?: { id?: number; url?: string; title?: string };
   frameId?: number;
 };
 
@@ -33,14 +34,21 @@ export type ChromeApi = {
     onConnectExternal?: ChromeEvent<(port: Port) => void>;
     connectNative(application: string): Port;
     getURL(path: string): string;
+    /** A profile starting (the browser's start-up). */
+    onStartup?: ChromeEvent<() => void>;
   };
   storage: {
-    local: {
+    /** Lives for the browser session; the worker's trusted contexts only (never content scripts). */
+    session: {
       get(key: string): Promise<Record<string, unknown>>;
       set(items: Record<string, unknown>): Promise<void>;
     };
   };
-  action?: { openPopup?(): Promise<void> };
+  action?: {
+    openPopup?(): Promise<void>;
+    setBadgeText?(details: { text: string; tabId?: number }): Promise<void>;
+    setBadgeBackgroundColor?(details: { color: string; tabId?: number }): Promise<void>;
+  };
   windows: {
     create(data: { url: string; type: "popup"; width?: number; height?: number; focused?: boolean }): Promise<{ id?: number } | undefined>;
     remove(windowId: number): Promise<void>;

@@ -124,6 +124,12 @@ export function installBridge(win: Window, runtime: PageRuntime): void {
           return;
         }
         ports.set(clientId, port);
+        // A frame says which site embeds it (the worker allows a frame only for an embedder its grant lists).
+        if (win.top !== win && win.location) {
+          const ancestors = win.location.ancestorOrigins;
+          const top = ancestors && ancestors.length > 0 ? ancestors[ancestors.length - 1] : null;
+          if (top) port.postMessage({ kind: "frame", topOrigin: top });
+        }
         toPage(clientId, { kind: "capabilities", transfer: transferUrl !== null });
         port.onMessage.addListener((message) => toPage(clientId, message as ContentToPage));
         port.onDisconnect.addListener(() => {

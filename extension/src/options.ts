@@ -12,6 +12,7 @@ import {
 } from "../../sdk/src/protocol/bridge.js";
 import type { FullSettingsResult, KeyChange, MaskedKey, ProviderCode, ProviderInfo } from "../../sdk/src/protocol/native.js";
 import type { PageRuntime, Port } from "./chrome-api.js";
+import { ACCESS_LEVELS, ACCESS_TEXT, inputOf, isLoopback, showFolder, type Access, type Site } from "./sites.js";
 import { EFFORT_LEVELS, availabilityText, formFromSettings, keyLabel, updateFromForm, type KeyName, type SettingsForm } from "./options-model.js";
 
 declare const chrome: { runtime: PageRuntime };
@@ -279,4 +280,102 @@ async function onSave(): Promise<void> {
   }
 }
 
-void load();
+// ---- sites (the services' grants: change the level or agents, remove a folder, revoke) ----
+
+function when(ms: number | null): string {
+  return ms === null ? "never" : new Date(ms).toLocaleString();
+}
+
+function setSitesStatus(text: string, code = ""): void {
+  const status = document.getElementById("sites-status")!;
+  status.textContent = text;
+  status.dataset.code = code;
+}
+
+function renderSite(site: Site): HTMLElement {
+  const card = el("div", undefined, { class: "provider site", "data-origin": site.origin });
+  const head = el("div", undefined, { class: "provider-head" });
+  head.append(el("h3", site.origin));
+  const revoke = el("button", site.blocked ? "Unblock" : "Revoke", { type: "button", "data-action": "revoke" });
+  revoke.onclick = () => void changeSite(site.origin, () => ask("revoke_site", { origin: site.origin }), site.blocked ? "Unblocked" : "Revoked");
+  head.append(revoke);
+  card.append(head);
+  if (site.blocked) {
+    card.append(el("p", "Blocked: this site cannot ask to use Pedelec.", { class: "hint" }));
+    return card;
+  }
+  const facts = el("p", `Last used: ${when(site.lastUsedAt)}. Granted: ${when(site.grantedAt)}.${site.expiresAt !== null ? ` Ends: ${when(site.expiresAt)}${isLoopback(site.origin) ? " or when the browser closes" : ""}.` : ""}`, { class: "hint" });
+  card.append(facts);
+
+  const level = el("label");
+  const select = el("select", undefined, { "data-field": "access" });
+  for (const a of ACCESS_LEVELS) {
+    const option = el("option", a === "full" ? "Full access — run any command as you" : ACCESS_TEXT[a].title, { value: a });
+    option.selected = site.access === a;
+    select.append(option);
+  }
+  level.append("What the agent may do: ", select);
+  card.append(level);
+
+  const agents = el("div", undefined, { class: "key" });
+  agents.append(el("span", "Agents it may use:", { class: "key-title" }));
+  const codes = new Set([...providers.map((p) => p.code as string), ...site.providers]);
+  for (const code of codes) {
+    const label = el("label");
+    const box = input({ type: "checkbox", "data-field": "provider", value: code }, code);
+    box.checked = site.providers.includes(code);
+    label.append(box, ` ${providers.find((p) => p.code === code)?.name ?? code}`);
+    agents.append(label);
+  }
+  card.append(agents);
+
+  const folders = el("div");
+  folders.append(el("span", site.folders.length === 0 ? "Folders: none besides its own workspaces" : "Folders:", { class: "key-title" }));
+  const list = el("ul");
+  for (const f of site.folders) {
+    const li = el("li", undefined, { "data-folder": f.path });
+    const remove = el("button", "Remove", { type: "button", "data-action": "remove-folder" });
+    remove.onclick = () => void changeSite(site.origin, () => ask("grant_site", { site: { ...inputOf(site), folders: site.folders.filter((x) => x.path !== f.path) } }), "Folder removed");
+    li.append(`${showFolder(f.path)}${f.once ? " (once)" : ""} `, remove);
+    list.append(li);
+  }
+  folders.append(list);
+  card.append(folders);
+
+  const save = el("button", "Save changes", { type: "button", "data-action": "save-site" });
+  save.onclick = () => {
+    const access = select.value as Access;
+    if (access === "full" && site.access !== "full" && !window.confirm(`Give ${site.origin} full access? The agent can run any command as you.`)) return;
+    const chosen = [...agents.querySelectorAll<HTMLInputElement>("input[data-field=provider]:checked")].map((b) => b.value);
+    void changeSite(site.origin, () => ask("grant_site", { site: { ...inputOf(site), access, providers: chosen } }), "Saved");
+  };
+  card.append(save);
+  return card;
+}
+
+async function changeSite(origin: string, change: () => Promise<unknown>, done: string): Promise<void> {
+  setSitesStatus("Saving…");
+  try {
+    await change();
+    await loadSites();
+    setSitesStatus(`${done}: ${origin}`);
+  } catch (e) {
+    const error = e instanceof OptionsError ? e.error : { code: "INTERNAL", message: String(e) };
+    setSitesStatus(`Not changed: ${error.code}: ${error.message}`, error.code);
+  }
+}
+
+async function loadSites(): Promise<void> {
+  const root = document.getElementById("sites-root")!;
+  try {
+    const { sites } = await ask("list_sites", {});
+    root.replaceChildren(...(sites.length === 0 ? [el("p", "No site has asked yet.", { class: "hint" })] : [el("div", undefined, { class: "cards" })]));
+    const cards = root.querySelector(".cards");
+    for (const site of sites) cards?.append(renderSite(site));
+  } catch (e) {
+    const error = e instanceof OptionsError ? e.error : { code: "INTERNAL", message: String(e) };
+    setSitesStatus(`Could not load the sites: ${error.code}: ${error.message}`, error.code);
+  }
+}
+
+void load().then(loadSites);

@@ -1,20 +1,39 @@
-// The action popup and the approval window (same page): host and Core state,
-// origins waiting for approval, approved origins (revocable), live sessions.
-import { POPUP_PORT_NAME, type PopupState, type PopupToWorker, type WorkerToPopup } from "../../sdk/src/protocol/bridge.js";
+// The action popup and the approval window (same page): the prompts waiting for
+// the user (approve a site with a level and providers, add a provider, add a
+// folder), the site of the tab it was opened over, the sites with sessions
+// (End, Revoke), the desktop's state. Rendered with textContent only: origins,
+// tab titles and folders come from web pages.
+import {
+  APPROVE_DELAY_MS,
+  POPUP_PORT_NAME,
+  type ApprovalPrompt,
+  type PopupState,
+  type PopupToWorker,
+  type PromptAnswer,
+  type WorkerToPopup,
+} from "../../sdk/src/protocol/bridge.js";
 import type { PageRuntime } from "./chrome-api.js";
+import { ACCESS_LEVELS, ACCESS_TEXT, DEFAULT_ACCESS, isLive, showFolder, type Access, type Site } from "./sites.js";
 
-declare const chrome: { runtime: PageRuntime & { openOptionsPage(): Promise<void> } };
+declare const chrome: {
+  runtime: PageRuntime & { openOptionsPage(): Promise<void> };
+  tabs?: { query(q: { active: boolean; currentWindow: boolean }): Promise<Array<{ id?: number }>> };
+};
 
 const port = chrome.runtime.connect({ name: POPUP_PORT_NAME });
 const send = (msg: PopupToWorker) => port.postMessage(msg);
-const asked = new URLSearchParams(location.search).get("approve");
 
 function el<K extends keyof HTMLElementTagNameMap>(tag: K, text?: string, attrs: Record<string, string> = {}): HTMLElementTagNameMap[K] {
   const node = document.createElement(tag);
-  // textContent only: origins come from web pages.
   if (text !== undefined) node.textContent = text;
   for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
   return node;
+}
+
+function button(text: string, action: string, onclick: () => void): HTMLButtonElement {
+  const b = el("button", text, { "data-action": action, type: "button" });
+  b.onclick = onclick;
+  return b;
 }
 
 function section(id: string, title: string): HTMLElement {
@@ -23,70 +42,227 @@ function section(id: string, title: string): HTMLElement {
   return s;
 }
 
-function render(state: PopupState): void {
-  const root = document.getElementById("root")!;
-  root.replaceChildren();
+/** Disabled for APPROVE_DELAY_MS after the prompt shows, so a click meant for the page cannot land on it. */
+function delayed(b: HTMLButtonElement): HTMLButtonElement {
+  b.disabled = true;
+  setTimeout(() => (b.disabled = false), APPROVE_DELAY_MS);
+  return b;
+}
 
+// ---- prompts (kept across re-renders: a state push must not reset a choice or the delay) ----
+
+const shownPrompts = new Map<number, HTMLElement>();
+
+function asker(p: ApprovalPrompt): HTMLElement {
+  const box = el("div", undefined, { class: "asker" });
+  box.append(el("p", `Asked by the tab: ${p.tab}`, { class: "tab" }));
+  if (p.loopback) {
+    box.append(
+      el(
+        "p",
+        "This is a localhost address: every program and every user on this computer can serve a page there. The grant lasts for this browser session.",
+        { class: "loopback warn" },
+      ),
+    );
+  }
+  return box;
+}
+
+function sitePrompt(p: ApprovalPrompt): HTMLElement {
+  const card = el("div", undefined, { class: "prompt", "data-kind": "site", "data-origin": p.origin, "data-prompt": String(p.id) });
+  card.append(el("h3", `${p.origin} wants to use a coding agent on this computer`), asker(p));
+
+  const levels = el("fieldset", undefined, { class: "levels" });
+  levels.append(el("legend", "What the agent may do"));
+  for (const level of ACCESS_LEVELS) {
+    const label = el("label", undefined, { class: `level level-${level}` });
+    const radio = el("input", undefined, { type: "radio", name: `access-${p.id}`, value: level });
+    radio.checked = level === DEFAULT_ACCESS;
+    const title = level === "full" ? "Full access — run any command as you" : ACCESS_TEXT[level].title;
+    const text = el("span");
+    text.append(el("strong", title), el("br"), el("span", ACCESS_TEXT[level].sentence, { class: "hint" }));
+    label.append(radio, text);
+    levels.append(label);
+  }
+  card.append(levels);
+
+  const providers = el("fieldset", undefined, { class: "providers" });
+  providers.append(el("legend", "Agents it may use"));
+  if (p.providers.length === 0) providers.append(el("p", "No agent listed (the desktop runtime did not answer).", { class: "hint" }));
+  for (const provider of p.providers) {
+    const label = el("label", undefined, { class: "provider" });
+    const box = el("input", undefined, { type: "checkbox", value: provider.code });
+    box.checked = provider.preselected;
+    label.append(box, ` ${provider.name}${provider.available ? "" : " (not available)"}`);
+    providers.append(label);
+  }
+  card.append(providers);
+
+  const warning = el("p", "Full access: the agent can run any command as you — read, change or delete any of your files, use your accounts and the network. Only for a site you trust like a program you install.", {
+    class: "full-warning warn",
+  });
+  warning.hidden = true;
+  const confirm = el("div", undefined, { class: "confirm-full" });
+  confirm.hidden = true;
+  const actions = el("div", undefined, { class: "actions" });
+
+  const access = () => (card.querySelector<HTMLInputElement>(`input[name="access-${p.id}"]:checked`)?.value ?? DEFAULT_ACCESS) as Access;
+  const chosen = () => [...providers.querySelectorAll<HTMLInputElement>("input[type=checkbox]:checked")].map((b) => b.value);
+  const approve = () => send({ kind: "approve", promptId: p.id, access: access(), providers: chosen() });
+  levels.onchange = () => {
+    warning.hidden = access() !== "full";
+    confirm.hidden = true;
+    actions.hidden = false;
+  };
+  confirm.append(
+    el("p", "Give this site full access to your computer?", { class: "warn" }),
+    button("Yes, full access", "confirm-full", approve),
+    button("Back", "back", () => {
+      confirm.hidden = true;
+      actions.hidden = false;
+    }),
+  );
+  actions.append(
+    delayed(
+      button("Approve", "approve", () => {
+        if (access() !== "full") return approve();
+        // Full access takes a second, deliberate confirmation.
+        actions.hidden = true;
+        confirm.hidden = false;
+      }),
+    ),
+    button("Reject", "reject", () => send({ kind: "reject", promptId: p.id })),
+    button("Block this site", "block", () => send({ kind: "block", promptId: p.id })),
+  );
+  card.append(warning, actions, confirm);
+  return card;
+}
+
+function questionPrompt(p: ApprovalPrompt): HTMLElement {
+  const card = el("div", undefined, { class: "prompt", "data-kind": p.kind, "data-origin": p.origin, "data-prompt": String(p.id) });
+  const answer = (a: PromptAnswer) => () => send({ kind: "answer", promptId: p.id, answer: a });
+  const actions = el("div", undefined, { class: "actions" });
+  if (p.kind === "provider") {
+    card.append(el("h3", `${p.origin} wants to use ${p.provider?.name ?? "another agent"}`), asker(p));
+    actions.append(delayed(button("Allow", "yes", answer("yes"))), button("Don't allow", "no", answer("no")));
+  } else {
+    card.append(el("h3", `${p.origin} wants the agent to work in a folder`), el("p", p.folder?.shown ?? "", { class: "folder" }), asker(p));
+    actions.append(delayed(button("Allow once", "once", answer("once"))), delayed(button("Always allow", "always", answer("always"))), button("Don't allow", "no", answer("no")));
+  }
+  card.append(actions);
+  return card;
+}
+
+function renderPrompts(state: PopupState): HTMLElement {
+  const box = document.getElementById("prompts") ?? section("prompts", "Waiting for you");
+  const ids = new Set(state.prompts.map((p) => p.id));
+  for (const [id, card] of shownPrompts) {
+    if (ids.has(id)) continue;
+    card.remove();
+    shownPrompts.delete(id);
+  }
+  for (const p of state.prompts) {
+    if (shownPrompts.has(p.id)) continue;
+    const card = p.kind === "site" ? sitePrompt(p) : questionPrompt(p);
+    shownPrompts.set(p.id, card);
+    box.append(card);
+  }
+  box.hidden = state.prompts.length === 0;
+  return box;
+}
+
+// ---- the rest (re-rendered on every state) ----
+
+function siteLine(site: Site | undefined, rejected: boolean): string {
+  if (site?.blocked) return "Blocked";
+  if (isLive(site)) return `Allowed: ${ACCESS_TEXT[site.access].title.toLowerCase()}; agents: ${site.providers.join(", ") || "none"}`;
+  if (rejected) return "Rejected in this browser session";
+  return "Not allowed";
+}
+
+function renderActive(state: PopupState): HTMLElement | null {
+  const origin = state.activeOrigin;
+  if (!origin) return null;
+  const s = section("this-site", "This site");
+  const site = state.sites.find((x) => x.origin === origin);
+  const rejected = state.rejected.includes(origin);
+  const row = el("div", undefined, { class: "row", "data-origin": origin });
+  row.append(el("span", `${origin} — ${siteLine(site, rejected)}`));
+  if (site) row.append(button(site.blocked ? "Unblock" : "Revoke", "revoke", () => send({ kind: "revoke", origin })));
+  else if (rejected) row.append(button("Let it ask again", "forget-rejection", () => send({ kind: "forget_rejection", origin })));
+  s.append(row);
+  return s;
+}
+
+function renderSessions(state: PopupState): HTMLElement {
+  const s = section("sessions", "Sites with sessions");
+  const byOrigin = new Map<string, PopupState["sessions"]>();
+  for (const x of state.sessions) if (x.status !== "ended") byOrigin.set(x.origin, [...(byOrigin.get(x.origin) ?? []), x]);
+  if (byOrigin.size === 0) s.append(el("p", "None"));
+  for (const [origin, list] of byOrigin) {
+    const running = list.filter((x) => x.status === "running" || x.status === "waiting_tool_result").length;
+    const row = el("div", undefined, { class: "row", "data-origin": origin });
+    row.append(
+      el("span", `${origin} — ${list.length} session${list.length === 1 ? "" : "s"}${running ? `, ${running} working` : ""}`),
+      button("End", "end", () => send({ kind: "end_sessions", origin })),
+      button("Revoke", "revoke", () => send({ kind: "revoke", origin })),
+    );
+    s.append(row);
+  }
+  return s;
+}
+
+function renderSites(state: PopupState): HTMLElement {
+  const s = section("sites", "Allowed sites");
+  if (state.sites.length === 0) s.append(el("p", "None"));
+  for (const site of state.sites) {
+    const row = el("div", undefined, { class: "row", "data-origin": site.origin });
+    row.append(el("span", `${site.origin} — ${siteLine(site, false)}${site.folders.length ? `; folders: ${site.folders.map((f) => showFolder(f.path)).join(", ")}` : ""}`));
+    row.append(button(site.blocked ? "Unblock" : "Revoke", "revoke", () => send({ kind: "revoke", origin: site.origin })));
+    s.append(row);
+  }
+  return s;
+}
+
+function renderHost(state: PopupState): HTMLElement {
   const host = section("host", "Desktop");
   const h = state.host;
   host.append(
     el(
       "p",
-      h.hostVersion === null
-        ? "Native host not reached yet"
-        : `Native host ${h.hostVersion} (protocol ${h.protocolVersion ?? "?"})${h.connected ? "" : ", idle"}`,
+      h.hostVersion === null ? "Native host not reached yet" : `Native host ${h.hostVersion} (protocol ${h.protocolVersion ?? "?"})${h.connected ? "" : ", idle"}`,
       { id: "host-state" },
     ),
     el("p", h.coreRunning === null ? "Core: unknown" : h.coreRunning ? "Core: running" : "Core: not running", { id: "core-state" }),
   );
   if (h.lastError) host.append(el("p", h.lastError, { class: "error" }));
-  const settings = el("button", "Settings…", { id: "open-settings" });
-  settings.onclick = () => void chrome.runtime.openOptionsPage();
-  host.append(settings);
-  root.append(host);
+  host.append(button("Settings…", "settings", () => void chrome.runtime.openOptionsPage()));
+  return host;
+}
 
-  const pending = section("pending", "Waiting for approval");
-  if (state.pendingApprovals.length === 0) pending.append(el("p", "None"));
-  for (const origin of state.pendingApprovals) {
-    const row = el("div", undefined, { class: "row", "data-origin": origin });
-    if (origin === asked) row.classList.add("asked");
-    const approve = el("button", "Approve", { "data-action": "approve" });
-    approve.onclick = () => send({ kind: "approve", origin });
-    const reject = el("button", "Reject", { "data-action": "reject" });
-    reject.onclick = () => send({ kind: "reject", origin });
-    row.append(el("span", origin), approve, reject);
-    pending.append(row);
-  }
-  root.append(pending);
-
-  const approved = section("approved", "Approved origins");
-  if (state.approvedOrigins.length === 0) approved.append(el("p", "None"));
-  for (const origin of state.approvedOrigins) {
-    const row = el("div", undefined, { class: "row", "data-origin": origin });
-    const revoke = el("button", "Revoke", { "data-action": "revoke" });
-    revoke.onclick = () => send({ kind: "revoke", origin });
-    row.append(el("span", origin), revoke);
-    approved.append(row);
-  }
-  root.append(approved);
-
-  const sessions = section("sessions", "Live sessions");
-  if (state.sessions.length === 0) sessions.append(el("p", "None"));
-  const byOrigin = new Map<string, PopupState["sessions"]>();
-  for (const s of state.sessions) byOrigin.set(s.origin, [...(byOrigin.get(s.origin) ?? []), s]);
-  for (const [origin, list] of byOrigin) {
-    sessions.append(el("h3", origin));
-    const ul = el("ul");
-    for (const s of list) {
-      ul.append(el("li", `${s.sessionId} — ${s.status}, ${s.routes} page${s.routes === 1 ? "" : "s"}${s.autoEndOnDisconnect ? ", ends with its last page" : ""}`));
-    }
-    sessions.append(ul);
-  }
-  root.append(sessions);
+function render(state: PopupState): void {
+  const root = document.getElementById("root")!;
+  const prompts = renderPrompts(state);
+  const parts: HTMLElement[] = [prompts];
+  if (state.lastError) parts.push(el("p", state.lastError, { class: "error", id: "action-error" }));
+  const active = renderActive(state);
+  if (active) parts.push(active);
+  parts.push(renderSessions(state), renderSites(state), renderHost(state));
+  root.replaceChildren(...parts);
 }
 
 port.onMessage.addListener((m) => {
   const msg = m as WorkerToPopup;
   if (msg.kind === "state") render(msg.state);
 });
-send({ kind: "get_state" });
+
+// The tab the popup was opened over (its id needs no permission; its address stays with the worker).
+void (async () => {
+  let tabId: number | null = null;
+  try {
+    tabId = (await chrome.tabs?.query({ active: true, currentWindow: true }))?.[0]?.id ?? null;
+  } catch {
+    tabId = null;
+  }
+  send({ kind: "get_state", tabId });
+})();

@@ -5,6 +5,7 @@ import type { ChromeApi, ChromeEvent, MessageSender, Port } from "../src/chrome-
 // @ts-expect-error plain ESM script without types
 import { validate } from "../../sdk/scripts/schema-check.mjs";
 import type { EventFrame, Snapshot } from "../../sdk/src/protocol/native.js";
+import type { Site, SiteInput } from "../src/sites.js";
 import { EXTENSION_ID, NATIVE_HOST_NAME, OPTIONS_PORT_NAME, POPUP_PORT_NAME, SDK_PORT_NAME, TRANSFER_PAGE, TRANSFER_PORT_NAME } from "../../sdk/src/protocol/bridge.js";
 
 const schema = JSON.parse(readFileSync(new URL("../../protocol/native-messaging.schema.json", import.meta.url), "utf8"));
@@ -119,7 +120,8 @@ export class FakeHost {
   }
 
   #onFrame(frame: Frame): void {
-    const errors = validate(schema, frame, "Request") as string[];
+    // The site requests are checked once the schema has them.
+    const errors = SITE_TYPES.has(frame.type) && !schemaHas(frame.type) ? [] : (validate(schema, frame, "Request") as string[]);
     if (errors.length) this.invalid.push(`${JSON.stringify(frame)}: ${errors.join("; ")}`);
     this.frames.push(frame);
     if (!this.autoReply && frame.type !== "hello") return;
@@ -167,6 +169,43 @@ export class FakeHost {
 
 export const NO_REPLY = Symbol("no reply");
 
+const SITE_TYPES = new Set(["list_sites", "grant_site", "block_site", "revoke_site", "end_site_sessions", "list_sessions"]);
+function schemaHas(type: string): boolean {
+  return JSON.stringify(schema).includes(`"const":"${type}"`);
+}
+
+/** A grant as the services would answer it. */
+export function site(origin: string, over: Partial<Site> = {}): Site {
+  return { origin, access: "edit", providers: ["codex"], folders: [], anyModel: false, grantedAt: 1, lastUsedAt: null, expiresAt: null, blocked: false, embedders: [], ...over };
+}
+
+/** The site requests against `chrome.services` (the services' sites.json: it outlives hosts and workers). */
+function siteHandlers(chrome: FakeChrome): Record<string, HostHandler> {
+  const own = `chrome-extension://${EXTENSION_ID}`;
+  const mine = (f: Frame) => {
+    if (f.origin !== own) throw new HostFailure("SETTINGS_ACCESS_DENIED");
+  };
+  return {
+    list_sites: (f) => (mine(f), { sites: [...chrome.services.values()] }),
+    grant_site: (f) => {
+      mine(f);
+      const input = f.payload!.site as SiteInput;
+      const granted = site(input.origin, { ...input, expiresAt: input.expiresAt ?? null, grantedAt: 2 });
+      chrome.services.set(input.origin, granted);
+      return { site: granted };
+    },
+    block_site: (f) => {
+      mine(f);
+      const origin = f.payload!.origin as string;
+      const blocked = site(origin, { access: null, providers: [], blocked: true });
+      chrome.services.set(origin, blocked);
+      return { site: blocked };
+    },
+    revoke_site: (f) => (mine(f), chrome.services.delete(f.payload!.origin as string), { endedSessionIds: [] }),
+    end_site_sessions: (f) => (mine(f), { endedSessionIds: [] }),
+  };
+}
+
 const defaultHandlers: Record<string, HostHandler> = {
   hello: () => ({ hostVersion: "0.1.0", protocolVersion: 2, capabilities: ["chunks"], coreRunning: true }),
   ping: () => ({ pong: true, version: "0.1.0", protocolVersion: 2, coreRunning: true }),
@@ -199,7 +238,11 @@ const defaultHandlers: Record<string, HostHandler> = {
 };
 
 export class FakeChrome implements ChromeApi {
+  /** chrome.storage.session */
   stored: Record<string, unknown> = {};
+  /** The services' grants, by origin. */
+  services = new Map<string, Site>();
+  badges = new Map<number, string>();
   hosts: FakeHost[] = [];
   hostHandlers: Record<string, HostHandler> = {};
   /** false: connectNative's port closes at once ("host not found"). */
@@ -223,14 +266,15 @@ export class FakeChrome implements ChromeApi {
         host.disconnect();
         setTimeout(() => (this.runtime.lastError = undefined), 1);
       } else {
-        this.hosts.push(new FakeHost(host, this.hostHandlers));
+        this.hosts.push(new FakeHost(host, new Proxy(this.hostHandlers, { get: (t, k: string) => t[k] ?? siteHandlers(this)[k] })));
       }
       return worker;
     },
     getURL: (path: string) => `chrome-extension://${EXTENSION_ID}/${path}`,
+    onStartup: new FakeEvent<() => void>(),
   };
   storage = {
-    local: {
+    session: {
       get: async (key: string) => (key in this.stored ? { [key]: structuredClone(this.stored[key]) } : {}),
       set: async (items: Record<string, unknown>) => void Object.assign(this.stored, structuredClone(items)),
     },
@@ -240,6 +284,8 @@ export class FakeChrome implements ChromeApi {
       this.openPopupCalls++;
       if (this.openPopupFails) throw new Error("Could not find an active browser window.");
     },
+    setBadgeText: async (d: { text: string; tabId?: number }) => void this.badges.set(d.tabId ?? -1, d.text),
+    setBadgeBackgroundColor: async () => undefined,
   };
   windows = {
     create: async (data: { url: string }) => {
@@ -259,8 +305,9 @@ export class FakeChrome implements ChromeApi {
   }
 
   /** A page frame (content script) connects; returns the page's end. */
-  connectPage(origin: string | undefined, name = SDK_PORT_NAME): FakePort {
-    const [page, worker] = FakePort.pair(name, { origin, url: origin ? `${origin}/app` : "about:blank", tab: { id: 1 }, frameId: 0 });
+  connectPage(origin: string | undefined, name = SDK_PORT_NAME, where: { tabId?: number; frameId?: number; tabUrl?: string } = {}): FakePort {
+    const tab = { id: where.tabId ?? 1, ...(where.tabUrl ? { url: where.tabUrl } : {}) };
+    const [page, worker] = FakePort.pair(name, { origin, url: origin ? `${origin}/app` : "about:blank", tab, frameId: where.frameId ?? 0 });
     this.runtime.onConnect.fire(worker);
     return page;
   }

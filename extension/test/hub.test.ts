@@ -1,8 +1,8 @@
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { Hub } from "../src/hub/index.js";
-import { APPROVED_ORIGINS_KEY, EXTENSION_ID, NATIVE_PROTOCOL_VERSION, POPUP_PORT_NAME, TRANSFER_PORT_NAME } from "../../sdk/src/protocol/bridge.js";
+import { EXTENSION_ID, NATIVE_PROTOCOL_VERSION, POPUP_PORT_NAME, SITES_CACHE_KEY, TRANSFER_PORT_NAME, type PopupState } from "../../sdk/src/protocol/bridge.js";
 import { CLIENT_NAME } from "../src/native-link.js";
-import { call, FakeChrome, HostFailure, NO_REPLY, settle, snapshot, start, type FakePort } from "./fake-chrome.js";
+import { call, FakeChrome, HostFailure, NO_REPLY, settle, site, snapshot, start, type FakePort } from "./fake-chrome.js";
 
 const ORIGIN = "https://app.example";
 let chrome: FakeChrome;
@@ -10,10 +10,15 @@ let hub: Hub;
 
 function startHub(approved: string[] = [ORIGIN], approvalTimeoutMs = 5_000): void {
   chrome = new FakeChrome();
-  chrome.stored[APPROVED_ORIGINS_KEY] = approved;
+  for (const origin of approved) chrome.services.set(origin, site(origin));
   hub = new Hub(chrome, { approvalTimeoutMs, backoffMs: [5, 10] });
   hub.start();
 }
+
+const OWN = `chrome-extension://${EXTENSION_ID}`;
+/** Frames of `type` the worker sent to any host. */
+const sent = (type: string) => chrome.hosts.flatMap((h) => h.of(type));
+const prompts = () => hub.state().prompts;
 
 afterEach(() => {
   // Every frame the worker wrote to any host followed the schema.
@@ -87,8 +92,8 @@ describe("routes", () => {
     const p = await page();
     expect((await call(p, "get_full_settings")).error.code).toBe("SDK_PROTOCOL_ERROR");
     expect((await call(p, "update_settings", { defaultProvider: "ollama" })).error.code).toBe("SDK_PROTOCOL_ERROR");
-    expect(chrome.host.of("get_full_settings")).toHaveLength(1);
-    expect(chrome.host.of("update_settings")).toHaveLength(1);
+    expect(sent("get_full_settings")).toHaveLength(1);
+    expect(sent("update_settings")).toHaveLength(1);
   });
 
   it("accepts the popup port only from the extension's own pages", async () => {
@@ -150,7 +155,8 @@ describe("native port", () => {
     const p = await page();
     const r = await call(p, "status");
     expect(r.result).toEqual({ approved: false, origin: ORIGIN, appConnected: true });
-    expect(chrome.host.frames.map((f) => f.type)).toEqual(["hello", "ping"]);
+    // The grants are asked for only because Core runs.
+    expect(chrome.host.frames.map((f) => f.type)).toEqual(["hello", "ping", "list_sites"]);
     expect(chrome.host.frames[0]!.payload).toEqual({ protocolVersion: NATIVE_PROTOCOL_VERSION, client: CLIENT_NAME });
     expect(chrome.openPopupCalls + chrome.windowsCreated.length).toBe(0);
   });
@@ -158,7 +164,8 @@ describe("native port", () => {
   it("status says appConnected false when the host is not installed", async () => {
     chrome.hostInstalled = false;
     const p = await page();
-    expect((await call(p, "status")).result).toEqual({ approved: true, origin: ORIGIN, appConnected: false });
+    // The grants live in the services: unreachable, nothing is approved.
+    expect((await call(p, "status")).result).toEqual({ approved: false, origin: ORIGIN, appConnected: false });
   });
 
   it("a host that is not installed is NATIVE_HOST_UNAVAILABLE", async () => {
@@ -190,7 +197,8 @@ describe("native port", () => {
   it("the origin in every frame is the port's, never the page's", async () => {
     const p = await page();
     await call(p, "create_session", { provider: "codex", origin: "https://evil.example" });
-    for (const f of chrome.host.frames.filter((f) => f.type !== "hello")) expect(f.origin).toBe(ORIGIN);
+    // Only the extension's own site requests carry its own origin.
+    for (const f of chrome.host.frames.filter((f) => f.type !== "hello" && f.type !== "list_sites")) expect(f.origin).toBe(ORIGIN);
   });
 
   it("queues above 64 requests in flight and sends the rest as replies come", async () => {
@@ -226,34 +234,50 @@ describe("native port", () => {
 describe("approval", () => {
   beforeEach(() => startHub([]));
 
-  it("opens the action popup once, tells the route, and proceeds on approve; the origin is stored", async () => {
+  it("opens the action popup once with a site prompt; approving grants through the services and the request proceeds", async () => {
+    chrome.hostHandlers.list_providers = () => ({
+      providers: [
+        { name: "Codex", code: "codex", available: true, isDefault: true, error: null },
+        { name: "Claude Code", code: "claude", available: true, isDefault: false, error: null },
+      ],
+    });
     const p = await page();
     const popup = chrome.connectPopup();
     const get = start(p, "list_providers");
     await settle();
     expect(chrome.openPopupCalls).toBe(1);
     expect(p.of("approval")).toEqual([{ kind: "approval", state: "pending" }]);
-    expect(hub.state().pendingApprovals).toEqual([ORIGIN]);
+    const [prompt] = prompts();
+    expect(prompt).toMatchObject({ kind: "site", origin: ORIGIN, tab: `${ORIGIN}/app`, loopback: false });
+    expect(prompt!.providers).toEqual([
+      { code: "codex", name: "Codex", available: true, preselected: true },
+      { code: "claude", name: "Claude Code", available: true, preselected: false },
+    ]);
     expect(get()).toBeUndefined();
-    popup.postMessage({ kind: "approve", origin: ORIGIN });
+    popup.postMessage({ kind: "approve", promptId: prompt!.id, access: "tools", providers: ["codex"] });
     await settle();
     expect(get()?.ok).toBe(true);
     expect(p.of("approval").at(-1)).toEqual({ kind: "approval", state: "settled" });
-    expect(chrome.stored[APPROVED_ORIGINS_KEY]).toEqual([ORIGIN]);
+    expect(sent("grant_site").map((f) => [f.origin, f.payload])).toEqual([
+      [OWN, { site: { origin: ORIGIN, access: "tools", providers: ["codex"], folders: [], anyModel: false, embedders: [] } }],
+    ]);
+    // Cached for the browser session only.
+    expect((chrome.stored[SITES_CACHE_KEY] as { sites: Array<{ origin: string }> }).sites.map((x) => x.origin)).toEqual([ORIGIN]);
     await call(p, "get_settings");
     expect(chrome.openPopupCalls).toBe(1);
-    const last = popup.of("state").at(-1)!.state as { approvedOrigins: string[]; pendingApprovals: string[] };
-    expect(last.approvedOrigins).toEqual([ORIGIN]);
-    expect(last.pendingApprovals).toEqual([]);
+    const last = popup.of("state").at(-1)!.state as PopupState;
+    expect(last.sites.map((x) => [x.origin, x.access])).toEqual([[ORIGIN, "tools"]]);
+    expect(last.prompts).toEqual([]);
   });
 
-  it("one pending approval per origin, shared by its routes", async () => {
+  it("one prompt per origin, shared by its routes", async () => {
     const a = await page();
     const b = await page();
     const ra = start(a, "list_providers");
     const rb = start(b, "create_session");
     await settle();
     expect(chrome.openPopupCalls).toBe(1);
+    expect(prompts()).toHaveLength(1);
     await hub.approve(ORIGIN);
     await settle();
     expect(ra()?.ok).toBe(true);
@@ -269,20 +293,44 @@ describe("approval", () => {
     const rc = start(a, "create_session");
     await new Promise((r) => setTimeout(r, 40));
     expect(chrome.openPopupCalls).toBe(1);
-    expect(hub.state().pendingApprovals).toEqual([ORIGIN]);
+    expect(prompts().map((x) => x.origin)).toEqual([ORIGIN]);
     await hub.approve(ORIGIN);
     await settle();
     expect([ra()?.ok, rb()?.ok, rc()?.ok]).toEqual([true, true, true]);
   });
 
-  it("reject → APPROVAL_REJECTED, nothing reaches the host", async () => {
+  it("reject → APPROVAL_REJECTED, nothing reaches the host, and no new prompt for that site", async () => {
     const p = await page();
+    const popup = chrome.connectPopup();
     const r = start(p, "create_session");
     await settle();
-    hub.reject(ORIGIN);
+    popup.postMessage({ kind: "reject", promptId: prompts()[0]!.id });
     await settle();
     expect(r()?.error.code).toBe("APPROVAL_REJECTED");
-    expect(chrome.hosts.flatMap((h) => h.of("create_session"))).toEqual([]);
+    expect(sent("create_session")).toEqual([]);
+    expect((await call(p, "list_providers")).error.code).toBe("APPROVAL_REJECTED");
+    expect(chrome.openPopupCalls).toBe(1);
+    expect(hub.state().rejected).toEqual([ORIGIN]);
+  });
+
+  it("block → block_site; the site gets no prompt again, also after a worker restart in a new browser session", async () => {
+    const p = await page();
+    const popup = chrome.connectPopup();
+    const r = start(p, "list_providers");
+    await settle();
+    popup.postMessage({ kind: "block", promptId: prompts()[0]!.id });
+    await settle();
+    expect(r()?.error.code).toBe("APPROVAL_REJECTED");
+    expect(sent("block_site").map((f) => [f.origin, f.payload])).toEqual([[OWN, { origin: ORIGIN }]]);
+    // A new worker with nothing cached (chrome.storage.session is empty in a new browser session): the services remember.
+    const services = chrome.services;
+    chrome = new FakeChrome();
+    chrome.services = services;
+    hub = new Hub(chrome);
+    hub.start();
+    const q = await page();
+    expect((await call(q, "create_session")).error.code).toBe("APPROVAL_REJECTED");
+    expect(chrome.openPopupCalls).toBe(0);
   });
 
   it("no decision in time → APPROVAL_TIMEOUT", async () => {
@@ -323,40 +371,162 @@ describe("approval", () => {
     expect((await call(p, "list_providers")).error.code).toBe("OPEN_POPUP_FAILED");
   });
 
-  it("approved origins survive a worker restart (chrome.storage.local)", async () => {
+  it("grants come from the services: a worker restart reads the session cache, a new browser session asks list_sites", async () => {
     const p = await page();
     const r = start(p, "get_settings");
     await settle();
     await hub.approve(ORIGIN);
     await settle();
     expect(r()?.ok).toBe(true);
-    const stored = chrome.stored;
+    const { stored, services } = chrome;
     chrome = new FakeChrome();
     chrome.stored = stored;
+    chrome.services = services;
     hub = new Hub(chrome);
     hub.start();
     const q = await page();
     expect((await call(q, "get_settings")).ok).toBe(true);
+    expect(sent("list_sites")).toEqual([]);
+    chrome = new FakeChrome();
+    chrome.services = services;
+    hub = new Hub(chrome);
+    hub.start();
+    const n = await page();
+    expect((await call(n, "get_settings")).ok).toBe(true);
+    expect(sent("list_sites")).toHaveLength(1);
     expect(chrome.openPopupCalls).toBe(0);
   });
 
-  it("revoking an origin detaches its routes, auto-ends their sessions and keeps other origins", async () => {
-    startHub([ORIGIN, "https://other.example"]);
+  it("a plain http:// page other than localhost is ORIGIN_NOT_SECURE at once, no prompt; a localhost page's prompt says it is loopback", async () => {
+    const insecure = await page("http://shop.example");
+    expect((await call(insecure, "create_session")).error.code).toBe("ORIGIN_NOT_SECURE");
+    expect(chrome.openPopupCalls).toBe(0);
+    for (const origin of ["http://localhost:3000", "http://127.0.0.1:8080", "http://[::1]:9"]) {
+      const local = await page(origin);
+      start(local, "list_providers");
+      await settle();
+      expect(prompts().find((x) => x.origin === origin)?.loopback).toBe(true);
+    }
+  });
+
+  it("a frame is FRAME_NOT_ALLOWED, naming the site that embeds it, unless the grant lists that site; it never prompts", async () => {
+    chrome.services.set(ORIGIN, site(ORIGIN, { embedders: ["https://host.example"] }));
+    const framed = chrome.connectPage(ORIGIN, undefined, { frameId: 3, tabUrl: "https://elsewhere.example/page" });
+    await settle();
+    const r = await call(framed, "list_providers");
+    expect(r.error.code).toBe("FRAME_NOT_ALLOWED");
+    expect(r.error.details).toEqual({ origin: ORIGIN, embeddedIn: "https://elsewhere.example" });
+    // Unknown site, unapproved frame: refused as well, without a prompt.
+    const other = chrome.connectPage("https://unknown.example", undefined, { frameId: 2 });
+    await settle();
+    expect((await call(other, "create_session")).error.code).toBe("FRAME_NOT_ALLOWED");
+    expect(chrome.openPopupCalls).toBe(0);
+    // The content script names the embedder where Chrome gives the worker no tab address.
+    const told = chrome.connectPage(ORIGIN, undefined, { frameId: 4 });
+    told.postMessage({ kind: "frame", topOrigin: "https://host.example" });
+    await settle();
+    expect((await call(told, "list_providers")).ok).toBe(true);
+  });
+
+  it("revoke → revoke_site; the page keeps its route and must ask again", async () => {
+    startHub([ORIGIN]);
     const p = await page();
-    const other = await page("https://other.example");
-    const sessionId = await createSession(p);
-    await createSession(other);
+    await createSession(p);
     await hub.revoke(ORIGIN);
     await settle();
-    expect(p.closed).toBe(true);
-    expect(other.closed).toBe(false);
-    expect(chrome.host.of("end").map((f) => f.payload)).toEqual([{ sessionId, reason: "auto_end" }]);
-    expect(chrome.stored[APPROVED_ORIGINS_KEY]).toEqual(["https://other.example"]);
-    const again = await page();
-    const r = start(again, "list_providers");
+    expect(sent("revoke_site").map((f) => [f.origin, f.payload])).toEqual([[OWN, { origin: ORIGIN }]]);
+    expect(p.closed).toBe(false);
+    const r = start(p, "list_providers");
     await settle();
     expect(chrome.openPopupCalls).toBe(1);
     expect(r()).toBeUndefined();
+  });
+
+  it("browser start-up revokes loopback grants only", async () => {
+    startHub([ORIGIN, "http://localhost:3000", "http://127.0.0.1:5173"]);
+    chrome.runtime.onStartup.fire();
+    await settle(40);
+    expect(sent("revoke_site").map((f) => f.payload!.origin).sort()).toEqual(["http://127.0.0.1:5173", "http://localhost:3000"]);
+    expect(hub.state().sites.map((x) => x.origin)).toEqual([ORIGIN]);
+  });
+
+  it("SITE_NOT_APPROVED from the services drops the cached grant", async () => {
+    startHub([ORIGIN]);
+    const p = await page();
+    expect((await call(p, "get_settings")).ok).toBe(true);
+    chrome.services.clear();
+    chrome.hostHandlers.get_settings = () => {
+      throw new HostFailure("SITE_NOT_APPROVED");
+    };
+    expect((await call(p, "get_settings")).error.code).toBe("SITE_NOT_APPROVED");
+    await settle();
+    expect(hub.state().sites).toEqual([]);
+  });
+});
+
+describe("provider and folder prompts", () => {
+  beforeEach(() => startHub([ORIGIN]));
+
+  it("a provider outside the grant: yes adds it, then the session is created", async () => {
+    chrome.hostHandlers.list_providers = () => ({ providers: [{ name: "Claude Code", code: "claude", available: true, isDefault: false, error: null }] });
+    const p = await page();
+    const popup = chrome.connectPopup();
+    const r = start(p, "create_session", { provider: "claude" });
+    await settle();
+    expect(prompts()).toEqual([expect.objectContaining({ kind: "provider", origin: ORIGIN, provider: { code: "claude", name: "Claude Code" } })]);
+    expect(sent("create_session")).toEqual([]);
+    popup.postMessage({ kind: "answer", promptId: prompts()[0]!.id, answer: "yes" });
+    await settle(20);
+    expect(r()?.ok).toBe(true);
+    expect(sent("grant_site").map((f) => (f.payload!.site as { providers: string[] }).providers)).toEqual([["codex", "claude"]]);
+  });
+
+  it("a provider outside the grant: no forwards the request as it is (the services refuse)", async () => {
+    chrome.hostHandlers.create_session = () => {
+      throw new HostFailure("PROVIDER_NOT_GRANTED");
+    };
+    const p = await page();
+    const r = start(p, "create_session", { provider: "claude" });
+    await settle();
+    await hub.state(); // the prompt is up
+    const popup = chrome.connectPopup();
+    popup.postMessage({ kind: "answer", promptId: prompts()[0]!.id, answer: "no" });
+    await settle(20);
+    expect(r()?.error.code).toBe("PROVIDER_NOT_GRANTED");
+    expect(sent("grant_site")).toEqual([]);
+  });
+
+  it.each([
+    ["once", [{ path: "/home/ann/proj", once: true }]],
+    ["always", [{ path: "/home/ann/proj", once: false }]],
+    ["no", null],
+  ] as const)("a folder outside the grant, answered %s", async (answer, folders) => {
+    const p = await page();
+    const popup = chrome.connectPopup();
+    const r = start(p, "create_session", { workspace: { path: "/home/ann/proj" } });
+    await settle();
+    expect(prompts()).toEqual([expect.objectContaining({ kind: "folder", folder: { path: "/home/ann/proj", shown: "~/proj" } })]);
+    popup.postMessage({ kind: "answer", promptId: prompts()[0]!.id, answer });
+    await settle(20);
+    expect(r()?.ok).toBe(true); // the fake host creates it either way; the services refuse a folder not granted
+    expect(sent("grant_site").map((f) => (f.payload!.site as { folders: unknown }).folders)).toEqual(folders ? [folders] : []);
+    expect(sent("create_session")).toHaveLength(1);
+  });
+});
+
+describe("badge", () => {
+  it("counts the sessions running or waiting for a tool result in the page's tab", async () => {
+    startHub([ORIGIN]);
+    const p = chrome.connectPage(ORIGIN, undefined, { tabId: 7 });
+    await settle();
+    const sessionId = await createSession(p);
+    await settle();
+    chrome.host.event(sessionId, 1, { type: "status", status: "running" });
+    await settle();
+    expect(chrome.badges.get(7)).toBe("1");
+    chrome.host.event(sessionId, 2, { type: "status", status: "idle" });
+    await settle();
+    expect(chrome.badges.get(7)).toBe("");
   });
 });
 
@@ -366,7 +536,7 @@ describe("sessions, fan-out and tool owners", () => {
   it("create_session then attach; the route gets the attach snapshot and owns tools", async () => {
     const p = await page();
     const r = await call(p, "create_session", { provider: "codex", autoEndOnDisconnect: true });
-    expect(chrome.host.frames.map((f) => f.type)).toEqual(["hello", "create_session", "attach"]);
+    expect(chrome.host.frames.map((f) => f.type)).toEqual(["hello", "list_sites", "create_session", "attach"]);
     expect(chrome.host.of("attach")[0]!.payload).toEqual({ sessionId: r.result.sessionId });
     expect(r.result).toMatchObject({ sessionId: "thr_1", provider: "codex", effortLevel: "default", toolOwner: true });
   });
@@ -621,13 +791,14 @@ describe("native port loss", () => {
 });
 
 describe("popup state", () => {
-  it("shows host and Core state, approved origins, live sessions per origin", async () => {
+  it("shows host and Core state, the sites, live sessions per origin, the site of the popup's tab", async () => {
     startHub([ORIGIN]);
     const p = await page();
     await createSession(p);
-    const s = hub.state();
+    const s = hub.state(1);
     expect(s.host).toMatchObject({ connected: true, hostVersion: "0.1.0", protocolVersion: 2, coreRunning: true });
-    expect(s.approvedOrigins).toEqual([ORIGIN]);
+    expect(s.sites.map((x) => x.origin)).toEqual([ORIGIN]);
+    expect(s.activeOrigin).toBe(ORIGIN);
     expect(s.sessions).toEqual([{ sessionId: "thr_1", origin: ORIGIN, status: "idle", routes: 1, autoEndOnDisconnect: true }]);
   });
 });
@@ -640,6 +811,7 @@ describe("popup updates", () => {
     await settle();
     popup.postMessage({ kind: "get_state" });
     await settle();
+    // Core is not running: the grants are not asked for (that would start it).
     expect(chrome.host.frames.map((f) => f.type)).toEqual(["hello", "ping"]);
     const last = popup.of("state").at(-1)!.state as { host: { coreRunning: boolean | null; hostVersion: string | null; connected: boolean } };
     expect(last.host).toMatchObject({ hostVersion: "0.1.0", coreRunning: false, connected: false });

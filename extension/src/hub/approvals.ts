@@ -1,93 +1,354 @@
-// Origin approval: the approved origins (kept in chrome.storage.local), and a
-// pending approval per origin — every request of that origin waits on the one
-// approval UI (the action popup, else a popup window) until the user approves,
-// rejects, closes the window, or the time runs out.
+// Site grants and the prompts that make them. The services own the grants
+// (list_sites / grant_site / block_site / revoke_site); this keeps a copy in
+// memory and in chrome.storage.session (the worker's and the extension pages'
+// storage, never content scripts', lost when the browser closes), and asks the
+// user: a site prompt (approve with a level and providers, reject, block), a
+// provider prompt (add a provider to the grant) and a folder prompt (add a
+// folder, once or always). One prompt per question, shared by every request
+// that needs its answer; the UI is the action popup, else a popup window.
 import type { ChromeApi } from "../chrome-api.js";
-import { APPROVED_ORIGINS_KEY, type BridgeError } from "../../../sdk/src/protocol/bridge.js";
+import type { NativeLink } from "../native-link.js";
+import { SITES_CACHE_KEY, type ApprovalPrompt, type BridgeError, type PromptAnswer, type SiteAccess } from "../../../sdk/src/protocol/bridge.js";
+import type { ProviderInfo } from "../../../sdk/src/protocol/native.js";
+import { inputOf, isLive, isLoopback, showFolder, siteRequest, type Site, type SiteInput } from "../sites.js";
 import { bridgeError } from "./errors.js";
 import { post, type Route } from "./routes.js";
 
-type PendingApproval = {
-  origin: string;
-  waiters: Array<{ route: Route; resolve: () => void; reject: (e: BridgeError) => void }>;
+/** What the user decided in a prompt. */
+export type Decision =
+  | { kind: "approve"; access: SiteAccess; providers: string[] }
+  | { kind: "reject" }
+  | { kind: "block" }
+  | { kind: "answer"; answer: PromptAnswer }
+  /** The prompt went away unanswered: window closed, time ran out. */
+  | { kind: "gone"; error: BridgeError };
+
+type Waiter = { route: Route; resolve: (v: unknown) => void; reject: (e: BridgeError) => void };
+
+type PendingPrompt = {
+  view: ApprovalPrompt;
+  key: string;
+  waiters: Waiter[];
   timer: ReturnType<typeof setTimeout>;
   windowId: number | null;
+  /** Runs once, with the user's decision; its result (or error) goes to every waiter. */
+  act: (d: Decision) => Promise<unknown>;
+  settled: boolean;
 };
 
+type Cached = { sites: Site[]; rejected: string[] };
+
 export class Approvals {
-  /** Resolves once the approved origins are loaded. */
+  /** Resolves once the cached grants are read from chrome.storage.session. */
   readonly ready: Promise<void>;
   #api: ChromeApi;
+  #native: NativeLink;
+  #ownOrigin: string;
   #timeoutMs: number;
   /** Something the popup shows changed. */
   #changed: () => void;
-  #approved = new Set<string>();
-  #pending = new Map<string, PendingApproval>();
+  #sites = new Map<string, Site>();
+  /** list_sites answered in this browser session (else the next use asks). */
+  #loaded = false;
+  #loading: Promise<void> | null = null;
+  /** Rejected in this browser session: no new prompt. */
+  #rejected = new Set<string>();
+  #prompts = new Map<number, PendingPrompt>();
+  #nextPromptId = 1;
 
-  constructor(api: ChromeApi, timeoutMs: number, changed: () => void) {
+  constructor(api: ChromeApi, native: NativeLink, timeoutMs: number, changed: () => void) {
     this.#api = api;
+    this.#native = native;
+    this.#ownOrigin = api.runtime.getURL("").replace(/\/$/, "");
     this.#timeoutMs = timeoutMs;
     this.#changed = changed;
-    this.ready = api.storage.local.get(APPROVED_ORIGINS_KEY).then(
+    this.ready = api.storage.session.get(SITES_CACHE_KEY).then(
       (items) => {
-        const list = items[APPROVED_ORIGINS_KEY];
-        if (Array.isArray(list)) for (const o of list) if (typeof o === "string") this.#approved.add(o);
+        const cached = items[SITES_CACHE_KEY] as Cached | undefined;
+        if (!cached || !Array.isArray(cached.sites)) return;
+        for (const site of cached.sites) this.#sites.set(site.origin, site);
+        for (const o of cached.rejected ?? []) this.#rejected.add(o);
+        this.#loaded = true;
       },
-      (e: unknown) => console.error("pedelec: could not read approved origins", e),
+      (e: unknown) => console.error("pedelec: could not read the cached site grants", e),
     );
   }
 
+  // ---- the grants ----
+
+  /** The grants as the services last answered (loads them once per browser session). */
+  async load(): Promise<void> {
+    await this.ready;
+    if (!this.#loaded) await this.refresh();
+  }
+
+  /** Asks the services again (one request at a time). */
+  refresh(): Promise<void> {
+    this.#loading ??= siteRequest(this.#native, "list_sites", this.#ownOrigin, {})
+      .then(async ({ sites }) => {
+        this.#sites = new Map(sites.map((s) => [s.origin, s]));
+        this.#loaded = true;
+        await this.#save();
+      })
+      .finally(() => (this.#loading = null));
+    return this.#loading;
+  }
+
+  site(origin: string): Site | undefined {
+    return this.#sites.get(origin);
+  }
+
   isApproved(origin: string): boolean {
-    return this.#approved.has(origin);
+    return isLive(this.#sites.get(origin));
   }
 
-  /** Approved origins, sorted. */
-  approvedOrigins(): string[] {
-    return [...this.#approved].sort();
+  sites(): Site[] {
+    return [...this.#sites.values()].sort((a, b) => a.origin.localeCompare(b.origin));
   }
 
-  /** Origins waiting for the user, oldest first. */
-  pendingOrigins(): string[] {
-    return [...this.#pending.keys()];
+  rejected(): string[] {
+    return [...this.#rejected].sort();
   }
 
-  /** Resolves once `route`'s origin is approved; rejects with the reason it was not. */
-  async require(route: Route): Promise<void> {
-    if (this.#approved.has(route.origin)) return;
+  prompts(): ApprovalPrompt[] {
+    return [...this.#prompts.values()].map((p) => p.view);
+  }
+
+  /** grant_site; a site prompt of that origin waiting is answered by it. */
+  async grant(input: SiteInput): Promise<Site> {
+    const { site } = await siteRequest(this.#native, "grant_site", this.#ownOrigin, { site: input });
+    this.#sites.set(site.origin, site);
+    this.#rejected.delete(site.origin);
+    await this.#save();
+    this.#settleSitePrompt(site.origin, null);
+    return site;
+  }
+
+  async block(origin: string): Promise<void> {
+    const { site } = await siteRequest(this.#native, "block_site", this.#ownOrigin, { origin });
+    this.#sites.set(origin, site);
+    await this.#save();
+    this.#settleSitePrompt(origin, bridgeError("APPROVAL_REJECTED", `the user blocked Pedelec for ${origin}`));
+  }
+
+  /** revoke_site: the grant (or block) goes, the services end the site's sessions. */
+  async revoke(origin: string): Promise<string[]> {
+    const { endedSessionIds } = await siteRequest(this.#native, "revoke_site", this.#ownOrigin, { origin });
+    this.#sites.delete(origin);
+    this.#rejected.delete(origin);
+    await this.#save();
+    return endedSessionIds;
+  }
+
+  async endSessions(origin: string): Promise<string[]> {
+    return (await siteRequest(this.#native, "end_site_sessions", this.#ownOrigin, { origin })).endedSessionIds;
+  }
+
+  async forgetRejection(origin: string): Promise<void> {
+    this.#rejected.delete(origin);
+    await this.#save();
+  }
+
+  /** Browser start-up: loopback grants last for one browser session. */
+  async revokeLoopback(): Promise<void> {
+    await this.ready;
+    const { sites } = await siteRequest(this.#native, "list_sites", this.#ownOrigin, {});
+    for (const site of sites) {
+      if (isLoopback(site.origin) && !site.blocked) await siteRequest(this.#native, "revoke_site", this.#ownOrigin, { origin: site.origin });
+    }
+    this.#rejected.clear();
+    await this.refresh();
+  }
+
+  async #save(): Promise<void> {
+    const cached: Cached = { sites: [...this.#sites.values()], rejected: [...this.#rejected] };
+    try {
+      await this.#api.storage.session.set({ [SITES_CACHE_KEY]: cached });
+    } catch (e) {
+      console.error("pedelec: could not cache the site grants", e);
+    }
+    this.#changed();
+  }
+
+  // ---- what a request needs ----
+
+  /**
+   * Resolves with the route's live grant; asks the user when the site has
+   * none. A blocked site, or one rejected in this browser session, is
+   * APPROVAL_REJECTED at once. `provider`: the one the request named
+   * (preselected in the prompt).
+   */
+  async require(route: Route, provider?: string): Promise<Site> {
+    await this.load();
     const origin = route.origin;
-    let approval = this.#pending.get(origin);
-    if (!approval) {
-      // Registered before the UI opens, so a second request of the origin
-      // arriving meanwhile waits for this approval instead of opening another.
-      const created: PendingApproval = {
-        origin,
+    const now = this.#sites.get(origin);
+    if (isLive(now)) return now;
+    if (now?.blocked) throw bridgeError("APPROVAL_REJECTED", `${origin} is blocked (Pedelec settings, Sites)`);
+    if (this.#rejected.has(origin)) throw bridgeError("APPROVAL_REJECTED", `the user rejected Pedelec access for ${origin} in this browser session`);
+    await this.#prompt(route, `site:${origin}`, async () => ({ kind: "site", providers: await this.#offer(provider) }), async (d) => {
+      switch (d.kind) {
+        case "approve":
+          await this.grant({ origin, access: d.access, providers: d.providers, folders: [], anyModel: false, embedders: [] });
+          return;
+        case "block":
+          await this.block(origin);
+          throw bridgeError("APPROVAL_REJECTED", `the user blocked Pedelec for ${origin}`);
+        case "gone":
+          throw d.error;
+        default:
+          this.#rejected.add(origin);
+          await this.#save();
+          throw bridgeError("APPROVAL_REJECTED", `the user rejected Pedelec access for ${origin}`);
+      }
+    });
+    const site = this.#sites.get(origin);
+    if (!isLive(site)) throw bridgeError("APPROVAL_REJECTED", `${origin} has no grant`);
+    return site;
+  }
+
+  /** A provider outside the grant: asks; on yes it is added. A no leaves the grant as it is (the services refuse). */
+  async ensureProvider(route: Route, code: string): Promise<void> {
+    const origin = route.origin;
+    if (!isLive(this.#sites.get(origin)) || this.#sites.get(origin)!.providers.includes(code)) return;
+    const name = (await this.#providers()).find((p) => p.code === code)?.name ?? code;
+    await this.#prompt(route, `provider:${origin}:${code}`, async () => ({ kind: "provider", provider: { code, name } }), async (d) => {
+      const site = this.#sites.get(origin);
+      if (d.kind !== "answer" || d.answer !== "yes" || !isLive(site) || site.providers.includes(code)) return;
+      await this.grant({ ...inputOf(site), providers: [...site.providers, code] });
+    });
+  }
+
+  /** A folder outside the grant: asks (once / always / no); a no leaves the grant as it is (the services refuse). */
+  async ensureFolder(route: Route, path: string): Promise<void> {
+    const origin = route.origin;
+    const current = this.#sites.get(origin);
+    if (!isLive(current) || current.folders.some((f) => f.path === path)) return;
+    await this.#prompt(route, `folder:${origin}:${path}`, async () => ({ kind: "folder", folder: { path, shown: showFolder(path) } }), async (d) => {
+      const site = this.#sites.get(origin);
+      if (d.kind !== "answer" || (d.answer !== "once" && d.answer !== "always") || !isLive(site)) return;
+      const folders = site.folders.filter((f) => f.path !== path);
+      await this.grant({ ...inputOf(site), folders: [...folders, { path, once: d.answer === "once" }] });
+    });
+  }
+
+  /** Drops the cached grant of `origin` and asks the services again (they answered SITE_NOT_APPROVED). */
+  async stale(origin: string): Promise<void> {
+    this.#sites.delete(origin);
+    await this.refresh().catch(() => undefined);
+  }
+
+  // ---- prompts ----
+
+  async #providers(): Promise<ProviderInfo[]> {
+    try {
+      return (await this.#native.request("list_providers", this.#ownOrigin, undefined)).providers;
+    } catch {
+      return [];
+    }
+  }
+
+  /** The providers a site prompt offers: the user's default, and the one the page named, preselected. */
+  async #offer(named: string | undefined): Promise<ApprovalPrompt["providers"]> {
+    return (await this.#providers()).map((p) => ({ code: p.code, name: p.name, available: p.available, preselected: p.isDefault || p.code === named }));
+  }
+
+  /**
+   * Shows the prompt `key` (or joins the one showing) and waits for the
+   * result of `act` on the user's decision.
+   */
+  async #prompt(route: Route, key: string, make: () => Promise<Partial<ApprovalPrompt> & Pick<ApprovalPrompt, "kind">>, act: (d: Decision) => Promise<unknown>): Promise<unknown> {
+    let pending = [...this.#prompts.values()].find((p) => p.key === key && !p.settled);
+    if (!pending) {
+      const id = this.#nextPromptId++;
+      const view: ApprovalPrompt = { id, kind: "site", origin: route.origin, tab: route.tab, loopback: isLoopback(route.origin), providers: [], provider: null, folder: null };
+      const created: PendingPrompt = {
+        view,
+        key,
         waiters: [],
         windowId: null,
-        timer: setTimeout(() => this.#settle(origin, bridgeError("APPROVAL_TIMEOUT", `origin ${origin} was not approved in time`)), this.#timeoutMs),
+        act,
+        settled: false,
+        timer: setTimeout(() => void this.decide(id, { kind: "gone", error: bridgeError("APPROVAL_TIMEOUT", `${route.origin}: no answer in time`) }), this.#timeoutMs),
       };
-      approval = created;
-      this.#pending.set(origin, created);
+      pending = created;
+      // Registered before anything is awaited, so a second request meanwhile joins it.
+      this.#prompts.set(id, created);
+      Object.assign(view, await make());
+      if (created.settled) return this.#wait(created, route);
       this.#changed();
-      this.#openUi(origin).then(
+      // One window shows every prompt: a window already open for another prompt serves this one too.
+      const shared = [...this.#prompts.values()].find((p) => p !== created && p.windowId !== null);
+      if (shared) {
+        created.windowId = shared.windowId;
+        return this.#wait(created, route);
+      }
+      this.#openUi(route.origin).then(
         (windowId) => {
           if (windowId === null) return;
-          if (this.#pending.get(origin) === created) created.windowId = windowId;
-          else this.#api.windows.remove(windowId).catch(() => undefined); // decided already
+          if (!created.settled) created.windowId = windowId;
+          else this.#api.windows.remove(windowId).catch(() => undefined);
         },
-        (error: BridgeError) => this.#settle(origin, error),
+        (error: BridgeError) => void this.decide(id, { kind: "gone", error }),
       );
     }
-    const pending = approval;
-    await new Promise<void>((resolve, reject) => {
+    return this.#wait(pending, route);
+  }
+
+  #wait(pending: PendingPrompt, route: Route): Promise<unknown> {
+    return new Promise((resolve, reject) => {
       pending.waiters.push({ route, resolve, reject });
       // The SDK pauses its bridge timeout while the user decides.
       post(route, { kind: "approval", state: "pending" });
     });
   }
 
+  /** The user's answer to prompt `id` (from the popup); runs the prompt's act once. */
+  async decide(id: number, decision: Decision): Promise<void> {
+    const p = this.#prompts.get(id);
+    if (!p || p.settled) return;
+    p.settled = true;
+    clearTimeout(p.timer);
+    let outcome: { ok: true; value: unknown } | { ok: false; error: BridgeError };
+    try {
+      outcome = { ok: true, value: await p.act(decision) };
+    } catch (e) {
+      outcome = { ok: false, error: e as BridgeError };
+    }
+    this.#finish(p, outcome);
+  }
+
+  /** Ends a site prompt of `origin` from outside it (a grant or block made elsewhere). */
+  #settleSitePrompt(origin: string, error: BridgeError | null): void {
+    for (const p of this.#prompts.values()) {
+      if (p.key !== `site:${origin}` || p.settled) continue;
+      p.settled = true;
+      clearTimeout(p.timer);
+      this.#finish(p, error ? { ok: false, error } : { ok: true, value: undefined });
+    }
+  }
+
+  #finish(p: PendingPrompt, outcome: { ok: true; value: unknown } | { ok: false; error: BridgeError }): void {
+    this.#prompts.delete(p.view.id);
+    for (const w of p.waiters) {
+      post(w.route, { kind: "approval", state: "settled" });
+      if (outcome.ok) w.resolve(outcome.value);
+      else w.reject(outcome.error);
+    }
+    if (p.windowId !== null && ![...this.#prompts.values()].some((q) => q.windowId === p.windowId)) this.#api.windows.remove(p.windowId).catch(() => undefined);
+    this.#changed();
+  }
+
   /** A route that went away waits for nothing. */
   dropRoute(route: Route): void {
-    for (const approval of this.#pending.values()) approval.waiters = approval.waiters.filter((w) => w.route !== route);
+    for (const p of this.#prompts.values()) p.waiters = p.waiters.filter((w) => w.route !== route);
+  }
+
+  onWindowRemoved(windowId: number): void {
+    for (const p of [...this.#prompts.values()]) {
+      if (p.windowId !== windowId) continue;
+      p.windowId = null;
+      void this.decide(p.view.id, { kind: "gone", error: bridgeError("APPROVAL_REJECTED", `the approval window for ${p.view.origin} was closed`) });
+    }
   }
 
   /** chrome.action.openPopup, else a popup window, else OPEN_POPUP_FAILED. Returns the window id it opened. */
@@ -104,57 +365,13 @@ export class Approvals {
       const win = await this.#api.windows.create({
         url: this.#api.runtime.getURL(`popup.html?approve=${encodeURIComponent(origin)}`),
         type: "popup",
-        width: 420,
-        height: 560,
+        width: 460,
+        height: 640,
         focused: true,
       });
       return win?.id ?? null;
     } catch (e) {
       throw bridgeError("OPEN_POPUP_FAILED", `could not open the approval popup: ${(e as Error).message ?? String(e)}`, { origin });
     }
-  }
-
-  /** `error` null: approved. */
-  #settle(origin: string, error: BridgeError | null): void {
-    const approval = this.#pending.get(origin);
-    if (!approval) return;
-    this.#pending.delete(origin);
-    clearTimeout(approval.timer);
-    for (const w of approval.waiters) {
-      post(w.route, { kind: "approval", state: "settled" });
-      if (error) w.reject(error);
-      else w.resolve();
-    }
-    if (approval.windowId !== null) this.#api.windows.remove(approval.windowId).catch(() => undefined);
-    this.#changed();
-  }
-
-  onWindowRemoved(windowId: number): void {
-    for (const approval of this.#pending.values()) {
-      if (approval.windowId === windowId) {
-        approval.windowId = null;
-        this.#settle(approval.origin, bridgeError("APPROVAL_REJECTED", `the approval window for ${approval.origin} was closed`));
-      }
-    }
-  }
-
-  async approve(origin: string): Promise<void> {
-    this.#approved.add(origin);
-    await this.#save();
-    this.#settle(origin, null);
-  }
-
-  reject(origin: string): void {
-    this.#settle(origin, bridgeError("APPROVAL_REJECTED", `the user rejected Pedelec access for ${origin}`));
-  }
-
-  /** Forgets an approved origin (its routes are the caller's to cut). */
-  async forget(origin: string): Promise<void> {
-    this.#approved.delete(origin);
-    await this.#save();
-  }
-
-  async #save(): Promise<void> {
-    await this.#api.storage.local.set({ [APPROVED_ORIGINS_KEY]: [...this.#approved].sort() });
   }
 }

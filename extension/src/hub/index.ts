@@ -4,13 +4,14 @@
 //   routes.ts     a route's bridge calls (approval first, session calls checked)
 //   sessions.ts   the session table, event fan-out, a route leaving, auto-end
 //   reconnect.ts  the native port's loss: reconnect with backoff, re-attach with the last seq
-//   approvals.ts  origin approval and its UI
+//   approvals.ts  the site grants (the services' copy, cached) and the prompts that make them
 //   pages.ts      the popup's and the options page's ports
 //   tickets.ts    the transfer frame's ticket checks
 // chrome.* comes in as `ChromeApi` so the tests can drive it with a fake.
 import type { ChromeApi, Port } from "../chrome-api.js";
 import { NativeLink } from "../native-link.js";
 import { APPROVAL_TIMEOUT_MS, OPTIONS_PORT_NAME, POPUP_PORT_NAME, SDK_PORT_NAME, TRANSFER_PORT_NAME, type PopupState } from "../../../sdk/src/protocol/bridge.js";
+import { DEFAULT_ACCESS, type Access, type Site } from "../sites.js";
 import { Approvals } from "./approvals.js";
 import { ExtensionPages, isOwnPage } from "./pages.js";
 import { DEFAULT_BACKOFF_MS, NativeReconnect } from "./reconnect.js";
@@ -26,7 +27,7 @@ export type HubOptions = {
 
 export class Hub {
   readonly native: NativeLink;
-  /** Resolves once the approved origins are loaded. */
+  /** Resolves once the cached grants are read. */
   readonly ready: Promise<void>;
   #api: ChromeApi;
   #sessions: Sessions;
@@ -35,10 +36,15 @@ export class Hub {
   #pages: ExtensionPages;
   #tickets = new TransferTickets();
   #calls: RouteCalls;
+  #badgedTabs = new Set<number>();
+  #badgeText = new Map<number, string>();
 
   constructor(api: ChromeApi, options: HubOptions = {}) {
     this.#api = api;
-    const changed = () => this.#pages.pushState();
+    const changed = () => {
+      this.#pages.pushState();
+      this.#badge();
+    };
     const closeNativeIfIdle = () => this.#reconnect.closeIfIdle();
     this.native = new NativeLink(api, {
       event: (frame) => this.#sessions.onEvent(frame),
@@ -48,15 +54,13 @@ export class Hub {
     });
     this.#sessions = new Sessions(this.native, { changed, closeNativeIfIdle });
     this.#reconnect = new NativeReconnect(this.native, this.#sessions, options.backoffMs ?? DEFAULT_BACKOFF_MS, changed);
-    this.#approvals = new Approvals(api, options.approvalTimeoutMs ?? APPROVAL_TIMEOUT_MS, changed);
+    this.#approvals = new Approvals(api, this.native, options.approvalTimeoutMs ?? APPROVAL_TIMEOUT_MS, changed);
     this.ready = this.#approvals.ready;
     this.#pages = new ExtensionPages(api, {
       native: this.native,
       ready: this.ready,
-      state: () => this.state(),
-      approve: (origin) => this.approve(origin),
-      reject: (origin) => this.reject(origin),
-      revoke: (origin) => this.revoke(origin),
+      approvals: this.#approvals,
+      state: (tabId) => this.state(tabId),
       closeNativeIfIdle,
     });
     this.#calls = new RouteCalls({
@@ -74,6 +78,13 @@ export class Hub {
     this.#api.runtime.onConnect.addListener((port) => this.#onConnect(port));
     this.#api.runtime.onConnectExternal?.addListener((port) => this.#onConnect(port));
     this.#api.windows.onRemoved?.addListener((windowId) => this.#approvals.onWindowRemoved(windowId));
+    // Loopback grants last for one browser session: a new one starts without them.
+    this.#api.runtime.onStartup?.addListener(() => {
+      this.#approvals
+        .revokeLoopback()
+        .catch((e: unknown) => console.error("pedelec: could not revoke the loopback grants at start-up", e))
+        .finally(() => this.#reconnect.closeIfIdle());
+    });
   }
 
   #onConnect(port: Port): void {
@@ -91,8 +102,24 @@ export class Hub {
       port.disconnect();
       return;
     }
-    const route = this.#sessions.addRoute(port, origin);
-    port.onMessage.addListener((message) => void this.#calls.onMessage(route, message));
+    const sender = port.sender!;
+    const frameId = sender.frameId ?? 0;
+    const tabOrigin = sender.tab?.url ? originOf(sender.tab.url) : null;
+    const route = this.#sessions.addRoute(port, origin, {
+      tabId: sender.tab?.id ?? null,
+      tab: sender.tab?.title || sender.tab?.url || sender.url || origin,
+      frameId,
+      topOrigin: frameId === 0 ? origin : tabOrigin,
+    });
+    port.onMessage.addListener((message) => {
+      const m = message as { kind?: unknown; topOrigin?: unknown };
+      // The content script of a frame says which site embeds it, where Chrome does not tell the worker (no host permission for the tab).
+      if (m?.kind === "frame") {
+        if (route.frameId !== 0 && route.topOrigin === null && typeof m.topOrigin === "string") route.topOrigin = originOf(m.topOrigin);
+        return;
+      }
+      void this.#calls.onMessage(route, message);
+    });
     port.onDisconnect.addListener(() => this.#removeRoute(route));
     post(route, { kind: "welcome", origin });
   }
@@ -104,30 +131,60 @@ export class Hub {
     this.#reconnect.closeIfIdle();
   }
 
-  approve(origin: string): Promise<void> {
-    return this.#approvals.approve(origin);
+  /**
+   * Grants `origin` as the prompt's Approve does (default: edit, the user's
+   * default provider); a prompt of that origin waiting is answered by it. For
+   * the worker's console and tests that are not about the prompt.
+   */
+  async approve(origin: string, grant: { access?: Access; providers?: string[] } = {}): Promise<Site> {
+    const providers = grant.providers ?? (await this.native.request("list_providers", this.#api.runtime.getURL("").replace(/\/$/, ""), undefined)).providers.filter((p) => p.isDefault).map((p) => p.code);
+    const site = await this.#approvals.grant({ origin, access: grant.access ?? DEFAULT_ACCESS, providers, folders: [], anyModel: false, embedders: [] });
+    this.#reconnect.closeIfIdle();
+    return site;
   }
 
-  reject(origin: string): void {
-    this.#approvals.reject(origin);
+  /** revoke_site: the services end the origin's sessions (the pages see them end); its routes stay and must ask again. */
+  async revoke(origin: string): Promise<string[]> {
+    const ended = await this.#approvals.revoke(origin);
+    this.#reconnect.closeIfIdle();
+    return ended;
   }
 
-  /** Forgets the origin and cuts its routes (their handles detach). */
-  async revoke(origin: string): Promise<void> {
-    await this.#approvals.forget(origin);
-    for (const route of this.#sessions.routesFrom(origin)) {
-      route.port.disconnect();
-      this.#removeRoute(route);
-    }
-    this.#pages.pushState();
-  }
-
-  state(): PopupState {
+  state(tabId: number | null = null): PopupState {
     return {
       host: { ...this.native.state },
-      pendingApprovals: this.#approvals.pendingOrigins(),
-      approvedOrigins: this.#approvals.approvedOrigins(),
+      prompts: this.#approvals.prompts(),
+      activeOrigin: tabId === null ? null : this.#sessions.originInTab(tabId),
+      sites: this.#approvals.sites(),
+      rejected: this.#approvals.rejected(),
       sessions: this.#sessions.summaries(),
+      lastError: this.#pages.lastError,
     };
+  }
+
+  /** The action icon's badge, per tab: the sessions running a turn or waiting for a tool result. */
+  #badge(): void {
+    const action = this.#api.action;
+    if (typeof action?.setBadgeText !== "function") return;
+    const counts = this.#sessions.busyByTab();
+    for (const tabId of this.#badgedTabs) if (!counts.has(tabId)) counts.set(tabId, 0);
+    for (const [tabId, n] of counts) {
+      const text = n > 0 ? String(n) : "";
+      if (this.#badgeText.get(tabId) === text) continue;
+      this.#badgeText.set(tabId, text);
+      if (text === "") this.#badgedTabs.delete(tabId);
+      else this.#badgedTabs.add(tabId);
+      action.setBadgeText({ tabId, text }).catch(() => undefined); // the tab may be gone
+      if (text !== "") action.setBadgeBackgroundColor?.({ tabId, color: "#1a73e8" }).catch(() => undefined);
+    }
+  }
+}
+
+function originOf(url: string): string | null {
+  try {
+    const o = new URL(url).origin;
+    return o === "null" ? null : o;
+  } catch {
+    return null;
   }
 }

@@ -1,12 +1,12 @@
-// The extension's own pages on their ports: the popup (host state, pending and
-// approved origins, live sessions; approve/reject/revoke) and the options page
-// (settings, sent to the host with the extension's own origin). Only pages of
-// this extension may open these ports.
+// The extension's own pages on their ports: the popup (host state, the
+// prompts and their answers, the sites and their sessions; revoke, end) and
+// the options page (settings and sites, sent to the host with the extension's
+// own origin). Only pages of this extension may open these ports.
 import type { ChromeApi, Port } from "../chrome-api.js";
 import type { NativeLink } from "../native-link.js";
 import type { OptionsToWorker, PopupState, PopupToWorker, WorkerToOptions, WorkerToPopup } from "../../../sdk/src/protocol/bridge.js";
 import { bridgeError, toBridgeError } from "./errors.js";
-import { isPageOrigin } from "./routes.js";
+import type { Approvals } from "./approvals.js";
 
 /** Whether `port` comes from one of this extension's own pages. */
 export function isOwnPage(api: ChromeApi, port: Port): boolean {
@@ -16,19 +16,20 @@ export function isOwnPage(api: ChromeApi, port: Port): boolean {
 
 export type PagesDeps = {
   native: NativeLink;
-  /** Resolves once the approved origins are loaded. */
+  /** Resolves once the cached grants are read. */
   ready: Promise<void>;
-  state(): PopupState;
-  approve(origin: string): Promise<void>;
-  reject(origin: string): void;
-  revoke(origin: string): Promise<void>;
+  approvals: Approvals;
+  state(tabId: number | null): PopupState;
   closeNativeIfIdle(): void;
 };
 
 export class ExtensionPages {
   #api: ChromeApi;
   #d: PagesDeps;
-  #popups = new Set<Port>();
+  /** Each open popup, with the tab it was opened over. */
+  #popups = new Map<Port, number | null>();
+  /** The last popup action that failed, shown in the popup. */
+  lastError: string | null = null;
 
   constructor(api: ChromeApi, deps: PagesDeps) {
     this.#api = api;
@@ -64,6 +65,16 @@ export class ExtensionPages {
         case "update_settings":
           result = await native.request("update_settings", origin, m.params);
           break;
+        case "list_sites":
+          await this.#d.approvals.refresh();
+          result = { sites: this.#d.approvals.sites() };
+          break;
+        case "grant_site":
+          result = { site: await this.#d.approvals.grant(m.params.site) };
+          break;
+        case "revoke_site":
+          result = { endedSessionIds: await this.#d.approvals.revoke(m.params.origin) };
+          break;
         default:
           throw bridgeError("SDK_PROTOCOL_ERROR", `unknown options method ${String((m as { method?: unknown }).method)}`);
       }
@@ -83,16 +94,17 @@ export class ExtensionPages {
   // ---- popup ----
 
   addPopup(port: Port): void {
-    this.#popups.add(port);
+    this.#popups.set(port, null);
     port.onDisconnect.addListener(() => this.#popups.delete(port));
     port.onMessage.addListener((message) => void this.#onPopupMessage(port, message as PopupToWorker));
     void this.#d.ready.then(() => this.#postPopup(port));
   }
 
-  /** Asks the host (ping: never starts Core) so the popup shows the current state. */
-  async #refreshHostState(): Promise<void> {
+  /** Asks the host (ping: never starts Core) and, when Core runs, the grants, so the popup shows the current state. */
+  async #refresh(): Promise<void> {
     try {
-      await this.#d.native.request("ping", undefined, undefined);
+      const { coreRunning } = await this.#d.native.request("ping", undefined, undefined);
+      if (coreRunning) await this.#d.approvals.refresh();
     } catch {
       // The state already records why (host missing, mismatch, …).
     }
@@ -101,27 +113,49 @@ export class ExtensionPages {
   }
 
   async #onPopupMessage(port: Port, msg: PopupToWorker): Promise<void> {
-    switch (msg?.kind) {
-      case "get_state":
-        void this.#refreshHostState();
-        break;
-      case "approve":
-        if (isPageOrigin(msg.origin)) await this.#d.approve(msg.origin);
-        break;
-      case "reject":
-        this.#d.reject(msg.origin);
-        break;
-      case "revoke":
-        await this.#d.revoke(msg.origin);
-        break;
-      default:
-        return;
+    const approvals = this.#d.approvals;
+    this.lastError = null;
+    try {
+      switch (msg?.kind) {
+        case "get_state":
+          this.#popups.set(port, typeof msg.tabId === "number" ? msg.tabId : null);
+          void this.#refresh();
+          break;
+        case "approve":
+          if (msg.access !== "tools" && msg.access !== "edit" && msg.access !== "full") return;
+          await approvals.decide(msg.promptId, { kind: "approve", access: msg.access, providers: msg.providers.filter((p) => typeof p === "string") });
+          break;
+        case "reject":
+          await approvals.decide(msg.promptId, { kind: "reject" });
+          break;
+        case "block":
+          await approvals.decide(msg.promptId, { kind: "block" });
+          break;
+        case "answer":
+          await approvals.decide(msg.promptId, { kind: "answer", answer: msg.answer });
+          break;
+        case "revoke":
+          await approvals.revoke(msg.origin);
+          break;
+        case "end_sessions":
+          await approvals.endSessions(msg.origin);
+          break;
+        case "forget_rejection":
+          await approvals.forgetRejection(msg.origin);
+          break;
+        default:
+          return;
+      }
+    } catch (e) {
+      const error = toBridgeError(e);
+      this.lastError = `${error.code}: ${error.message}`;
     }
-    this.#postPopup(port);
+    this.#d.closeNativeIfIdle();
+    this.pushState();
   }
 
   #postPopup(port: Port): void {
-    const msg: WorkerToPopup = { kind: "state", state: this.#d.state() };
+    const msg: WorkerToPopup = { kind: "state", state: this.#d.state(this.#popups.get(port) ?? null) };
     try {
       port.postMessage(msg);
     } catch {
@@ -131,6 +165,6 @@ export class ExtensionPages {
 
   /** Sends the current state to every open popup. */
   pushState(): void {
-    for (const port of this.#popups) this.#postPopup(port);
+    for (const port of this.#popups.keys()) this.#postPopup(port);
   }
 }

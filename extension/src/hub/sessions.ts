@@ -77,10 +77,31 @@ export class Sessions {
 
   // ---- routes ----
 
-  addRoute(port: Port, origin: string): Route {
-    const route: Route = { id: this.#nextRouteId++, port, origin, sessions: new Set(), closed: false };
+  addRoute(port: Port, origin: string, where: Pick<Route, "tabId" | "tab" | "frameId" | "topOrigin">): Route {
+    const route: Route = { id: this.#nextRouteId++, port, origin, sessions: new Set(), closed: false, ...where };
     this.#routes.set(route.id, route);
     return route;
+  }
+
+  /** For the action icon's badge: per tab, the sessions its pages follow that run a turn or wait for a tool result. */
+  busyByTab(): Map<number, number> {
+    const counts = new Map<number, Set<string>>();
+    for (const route of this.#routes.values()) {
+      if (route.tabId === null) continue;
+      const set = counts.get(route.tabId) ?? new Set<string>();
+      for (const id of route.sessions) {
+        const status = this.#sessions.get(id)?.status;
+        if (status === "running" || status === "waiting_tool_result") set.add(id);
+      }
+      counts.set(route.tabId, set);
+    }
+    return new Map([...counts].map(([tab, set]) => [tab, set.size]));
+  }
+
+  /** The origin of the top-level page in `tabId` that has a route (null: none). */
+  originInTab(tabId: number): string | null {
+    for (const route of this.#routes.values()) if (route.tabId === tabId && route.frameId === 0) return route.origin;
+    return null;
   }
 
   routesFrom(origin: string): Route[] {

@@ -52,8 +52,10 @@ export const APPROVAL_TIMEOUT_MS = 120_000;
 export const MAX_TOOL_RESULT_BYTES = 2 * 1024 * 1024;
 /** The host refuses requests nested deeper than 32 levels; a tool result sits 2 levels down. */
 export const MAX_TOOL_RESULT_DEPTH = 30;
-/** chrome.storage.local key of the approved origins (string[]). */
-export const APPROVED_ORIGINS_KEY = "approvedOrigins";
+/** chrome.storage.session key of the extension's cache of the services' site grants (trusted contexts only). */
+export const SITES_CACHE_KEY = "pedelecSites";
+/** The approval prompt's Approve button stays disabled this long after the prompt shows (no click-through). */
+export const APPROVE_DELAY_MS = 1_000;
 
 /** An error as it crosses the bridge (a PedelecError's data). */
 export type BridgeError = {
@@ -191,12 +193,67 @@ export function isWindowEnvelope(data: unknown): data is WindowEnvelope {
   );
 }
 
+// The site grants' wire shapes (native requests list_sites, grant_site, block_site,
+// revoke_site, end_site_sessions, list_sessions). TODO: once
+// sdk/src/protocol/native.ts is generated with them, import them from there
+// and drop these copies.
+export type SiteAccess = "tools" | "edit" | "full";
+export type SiteFolder = { path: string; once: boolean };
+export type Site = {
+  origin: string;
+  access: SiteAccess | null;
+  providers: string[];
+  folders: SiteFolder[];
+  anyModel: boolean;
+  grantedAt: number;
+  lastUsedAt: number | null;
+  expiresAt: number | null;
+  blocked: boolean;
+  embedders: string[];
+};
+export type SiteInput = Omit<Site, "grantedAt" | "lastUsedAt" | "blocked" | "expiresAt"> & { expiresAt?: number | null };
+export type SessionSummary = {
+  sessionId: string;
+  origin: string;
+  status: string;
+  provider: string;
+  effortLevel: string;
+  createdAt: number;
+  attachedRoutes: number;
+};
+
 /** The popup/approval page ⇄ worker. */
 export type PopupToWorker =
-  | { kind: "get_state" }
-  | { kind: "approve"; origin: string }
-  | { kind: "reject"; origin: string }
-  | { kind: "revoke"; origin: string };
+  /** `tabId`: the tab the popup was opened over (its site's state is shown first). */
+  | { kind: "get_state"; tabId?: number | null }
+  | { kind: "approve"; promptId: number; access: SiteAccess; providers: string[] }
+  | { kind: "reject"; promptId: number }
+  | { kind: "block"; promptId: number }
+  /** A provider prompt (yes/no) or a folder prompt (once/always/no). */
+  | { kind: "answer"; promptId: number; answer: PromptAnswer }
+  | { kind: "revoke"; origin: string }
+  | { kind: "end_sessions"; origin: string }
+  /** Lets a site rejected in this browser session ask again. */
+  | { kind: "forget_rejection"; origin: string };
+
+export type PromptAnswer = "yes" | "no" | "once" | "always";
+
+/** Something the extension asks the user; the popup shows each. */
+export type ApprovalPrompt = {
+  id: number;
+  /** site: approve the site; provider: add a provider to its grant; folder: add a folder. */
+  kind: "site" | "provider" | "folder";
+  origin: string;
+  /** The tab that asked (its title or address as Chrome reported it). */
+  tab: string;
+  loopback: boolean;
+  /** kind site: the providers offered; the user's default (and a provider the page named) preselected. */
+  providers: Array<{ code: string; name: string; available: boolean; preselected: boolean }>;
+  /** kind provider: the provider asked for. */
+  provider: { code: string; name: string } | null;
+  /** kind folder: the folder asked for, with the home folder shown as `~`. */
+  folder: { path: string; shown: string } | null;
+};
 
 export type HostState = {
   /** A native port is open and answered hello. */
@@ -211,9 +268,17 @@ export type HostState = {
 
 export type PopupState = {
   host: HostState;
-  pendingApprovals: string[];
-  approvedOrigins: string[];
+  prompts: ApprovalPrompt[];
+  /** The origin of the page in the tab the popup was opened over (null: none, or not a page using Pedelec). */
+  activeOrigin: string | null;
+  /** The services' grants (blocked sites too), as last loaded. */
+  sites: Site[];
+  /** Origins rejected in this browser session (no new prompt until forgotten). */
+  rejected: string[];
+  /** The sessions this extension follows for its pages. */
   sessions: Array<{ sessionId: string; origin: string; status: SessionStatus | "unknown"; routes: number; autoEndOnDisconnect: boolean }>;
+  /** The last error of a popup action (e.g. a revoke the host refused). */
+  lastError: string | null;
 };
 
 export type WorkerToPopup = { kind: "state"; state: PopupState };
@@ -232,6 +297,9 @@ export interface OptionsCalls {
   list_providers: { params: Record<string, never>; result: ListProvidersResult };
   get_full_settings: { params: Record<string, never>; result: FullSettingsResult };
   update_settings: { params: UpdateSettingsPayload; result: FullSettingsResult };
+  list_sites: { params: Record<string, never>; result: { sites: Site[] } };
+  grant_site: { params: { site: SiteInput }; result: { site: Site } };
+  revoke_site: { params: { origin: string }; result: { endedSessionIds: string[] } };
 }
 export type OptionsMethod = keyof OptionsCalls;
 export type OptionsToWorker = {
