@@ -22,6 +22,9 @@ use pedelec_common::process::cgroup::{self, Cgroup};
 use pedelec_common::process::confine::{self, Verdict};
 use pedelec_common::process::{self, SIGKILL, SIGTERM};
 use pedelec_common::{ServiceName, env};
+
+use crate::access::Access;
+use crate::adapters::Provider;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Command;
 use tokio::sync::OnceCell;
@@ -242,6 +245,7 @@ impl Launch {
         workspace: &Path,
         path: Option<&OsStr>,
         turn_env: &[(String, OsString)],
+        who: (Provider, Access),
     ) -> (Command, AgentProcs) {
         let confined = match self.verdict(path).await {
             Verdict::Confined { bwrap } => Some(bwrap.clone()),
@@ -249,8 +253,23 @@ impl Launch {
         };
         let mut cmd = match (&confined, &self.hidden) {
             (Some(bwrap), Some(hidden)) => {
+                let env = |name: &str| -> Option<OsString> {
+                    let turn = turn_env.iter().find(|(k, _)| k == name).map(|(_, v)| v);
+                    let passed = self.passed.iter().find(|(k, _)| k == name).map(|(_, v)| v);
+                    turn.or(passed).filter(|v| !v.is_empty()).cloned()
+                };
+                let view = View::new(who.0, who.1, workspace, program, &env);
+                if !who.1.writes_workspace() {
+                    // A state folder inside a read-only workspace cannot be
+                    // made by the agent; bwrap binds only what exists.
+                    for state in view.state.iter().filter(|s| s.starts_with(workspace)) {
+                        if let Err(e) = std::fs::create_dir_all(state) {
+                            tracing::warn!(dir = %state.display(), "could not create the agent's state folder: {e}");
+                        }
+                    }
+                }
                 let mut cmd = Command::new(bwrap);
-                cmd.args(bwrap_args(hidden, workspace)).arg(program);
+                cmd.args(bwrap_args(hidden, &view)).arg(program);
                 cmd
             }
             _ => Command::new(program),
@@ -296,22 +315,149 @@ impl Launch {
     }
 }
 
-/// bwrap's options for an agent in `workspace` (then `program` and its
-/// arguments follow): the whole filesystem as it is, a fresh /proc of a new
-/// pid namespace, and Pedelec's folders replaced by empty ones — the runtime
-/// dir then gets `toolbridge.sock` back, and a workspace or home inside the
-/// data dir is bound back in.
-pub fn bwrap_args(hidden: &Hidden, workspace: &Path) -> Vec<OsString> {
-    let mut args: Vec<OsString> = confine::NAMESPACE_ARGS[..confine::NAMESPACE_ARGS.len() - 1]
-        .iter()
-        .map(OsString::from)
-        .collect();
+/// What an agent's confined view holds besides the hiding of Pedelec's
+/// folders: at [`Access::Full`] the whole filesystem writable, as the user
+/// has it; below, everything read-only but the workspace (at Edit), the
+/// CLI's own state folders and a private /tmp (docs/security.md, "Access
+/// levels").
+#[derive(Clone, Debug, PartialEq)]
+pub struct View {
+    pub access: Access,
+    pub workspace: PathBuf,
+    /// The user's home, bound back where a hidden folder or the private /tmp
+    /// would cover it.
+    pub home: Option<PathBuf>,
+    /// The CLI's own state (its login, sessions, caches): writable below Full.
+    pub state: Vec<PathBuf>,
+    /// Folders the agent runs from (PATH's, the program's): bound back
+    /// read-only where the private /tmp would cover them.
+    pub keep: Vec<PathBuf>,
+    /// `$TMPDIR` when it is not /tmp: private too.
+    pub tmpdir: Option<PathBuf>,
+}
+
+/// The private temporary folder of a view below Full.
+const TMP: &str = "/tmp";
+
+impl View {
+    /// The view of `provider`'s agent at `access`; `env` reads the agent's
+    /// environment (HOME, XDG_*, CODEX_HOME, PATH, TMPDIR).
+    pub fn new(
+        provider: Provider,
+        access: Access,
+        workspace: &Path,
+        program: &Path,
+        env: &dyn Fn(&str) -> Option<OsString>,
+    ) -> View {
+        let home = env("HOME").map(PathBuf::from);
+        let mut keep: Vec<PathBuf> = env("PATH")
+            .map(|p| std::env::split_paths(&p).collect())
+            .unwrap_or_default();
+        keep.extend(program.parent().map(Path::to_path_buf));
+        keep.retain(|p| p.is_absolute());
+        View {
+            access,
+            workspace: workspace.to_path_buf(),
+            state: state_dirs(provider, workspace, home.as_deref(), env),
+            home,
+            keep,
+            tmpdir: env("TMPDIR")
+                .map(PathBuf::from)
+                .filter(|t| t.is_absolute() && t != Path::new(TMP)),
+        }
+    }
+}
+
+/// Where each CLI keeps what it must write to work at all (logins, session
+/// history, caches, lock files), from the agent's environment the way the
+/// CLI reads it: codex `$CODEX_HOME` or `~/.codex`; claude
+/// `$CLAUDE_CONFIG_DIR` or `~/.claude`, `~/.claude.json` and its XDG
+/// folders; opencode its four XDG folders (`opencode` in
+/// `$XDG_{DATA,STATE,CACHE,CONFIG}_HOME`, by default `~/.local/share`,
+/// `~/.local/state`, `~/.cache`, `~/.config`); cursor `~/.cursor` and its
+/// XDG config; antigravity `~/.gemini`; pedelec-agent its conversations in
+/// the workspace's `.pedelec-runtime/agent`.
+pub fn state_dirs(
+    provider: Provider,
+    workspace: &Path,
+    home: Option<&Path>,
+    env: &dyn Fn(&str) -> Option<OsString>,
+) -> Vec<PathBuf> {
+    let in_home = |rel: &str| home.map(|h| h.join(rel));
+    let var_or_home = |var: &str, rel: &str| {
+        env(var)
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+            .or_else(|| in_home(rel))
+    };
+    let xdg = |kind: &str, name: &str| {
+        let default = match kind {
+            "DATA" => ".local/share",
+            "STATE" => ".local/state",
+            "CACHE" => ".cache",
+            _ => ".config",
+        };
+        var_or_home(&format!("XDG_{kind}_HOME"), default).map(|d| d.join(name))
+    };
+    let dirs = match provider {
+        Provider::Codex => vec![var_or_home("CODEX_HOME", ".codex")],
+        Provider::Claude => vec![
+            var_or_home("CLAUDE_CONFIG_DIR", ".claude"),
+            in_home(".claude.json"),
+            xdg("CACHE", "claude-cli-nodejs"),
+            xdg("CACHE", "claude"),
+            xdg("STATE", "claude"),
+            xdg("DATA", "claude"),
+            xdg("CONFIG", "claude"),
+        ],
+        Provider::Opencode => ["DATA", "STATE", "CACHE", "CONFIG"]
+            .map(|kind| xdg(kind, "opencode"))
+            .into(),
+        Provider::Cursor => vec![in_home(".cursor"), xdg("CONFIG", "cursor")],
+        Provider::Antigravity => vec![in_home(".gemini")],
+        Provider::Ollama => vec![Some(workspace.join(".pedelec-runtime/agent"))],
+    };
+    dirs.into_iter().flatten().collect()
+}
+
+/// bwrap's options for an agent's view (then `program` and its arguments
+/// follow): a fresh /proc of a new pid namespace, Pedelec's folders replaced
+/// by empty ones — the runtime dir then gets `toolbridge.sock` back, and a
+/// workspace or home inside the data dir is bound back in — and, per level:
+/// at Full the whole filesystem as it is; below, the filesystem read-only
+/// (devices still usable), a private /tmp (and `$TMPDIR`), the CLI's state
+/// folders writable, the workspace writable at Edit and read-only at Tools.
+pub fn bwrap_args(hidden: &Hidden, view: &View) -> Vec<OsString> {
+    let full = view.access.is_full();
+    let mut args: Vec<OsString> = Vec::new();
     let mut push = |parts: &[&OsStr]| args.extend(parts.iter().map(|p| p.to_os_string()));
-    // The outer folder first: mounting over it later would hide the inner one.
-    let mut dirs = [&hidden.data_dir, &hidden.runtime_dir];
-    dirs.sort_by_key(|d| d.components().count());
-    let home = std::env::var_os("HOME").map(PathBuf::from);
-    for dir in dirs {
+    if full {
+        let namespace = &confine::NAMESPACE_ARGS[..confine::NAMESPACE_ARGS.len() - 1];
+        push(&namespace.iter().map(OsStr::new).collect::<Vec<_>>());
+    } else {
+        push(&[
+            "--die-with-parent".as_ref(),
+            "--unshare-pid".as_ref(),
+            "--ro-bind".as_ref(),
+            "/".as_ref(),
+            "/".as_ref(),
+            "--dev-bind".as_ref(),
+            "/dev".as_ref(),
+            "/dev".as_ref(),
+            "--proc".as_ref(),
+            "/proc".as_ref(),
+        ]);
+    }
+    // What new empty folders cover, outer first: mounting over a folder
+    // later would hide what was bound inside it before.
+    let mut covers: Vec<&Path> = vec![&hidden.data_dir, &hidden.runtime_dir];
+    if !full {
+        covers.push(Path::new(TMP));
+        covers.extend(view.tmpdir.as_deref());
+    }
+    covers.sort_by_key(|d| d.components().count());
+    covers.dedup();
+    for dir in &covers {
         push(&["--tmpfs".as_ref(), dir.as_os_str()]);
         if *dir == hidden.runtime_dir {
             let socket = dir.join(ServiceName::ToolBridge.socket_file());
@@ -321,11 +467,44 @@ pub fn bwrap_args(hidden: &Hidden, workspace: &Path) -> Vec<OsString> {
                 socket.as_os_str(),
             ]);
         }
-        for keep in [Some(workspace), home.as_deref()].into_iter().flatten() {
-            if keep.starts_with(dir) && keep != dir.as_path() {
-                push(&["--bind".as_ref(), keep.as_os_str(), keep.as_os_str()]);
-            }
+    }
+    let covered = |p: &Path| covers.iter().any(|d| p.starts_with(d) && p != *d);
+    if full {
+        // As before levels: the workspace and the home, writable, where
+        // Pedelec's folders would hide them.
+        for keep in [Some(view.workspace.as_path()), view.home.as_deref()]
+            .into_iter()
+            .flatten()
+            .filter(|k| covered(k))
+        {
+            push(&["--bind".as_ref(), keep.as_os_str(), keep.as_os_str()]);
         }
+        args.push("--".into());
+        return args;
+    }
+    for keep in view.home.iter().chain(&view.keep).filter(|k| covered(k)) {
+        push(&["--ro-bind-try".as_ref(), keep.as_os_str(), keep.as_os_str()]);
+    }
+    for state in &view.state {
+        push(&["--bind-try".as_ref(), state.as_os_str(), state.as_os_str()]);
+    }
+    let workspace = view.workspace.as_path();
+    if view.access.writes_workspace() {
+        push(&[
+            "--bind".as_ref(),
+            workspace.as_os_str(),
+            workspace.as_os_str(),
+        ]);
+    } else {
+        push(&[
+            "--ro-bind".as_ref(),
+            workspace.as_os_str(),
+            workspace.as_os_str(),
+        ]);
+    }
+    // The CLI's state inside the workspace (pedelec-agent's) stays writable.
+    for state in view.state.iter().filter(|s| s.starts_with(workspace)) {
+        push(&["--bind-try".as_ref(), state.as_os_str(), state.as_os_str()]);
     }
     args.push("--".into());
     args
@@ -535,39 +714,130 @@ mod tests {
         assert_eq!(passed, ["MY_TOOL_HOME", "PEDELEC_X"]);
     }
 
-    #[test]
-    fn bwrap_hides_pedelecs_folders_and_binds_back_what_the_agent_needs() {
-        let hidden = Hidden {
+    fn view(access: Access, workspace: &str) -> View {
+        View {
+            access,
+            workspace: workspace.into(),
+            home: Some("/home/u".into()),
+            state: vec!["/home/u/.codex".into()],
+            keep: vec!["/usr/bin".into(), "/tmp/stubs".into()],
+            tmpdir: None,
+        }
+    }
+
+    fn hidden() -> Hidden {
+        Hidden {
             runtime_dir: "/run/user/1/pedelec".into(),
             data_dir: "/home/u/.local/share/pedelec".into(),
-        };
-        let ws = Path::new("/home/u/.local/share/pedelec/workspaces/thr_1");
-        let args: Vec<String> = bwrap_args(&hidden, ws)
+        }
+    }
+
+    fn joined(hidden: &Hidden, view: &View) -> String {
+        bwrap_args(hidden, view)
             .into_iter()
             .map(|a| a.into_string().unwrap())
-            .collect();
-        let joined = args.join(" ");
-        assert!(
-            joined.starts_with("--die-with-parent --unshare-pid --dev-bind / / --proc /proc "),
-            "{joined}"
-        );
-        assert!(joined.ends_with(" --"), "{joined}");
-        assert!(
-            joined.contains(
-                "--tmpfs /run/user/1/pedelec --bind-try /run/user/1/pedelec/toolbridge.sock /run/user/1/pedelec/toolbridge.sock"
-            ),
-            "{joined}"
-        );
-        assert!(
-            joined.contains(&format!(
-                "--tmpfs /home/u/.local/share/pedelec --bind {0} {0}",
-                ws.display()
-            )),
-            "{joined}"
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    #[test]
+    fn bwrap_hides_pedelecs_folders_and_binds_back_what_the_agent_needs() {
+        let hidden = hidden();
+        let ws = "/home/u/.local/share/pedelec/workspaces/thr_1";
+        let joined = joined(&hidden, &view(Access::Full, ws));
+        assert_eq!(
+            joined,
+            format!(
+                "--die-with-parent --unshare-pid --dev-bind / / --proc /proc \
+                 --tmpfs /run/user/1/pedelec \
+                 --bind-try /run/user/1/pedelec/toolbridge.sock /run/user/1/pedelec/toolbridge.sock \
+                 --tmpfs /home/u/.local/share/pedelec --bind {ws} {ws} --"
+            )
         );
         // A workspace elsewhere is not bound (it is there already).
-        let other = bwrap_args(&hidden, Path::new("/home/u/project"));
+        let other = bwrap_args(&hidden, &view(Access::Full, "/home/u/project"));
         assert!(!other.iter().any(|a| a == "/home/u/project"));
+    }
+
+    #[test]
+    fn below_full_access_the_view_is_read_only_but_the_workspace_state_and_tmp() {
+        let hidden = hidden();
+        let ws = "/home/u/project";
+        let edit = joined(&hidden, &view(Access::Edit, ws));
+        assert_eq!(
+            edit,
+            format!(
+                "--die-with-parent --unshare-pid --ro-bind / / --dev-bind /dev /dev --proc /proc \
+                 --tmpfs /tmp \
+                 --tmpfs /run/user/1/pedelec \
+                 --bind-try /run/user/1/pedelec/toolbridge.sock /run/user/1/pedelec/toolbridge.sock \
+                 --tmpfs /home/u/.local/share/pedelec \
+                 --ro-bind-try /tmp/stubs /tmp/stubs \
+                 --bind-try /home/u/.codex /home/u/.codex \
+                 --bind {ws} {ws} --"
+            )
+        );
+        let tools = joined(&hidden, &view(Access::Tools, ws));
+        assert_eq!(
+            tools,
+            edit.replace(
+                &format!("--bind {ws} {ws}"),
+                &format!("--ro-bind {ws} {ws}")
+            )
+        );
+        // A home under a covered folder comes back read-only, under the
+        // state folders bound writable inside it.
+        let mut in_tmp = view(Access::Edit, ws);
+        in_tmp.home = Some("/tmp/t/home".into());
+        in_tmp.state = vec!["/tmp/t/home/.codex".into()];
+        in_tmp.tmpdir = Some("/var/tmp/u".into());
+        let j = joined(&hidden, &in_tmp);
+        assert!(j.contains("--tmpfs /var/tmp/u "), "{j}");
+        let home = j.find("--ro-bind-try /tmp/t/home /tmp/t/home").expect(&j);
+        let state = j.find("--bind-try /tmp/t/home/.codex").expect(&j);
+        assert!(home < state, "{j}");
+    }
+
+    #[test]
+    fn a_state_folder_inside_a_read_only_workspace_stays_writable() {
+        let mut v = view(Access::Tools, "/w");
+        v.state = vec!["/w/.pedelec-runtime/agent".into()];
+        let j = joined(&hidden(), &v);
+        assert!(
+            j.ends_with(
+                "--ro-bind /w /w --bind-try /w/.pedelec-runtime/agent /w/.pedelec-runtime/agent --"
+            ),
+            "{j}"
+        );
+    }
+
+    #[test]
+    fn each_cli_keeps_its_own_state_folders() {
+        let vars: HashMap<&str, &str> = [("XDG_DATA_HOME", "/x/data"), ("CODEX_HOME", "/c")].into();
+        let env = |k: &str| vars.get(k).map(OsString::from);
+        let home = Some(Path::new("/h"));
+        let ws = Path::new("/w");
+        let dirs = |p| state_dirs(p, ws, home, &env);
+        assert_eq!(dirs(Provider::Codex), [PathBuf::from("/c")]);
+        assert_eq!(
+            dirs(Provider::Opencode),
+            [
+                "/x/data/opencode",
+                "/h/.local/state/opencode",
+                "/h/.cache/opencode",
+                "/h/.config/opencode"
+            ]
+            .map(PathBuf::from)
+        );
+        let claude = dirs(Provider::Claude);
+        assert!(
+            claude.contains(&"/h/.claude".into()) && claude.contains(&"/h/.claude.json".into())
+        );
+        assert_eq!(
+            dirs(Provider::Ollama),
+            [PathBuf::from("/w/.pedelec-runtime/agent")]
+        );
+        assert_eq!(dirs(Provider::Cursor)[0], PathBuf::from("/h/.cursor"));
     }
 
     #[test]

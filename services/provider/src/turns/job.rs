@@ -169,7 +169,13 @@ impl Job {
             self.provider == Provider::Claude && process::is_root(),
         );
         self.launch
-            .command(program, cwd, self.programs.path.as_deref(), &env)
+            .command(
+                program,
+                cwd,
+                self.programs.path.as_deref(),
+                &env,
+                (self.provider, self.turn.access),
+            )
             .await
     }
 
