@@ -221,6 +221,12 @@ function renderSites(state: PopupState): HTMLElement {
     row.append(button(site.blocked ? "Unblock" : "Revoke", "revoke", () => send({ kind: "revoke", origin: site.origin })));
     s.append(row);
   }
+  for (const origin of state.rejected) {
+    if (state.sites.some((x) => x.origin === origin)) continue;
+    const row = el("div", undefined, { class: "row", "data-origin": origin });
+    row.append(el("span", `${origin} — rejected in this browser session`), button("Let it ask again", "forget-rejection", () => send({ kind: "forget_rejection", origin })));
+    s.append(row);
+  }
   return s;
 }
 

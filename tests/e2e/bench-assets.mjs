@@ -21,7 +21,7 @@ const ctx = await launchBrowser(join(base, "profile"), { ...process.env, ...env 
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 try {
   const sw = await extensionWorker(ctx);
-  await sw.evaluate((o) => globalThis.pedelecHub.approve(o), site.origin);
+  await sw.evaluate((o) => globalThis.pedelecHub.approve(o, { access: "edit", providers: ["codex", "claude", "ollama"] }), site.origin);
   const page = await ctx.newPage();
   await page.goto(`${site.origin}/`);
   await page.waitForFunction(() => document.body.dataset.ready === "1");

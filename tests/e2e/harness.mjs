@@ -360,8 +360,13 @@ export async function startWorld(t, mock, options = {}) {
     const w = context.serviceWorkers().find((x) => x.url().startsWith(`chrome-extension://${EXTENSION_ID}/`));
     return w ?? withTimeout(context.waitForEvent("serviceworker"), "extension service worker");
   };
-  /** Approves an origin the way the popup's Approve button does (tests that are not about approval). */
-  world.approve = async (origin) => (await world.currentWorker()).evaluate((o) => globalThis.pedelecHub.approve(o), origin);
+  /**
+   * Grants an origin the way the prompt's Approve does (tests that are not
+   * about the prompt): the default level (edit) and both agents on PATH, so a
+   * session naming either asks nothing more.
+   */
+  world.approve = async (origin, grant = { access: "edit", providers: ["codex", "claude"] }) =>
+    (await world.currentWorker()).evaluate(([o, g]) => globalThis.pedelecHub.approve(o, g), [origin, grant]);
   /** Opens the demo at origin; resolves when its start-up checks ran. */
   world.openDemo = async (origin, page) => {
     page ??= await context.newPage();
@@ -413,23 +418,29 @@ function readdirSafe(dir) {
 }
 
 /**
- * Waits for the extension's approval UI (headless Chromium opens openPopup()'s
- * popup as a DevTools target Playwright does not list as a page), then answers
- * in the same popup.html opened as a page, as a user would from the toolbar.
- * Returns the popup page (closed by the caller or left open).
+ * Answers a prompt of the extension as a user would. Waits for the approval UI
+ * (headless Chromium opens openPopup()'s popup as a DevTools target Playwright
+ * does not list as a page), then answers in popup.html opened as a page (or in
+ * `popup`, one already open). `kind`: site (actions approve / reject / block;
+ * `access` and `providers` choose before approving, and full access is
+ * confirmed), provider (yes / no) or folder (once / always / no). Returns the
+ * popup page (closed by the caller or left open).
  */
-export async function answerApproval(world, page, origin, action) {
-  const cdp = await world.context.newCDPSession(page);
-  await until("the extension opening its approval UI", async () => {
-    const { targetInfos } = await cdp.send("Target.getTargets");
-    return targetInfos.some((i) => i.url.startsWith(POPUP_URL));
-  });
-  await cdp.detach();
-  const popup = await world.context.newPage();
-  await popup.goto(POPUP_URL);
-  const button = popup.locator(`#pending .row[data-origin="${origin}"] button[data-action="${action}"]`);
-  await button.waitFor({ timeout: STEP_MS });
-  await button.click();
+export async function answerPrompt(world, page, origin, action, { kind = "site", access = null, providers = null, popup = null } = {}) {
+  if (!popup) {
+    await until("the extension opening its approval UI", () => approvalUiOpen(world, page));
+    popup = await world.context.newPage();
+    await popup.goto(POPUP_URL);
+  }
+  const card = popup.locator(`#prompts .prompt[data-kind="${kind}"][data-origin="${origin}"]`);
+  await card.waitFor({ timeout: STEP_MS });
+  if (access) await card.locator(`input[type=radio][value="${access}"]`).check();
+  if (providers) {
+    for (const box of await card.locator("input[type=checkbox]").all()) await box.setChecked(providers.includes(await box.getAttribute("value")));
+  }
+  // Playwright waits for a button to be enabled: Approve is disabled for its first second.
+  await card.locator(`button[data-action="${action}"]`).click();
+  if (kind === "site" && action === "approve" && access === "full") await card.locator('button[data-action="confirm-full"]').click();
   return popup;
 }
 

@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { existsSync, mkdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import {
-  answerApproval,
+  answerPrompt,
   approvalUiOpen,
   BRIDGE_NAMESPACE,
   checkBuilt,
@@ -103,13 +103,18 @@ test("1 first use: not approved, approval on createSession, rejection, listProvi
       (e) => ({ error: e.code }),
     );
   });
-  let popup = await answerApproval(w, page, site.origin, "reject");
+  const popup = await answerPrompt(w, page, site.origin, "reject");
   assert.deepEqual(await withTimeout(page.evaluate(() => window.created), "rejected createSession"), { error: "APPROVAL_REJECTED" });
-  await popup.close();
 
-  // listProviders before approval asks for approval too; approve this time (through the demo's Connect).
+  // Just rejected: the site gets no new prompt in this browser session.
+  const again = await inPage(page, (d) => d.client.listProviders());
+  assert.equal(again.error?.code, "APPROVAL_REJECTED");
+  assert.equal(await approvalUiOpen(w, page), true, "only the popup page the test opened");
+
+  // The popup lets it ask again; listProviders before approval asks too; approve this time (through the demo's Connect).
+  await popup.locator(`#sites .row[data-origin="${site.origin}"] button[data-action="forget-rejection"]`).click();
   await page.click("#connect");
-  popup = await answerApproval(w, page, site.origin, "approve");
+  await answerPrompt(w, page, site.origin, "approve", { popup });
   await popup.close();
   await page.waitForFunction(() => document.getElementById("approval")?.dataset.state === "approved", null, { timeout: STEP_MS });
   const options = await page.$$eval("#provider option", (os) => os.map((o) => ({ value: o.value, disabled: o.disabled, text: o.textContent })));
@@ -578,13 +583,15 @@ async function assetsScenario(t, w, origin, prefix) {
   const page = await w.openDemo(origin);
   const workspace = join(w.base, "app-workspace");
   mkdirSync(workspace);
+  // A folder the page names must be granted (the folder prompt is consent.test.mjs's).
+  await w.approve(origin, { access: "edit", providers: ["codex", "claude"], folders: [{ path: workspace, once: false }] });
   const id = await createInDemo(page, { provider: "codex", workspace });
   const doc = { project: "Pedelec", items: [1, 2, 3], note: "uploaded from the page" };
   await page.setInputFiles("#file", { name: "notes.json", mimeType: "application/json", buffer: Buffer.from(JSON.stringify(doc)) });
   await page.click("#upload");
   await page.waitForSelector('#assets .asset[data-path="/notes.json"], #errors .error', { timeout: STEP_MS });
   assert.deepEqual(await page.$$eval("#errors .error", (es) => es.map((e) => e.textContent)), [], "upload without errors");
-  assert.ok(existsSync(join(workspace, ".pedelec-runtime/assets/notes.json")), "the file is in the session's workspace");
+  assert.ok(existsSync(join(workspace, `.pedelec-runtime/assets/${id}/notes.json`)), "the file is in the session's own assets folder in the workspace");
   // The viewer: JSON, text, download.
   await page.click('#assets .asset[data-path="/notes.json"] button[data-as="json"]');
   await page.waitForSelector("#viewer:not([hidden])");

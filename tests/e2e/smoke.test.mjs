@@ -12,7 +12,7 @@ import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import {
-  answerApproval,
+  answerPrompt,
   buildDir,
   checkBuilt,
   extensionWorker,
@@ -76,7 +76,8 @@ test("a page approves, lists providers, creates and ends a session through the r
   assert.deepEqual({ ...status, appConnected: typeof status.appConnected }, { installed: true, approved: false, origin, appConnected: "boolean" });
 
   // The first request that needs approval opens the approval UI; approve it in
-  // the popup page (harness.mjs's answerApproval says how headless Chromium shows it).
+  // the popup page (harness.mjs's answerPrompt says how headless Chromium shows it),
+  // with the agents this test uses.
   await page.evaluate(() => {
     window.pedelec = new window.Pedelec();
     window.providersPromise = window.pedelec.listProviders().then(
@@ -84,7 +85,7 @@ test("a page approves, lists providers, creates and ends a session through the r
       (e) => ({ error: { code: e.code, message: e.message } }),
     );
   });
-  const popup = await answerApproval({ context }, page, origin, "approve");
+  const popup = await answerPrompt({ context }, page, origin, "approve", { access: "edit", providers: ["codex", "ollama"] });
 
   const providers = await withTimeout(page.evaluate(() => window.providersPromise), "listProviders");
   assert.ok(providers.ok, `listProviders failed: ${JSON.stringify(providers.error)}`);
@@ -236,15 +237,21 @@ test("a page approves, lists providers, creates and ends a session through the r
   );
   assert.equal(autoEnded, "ended");
 
-  // Revoking in the popup detaches the page's route.
-  await popup.locator(`#approved .row[data-origin="${origin}"] button[data-action="revoke"]`).click();
+  // Revoking in the popup ends the site's sessions, also one kept after its page goes; the page sees it end.
+  await withTimeout(
+    page.evaluate(async () => {
+      window.kept = await window.pedelec.createSession({ provider: "codex", autoEndOnDisconnect: false });
+    }),
+    "a kept session",
+  );
+  await popup.locator(`#sites .row[data-origin="${origin}"] button[data-action="revoke"]`).click();
   const revoked = await withTimeout(
     page.evaluate(async () => {
-      for (let i = 0; i < 50 && !window.session.detached; i++) await new Promise((r) => setTimeout(r, 100));
+      for (let i = 0; i < 100 && window.kept.getStatus() !== "ended"; i++) await new Promise((r) => setTimeout(r, 100));
       const status = await window.pedelec.getApprovalStatus();
-      return { detached: window.session.detached, approved: status.approved };
+      return { kept: window.kept.getStatus(), approved: status.approved };
     }),
     "revoke",
   );
-  assert.deepEqual(revoked, { detached: true, approved: false });
+  assert.deepEqual(revoked, { kept: "ended", approved: false });
 });

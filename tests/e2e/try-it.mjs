@@ -47,7 +47,10 @@ try {
   await page.click("#connect");
   const popup = await context.newPage();
   await popup.goto(POPUP_URL);
-  await popup.locator(`#pending .row[data-origin="http://127.0.0.1:${port}"] button[data-action="approve"]`).click();
+  const prompt = popup.locator(`#prompts .prompt[data-kind="site"][data-origin="http://127.0.0.1:${port}"]`);
+  await prompt.locator('input[type=checkbox][value="codex"]').check();
+  // Playwright waits out the prompt's one-second delay before Approve can be clicked.
+  await prompt.locator('button[data-action="approve"]').click();
   await popup.close();
   await page.waitForFunction(() => document.getElementById("approval")?.dataset.state === "approved");
   await page.selectOption("#provider", "codex");

@@ -12,6 +12,7 @@ import type { ChromeApi, Port } from "../chrome-api.js";
 import { NativeLink } from "../native-link.js";
 import { APPROVAL_TIMEOUT_MS, OPTIONS_PORT_NAME, POPUP_PORT_NAME, SDK_PORT_NAME, TRANSFER_PORT_NAME, type PopupState } from "../../../sdk/src/protocol/bridge.js";
 import { DEFAULT_ACCESS, type Access, type Site } from "../sites.js";
+import type { SiteFolder } from "../../../sdk/src/protocol/bridge.js";
 import { Approvals } from "./approvals.js";
 import { ExtensionPages, isOwnPage } from "./pages.js";
 import { DEFAULT_BACKOFF_MS, NativeReconnect } from "./reconnect.js";
@@ -136,9 +137,9 @@ export class Hub {
    * default provider); a prompt of that origin waiting is answered by it. For
    * the worker's console and tests that are not about the prompt.
    */
-  async approve(origin: string, grant: { access?: Access; providers?: string[] } = {}): Promise<Site> {
+  async approve(origin: string, grant: { access?: Access; providers?: string[]; folders?: SiteFolder[] } = {}): Promise<Site> {
     const providers = grant.providers ?? (await this.native.request("list_providers", this.#api.runtime.getURL("").replace(/\/$/, ""), undefined)).providers.filter((p) => p.isDefault).map((p) => p.code);
-    const site = await this.#approvals.grant({ origin, access: grant.access ?? DEFAULT_ACCESS, providers, folders: [], anyModel: false, embedders: [] });
+    const site = await this.#approvals.grant({ origin, access: grant.access ?? DEFAULT_ACCESS, providers, folders: grant.folders ?? [], anyModel: false, embedders: [] });
     this.#reconnect.closeIfIdle();
     return site;
   }
