@@ -259,10 +259,11 @@ impl Launch {
                     turn.or(passed).filter(|v| !v.is_empty()).cloned()
                 };
                 let view = View::new(who.0, who.1, workspace, program, &env);
-                if !who.1.writes_workspace() {
-                    // A state folder inside a read-only workspace cannot be
-                    // made by the agent; bwrap binds only what exists.
-                    for state in view.state.iter().filter(|s| s.starts_with(workspace)) {
+                if !who.1.is_full() {
+                    // bwrap binds only what exists, and below Full the agent
+                    // cannot make its state folders in a read-only home or
+                    // workspace: they are made here, as the CLI would.
+                    for state in view.state.iter().filter(|s| s.extension().is_none()) {
                         if let Err(e) = std::fs::create_dir_all(state) {
                             tracing::warn!(dir = %state.display(), "could not create the agent's state folder: {e}");
                         }
@@ -371,8 +372,8 @@ impl View {
 /// Where each CLI keeps what it must write to work at all (logins, session
 /// history, caches, lock files), from the agent's environment the way the
 /// CLI reads it: codex `$CODEX_HOME` or `~/.codex`; claude
-/// `$CLAUDE_CONFIG_DIR` or `~/.claude`, `~/.claude.json` and its XDG
-/// folders; opencode its four XDG folders (`opencode` in
+/// `$CLAUDE_CONFIG_DIR` or `~/.claude`, `~/.claude.json` and its cache
+/// (`claude-cli-nodejs` in `$XDG_CACHE_HOME`); opencode its four XDG folders (`opencode` in
 /// `$XDG_{DATA,STATE,CACHE,CONFIG}_HOME`, by default `~/.local/share`,
 /// `~/.local/state`, `~/.cache`, `~/.config`); cursor `~/.cursor` and its
 /// XDG config; antigravity `~/.gemini`; pedelec-agent its conversations in
@@ -405,10 +406,6 @@ pub fn state_dirs(
             var_or_home("CLAUDE_CONFIG_DIR", ".claude"),
             in_home(".claude.json"),
             xdg("CACHE", "claude-cli-nodejs"),
-            xdg("CACHE", "claude"),
-            xdg("STATE", "claude"),
-            xdg("DATA", "claude"),
-            xdg("CONFIG", "claude"),
         ],
         Provider::Opencode => ["DATA", "STATE", "CACHE", "CONFIG"]
             .map(|kind| xdg(kind, "opencode"))

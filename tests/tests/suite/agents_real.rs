@@ -19,6 +19,10 @@ use pedelec_tests::*;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+/// Access levels with these CLIs (a submodule, so it runs where they do).
+#[path = "levels.rs"]
+mod levels;
+
 /// A ceiling for anything a real CLI does: they take seconds to start, and
 /// three of them share two cores. Never a performance assertion.
 const CLI_CEILING: Duration = Duration::from_secs(180);
