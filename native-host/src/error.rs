@@ -26,11 +26,12 @@ pub enum HostError {
         "the extension speaks native-messaging protocol {client}, this host speaks {host}: update the one that is older"
     )]
     ProtocolMismatch { host: u32, client: u32 },
-    /// A settings request that did not come from the extension's own pages.
+    /// An extension-only request (settings, site grants, every origin's
+    /// sessions) that did not come from the extension's own pages.
     #[error(
         "{request} is only accepted from the Pedelec extension's own pages ({extension}), not from {origin:?}"
     )]
-    SettingsDenied {
+    ExtensionOnly {
         request: &'static str,
         origin: String,
         extension: String,
@@ -58,7 +59,7 @@ impl HostError {
             HostError::CoreUnavailable(_) => Code::CORE_UNAVAILABLE.to_string(),
             HostError::NotAllowed { .. } => Code::NATIVE_HOST_UNAVAILABLE.to_string(),
             HostError::ProtocolMismatch { .. } => Code::PROTOCOL_MISMATCH.to_string(),
-            HostError::SettingsDenied { .. } => Code::SETTINGS_ACCESS_DENIED.to_string(),
+            HostError::ExtensionOnly { .. } => Code::SETTINGS_ACCESS_DENIED.to_string(),
             HostError::Service(e) => e.wire_code().to_string(),
             HostError::Internal(_) => Code::INTERNAL.to_string(),
         }
@@ -69,7 +70,7 @@ impl HostError {
             HostError::InvalidInput { details, .. } => details.clone().unwrap_or(Value::Null),
             HostError::MessageTooLarge { len, limit } => json!({"length": len, "limit": limit}),
             HostError::NotAllowed { origin } => json!({"extensionOrigin": origin}),
-            HostError::SettingsDenied { origin, .. } => json!({"origin": origin}),
+            HostError::ExtensionOnly { origin, .. } => json!({"origin": origin}),
             HostError::ProtocolMismatch { host, client } => {
                 json!({"hostProtocolVersion": host, "clientProtocolVersion": client})
             }

@@ -134,7 +134,7 @@ async fn refuse<R: AsyncRead + Unpin>(
 struct Host {
     core: Core,
     /// argv[1], the calling extension's origin: only its own pages may use
-    /// the settings requests.
+    /// the extension-only requests.
     extension_origin: String,
     out: mpsc::Sender<String>,
     attached: Mutex<HashMap<String, Attachment>>,
@@ -320,23 +320,26 @@ impl Host {
         self.send(reply).await;
     }
 
-    /// The settings requests carry credentials: only the extension's own
-    /// pages (origin `chrome-extension://<id>`, the id from argv[1]) may send
-    /// them, never a web page's route.
-    fn settings_caller(&self, origin: &str, request: &'static str) -> Result<(), HostError> {
+    /// The extension-only requests (settings with credentials, site grants,
+    /// every origin's sessions): only the extension's own pages (origin
+    /// `chrome-extension://<id>`, the id from argv[1]) may send them, never a
+    /// web page's route. The one place this is checked.
+    fn own_pages_only(&self, origin: &str, request: &Request) -> Result<(), HostError> {
         let own = self.extension_origin.trim_end_matches('/');
-        if !own.is_empty() && origin.trim_end_matches('/') == own {
+        if !request.extension_only() || (!own.is_empty() && origin.trim_end_matches('/') == own) {
             return Ok(());
         }
-        Err(HostError::SettingsDenied {
-            request,
+        Err(HostError::ExtensionOnly {
+            request: request.type_name(),
             origin: origin.to_string(),
             extension: own.to_string(),
         })
     }
 
     async fn dispatch(&self, origin: &str, request: Request) -> Result<Value, HostError> {
+        self.own_pages_only(origin, &request)?;
         let core = &self.core;
+        let ended = |r: tonic::Response<pb::EndSiteSessionsResponse>| json!({"endedSessionIds": r.into_inner().ended_session_ids});
         let thread = |session_id: &str| pb::ThreadRequest {
             session_id: session_id.to_string(),
             origin: origin.to_string(),
@@ -379,7 +382,6 @@ impl Host {
                 json!({"providers": providers})
             }
             Request::GetFullSettings => {
-                self.settings_caller(origin, "get_full_settings")?;
                 let r = rpc!(
                     core,
                     core::PROVIDER,
@@ -388,7 +390,6 @@ impl Host {
                 wire::masked_settings(r.get_ref())
             }
             Request::UpdateSettings(update) => {
-                self.settings_caller(origin, "update_settings")?;
                 // Only the fields the page changed, named in the mask: never a
                 // rewrite of settings it read earlier (that would undo a
                 // concurrent change of another field). The page never sees keys.
@@ -526,6 +527,45 @@ impl Host {
                 let r = rpc!(core, core::ASSETS, asset.list(req))?;
                 let assets: Vec<Value> = r.get_ref().assets.iter().map(wire::asset).collect();
                 json!({"assets": assets})
+            }
+            Request::ListSites => {
+                let r = rpc!(
+                    core,
+                    core::SESSION,
+                    session.list_sites(pb::ListSitesRequest {})
+                )?;
+                let sites: Vec<Value> = r.get_ref().sites.iter().map(wire::site).collect();
+                json!({"sites": sites})
+            }
+            Request::GrantSite(site) => {
+                let req = pb::GrantSiteRequest { site: Some(site) };
+                let r = rpc!(core, core::SESSION, session.grant_site(req))?;
+                json!({"site": wire::site(r.get_ref())})
+            }
+            Request::BlockSite { site } => {
+                let req = pb::SiteRequest { origin: site };
+                let r = rpc!(core, core::SESSION, session.block_site(req))?;
+                json!({"site": wire::site(r.get_ref())})
+            }
+            Request::RevokeSite { site } => {
+                let req = pb::SiteRequest { origin: site };
+                ended(rpc!(core, core::SESSION, session.revoke_site(req))?)
+            }
+            Request::EndSiteSessions { site } => {
+                let req = pb::SiteRequest { origin: site };
+                ended(rpc!(core, core::SESSION, session.end_site_sessions(req))?)
+            }
+            Request::ListSessions => {
+                // Every origin's threads: the popup's "sites with running sessions".
+                let req = pb::ListRequest { origin: None };
+                let r = rpc!(core, core::SESSION, session.list(req))?;
+                let sessions: Vec<Value> = r
+                    .get_ref()
+                    .sessions
+                    .iter()
+                    .map(wire::site_session)
+                    .collect();
+                json!({"sessions": sessions})
             }
         })
     }

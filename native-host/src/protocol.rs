@@ -92,6 +92,24 @@ pub enum Request {
     GetFullSettings,
     /// Changes settings; only from the extension's own pages.
     UpdateSettings(SettingsUpdate),
+    /// Every granted or blocked site; only from the extension's own pages.
+    ListSites,
+    /// Creates or replaces a site's grant (the SiteInput as a `pb::Site`).
+    GrantSite(pb::Site),
+    /// Blocks a site (and ends its sessions).
+    BlockSite {
+        site: String,
+    },
+    /// Forgets a site's grant or block (and ends its sessions).
+    RevokeSite {
+        site: String,
+    },
+    /// Ends a site's sessions, keeping its grant.
+    EndSiteSessions {
+        site: String,
+    },
+    /// Every origin's threads, without workspace paths.
+    ListSessions,
 }
 
 impl Request {
@@ -116,7 +134,30 @@ impl Request {
             Request::ListAssets { .. } => "list_assets",
             Request::GetFullSettings => "get_full_settings",
             Request::UpdateSettings(_) => "update_settings",
+            Request::ListSites => "list_sites",
+            Request::GrantSite(_) => "grant_site",
+            Request::BlockSite { .. } => "block_site",
+            Request::RevokeSite { .. } => "revoke_site",
+            Request::EndSiteSessions { .. } => "end_site_sessions",
+            Request::ListSessions => "list_sessions",
         }
+    }
+
+    /// The requests only the extension's own pages may send (settings with
+    /// credentials, site grants, every origin's sessions): a web page's route
+    /// gets SETTINGS_ACCESS_DENIED for them.
+    pub fn extension_only(&self) -> bool {
+        matches!(
+            self,
+            Request::GetFullSettings
+                | Request::UpdateSettings(_)
+                | Request::ListSites
+                | Request::GrantSite(_)
+                | Request::BlockSite { .. }
+                | Request::RevokeSite { .. }
+                | Request::EndSiteSessions { .. }
+                | Request::ListSessions
+        )
     }
 }
 
@@ -217,6 +258,67 @@ where
 pub struct DownloadTicket {
     pub session_id: String,
     pub path: String,
+}
+
+/// `grant_site`'s `site`: a grant as the user decided it (the services set
+/// grantedAt, lastUsedAt and blocked). `access: null` reaches GrantSite as
+/// unspecified, which it refuses.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SiteInput {
+    origin: String,
+    access: Option<String>,
+    providers: Vec<String>,
+    folders: Vec<FolderInput>,
+    any_model: bool,
+    embedders: Vec<String>,
+    #[serde(default)]
+    expires_at: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct FolderInput {
+    path: String,
+    once: bool,
+}
+
+#[derive(Deserialize)]
+struct GrantPayload {
+    site: SiteInput,
+}
+
+/// The payload of the requests that name one site.
+#[derive(Deserialize)]
+struct SitePayload {
+    origin: String,
+}
+
+fn site_grant(input: SiteInput) -> Result<pb::Site, String> {
+    let access = match input.access.as_deref() {
+        None => pb::AccessLevel::Unspecified,
+        Some(word) => wire::parse_access_level(word).ok_or_else(|| {
+            format!(
+                "bad payload for grant_site: access {word:?} is not one of \"tools\", \"edit\", \"full\""
+            )
+        })?,
+    };
+    Ok(pb::Site {
+        origin: input.origin,
+        access: access as i32,
+        providers: input.providers,
+        folders: input
+            .folders
+            .into_iter()
+            .map(|f| pb::FolderGrant {
+                path: f.path,
+                once: f.once,
+            })
+            .collect(),
+        any_model: input.any_model,
+        expires_at: input.expires_at.map(pedelec_common::ms_to_timestamp),
+        embedders: input.embedders,
+        ..Default::default()
+    })
 }
 
 #[derive(Deserialize)]
@@ -521,6 +623,18 @@ fn request(kind: &str, mut map: Map<String, Value>) -> Result<Request, String> {
         "list_assets" => Request::ListAssets {
             session_id: thread(map)?,
         },
+        "list_sites" => Request::ListSites,
+        "grant_site" => Request::GrantSite(site_grant(payload::<GrantPayload>(kind, map)?.site)?),
+        "block_site" => Request::BlockSite {
+            site: payload::<SitePayload>(kind, map)?.origin,
+        },
+        "revoke_site" => Request::RevokeSite {
+            site: payload::<SitePayload>(kind, map)?.origin,
+        },
+        "end_site_sessions" => Request::EndSiteSessions {
+            site: payload::<SitePayload>(kind, map)?.origin,
+        },
+        "list_sessions" => Request::ListSessions,
         other => return Err(format!("unknown request type {other:?}")),
     })
 }
@@ -767,11 +881,101 @@ mod tests {
                 "update_settings",
                 r#"{"defaultProvider":null,"ollamaApiKey":{"action":"clear"}}"#.into(),
             ),
+            ("list_sites", "{}".into()),
+            (
+                "grant_site",
+                r#"{"site":{"origin":"https://a.example","access":"edit","providers":["codex"],"folders":[{"path":"/w","once":true}],"anyModel":false,"embedders":[]}}"#.into(),
+            ),
+            ("block_site", r#"{"origin":"https://a.example"}"#.into()),
+            ("revoke_site", r#"{"origin":"https://a.example"}"#.into()),
+            ("end_site_sessions", r#"{"origin":"https://a.example"}"#.into()),
+            ("list_sessions", "{}".into()),
         ] {
             let frame =
                 format!("{{\"id\":1,\"type\":\"{kind}\",\"origin\":\"o\",\"payload\":{payload}}}");
             let env = parse_str(&frame).unwrap_or_else(|e| panic!("{kind}: {:?}", e.error));
             assert_eq!(env.request.type_name(), kind);
+        }
+    }
+
+    #[test]
+    fn grant_site_takes_the_site_input_and_names_bad_levels() {
+        let grant = |site: &str| {
+            parse_str(&format!(
+                r#"{{"id":1,"type":"grant_site","origin":"o","payload":{{"site":{site}}}}}"#
+            ))
+        };
+        let env = grant(
+            r#"{"origin":"https://a.example","access":"tools","providers":["codex","claude"],
+                "folders":[{"path":"/w","once":true}],"anyModel":true,"embedders":["https://b.example"],
+                "expiresAt":1764524403123}"#,
+        )
+        .unwrap();
+        let Request::GrantSite(site) = env.request else {
+            panic!()
+        };
+        assert_eq!(site.origin, "https://a.example");
+        assert_eq!(site.access, pb::AccessLevel::Tools as i32);
+        assert_eq!(site.providers, ["codex", "claude"]);
+        assert_eq!(
+            site.folders,
+            [pb::FolderGrant {
+                path: "/w".into(),
+                once: true
+            }]
+        );
+        assert!(site.any_model && !site.blocked);
+        assert_eq!(site.embedders, ["https://b.example"]);
+        assert_eq!(
+            site.expires_at.as_ref().map(pedelec_common::timestamp_ms),
+            Some(1_764_524_403_123)
+        );
+        // null: unspecified, which GrantSite refuses (the services' rule).
+        let env = grant(
+            r#"{"origin":"https://a.example","access":null,"providers":[],"folders":[],"anyModel":false,"embedders":[]}"#,
+        )
+        .unwrap();
+        assert!(
+            matches!(env.request, Request::GrantSite(s) if s.access == 0 && s.expires_at.is_none())
+        );
+        for (site, needle) in [
+            (
+                r#"{"origin":"https://a.example","access":"admin","providers":[],"folders":[],"anyModel":false,"embedders":[]}"#,
+                "access \"admin\"",
+            ),
+            (
+                r#"{"origin":"https://a.example","access":"edit","folders":[],"anyModel":false,"embedders":[]}"#,
+                "missing field `providers`",
+            ),
+        ] {
+            let e = grant(site).unwrap_err();
+            assert_eq!(e.error.code(), "INVALID_INPUT");
+            assert!(e.error.to_string().contains(needle), "{}", e.error);
+        }
+        let e =
+            parse_str(r#"{"id":2,"type":"revoke_site","origin":"o","payload":{}}"#).unwrap_err();
+        assert!(
+            e.error.to_string().contains("missing field `origin`"),
+            "{}",
+            e.error
+        );
+    }
+
+    #[test]
+    fn only_settings_sites_and_every_origins_sessions_are_extension_only() {
+        for (kind, payload, only) in [
+            ("get_full_settings", "{}", true),
+            ("list_sites", "{}", true),
+            ("revoke_site", r#"{"origin":"https://a.example"}"#, true),
+            ("list_sessions", "{}", true),
+            ("get_settings", "{}", false),
+            ("create_session", "{}", false),
+        ] {
+            let env = parse_str(&format!(
+                r#"{{"id":1,"type":"{kind}","origin":"o","payload":{payload}}}"#
+            ))
+            .unwrap();
+            assert_eq!(env.request.extension_only(), only, "{kind}");
         }
     }
 

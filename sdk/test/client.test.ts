@@ -65,6 +65,12 @@ describe("getApprovalStatus", () => {
     expect(status).toEqual({ installed: true, approved: false, origin: "https://app.example", appConnected: true });
     expect(ext.calls.map((c) => c.method)).toEqual(["status"]);
   });
+
+  it("reports only installed, approved, origin and appConnected, whatever else the worker says", async () => {
+    ext.on("status", () => ({ approved: true, origin: "https://app.example", appConnected: true, access: "full", providers: ["codex"], folders: ["/home/u"] }) as never);
+    const status = await new Pedelec().getApprovalStatus();
+    expect(status).toEqual({ installed: true, approved: true, origin: "https://app.example", appConnected: true });
+  });
 });
 
 describe("listProviders and getSettings", () => {

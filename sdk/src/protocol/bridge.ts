@@ -17,6 +17,11 @@ import type {
   PendingToolRequest,
   ProtocolVersion,
   SessionStatus,
+  SessionSummary,
+  Site,
+  SiteAccess,
+  SiteFolder,
+  SiteInput,
   Snapshot,
   SnapshotResult,
   SubmitToolResultPayload,
@@ -194,33 +199,9 @@ export function isWindowEnvelope(data: unknown): data is WindowEnvelope {
 }
 
 // The site grants' wire shapes (native requests list_sites, grant_site, block_site,
-// revoke_site, end_site_sessions, list_sessions). TODO: once
-// sdk/src/protocol/native.ts is generated with them, import them from there
-// and drop these copies.
-export type SiteAccess = "tools" | "edit" | "full";
-export type SiteFolder = { path: string; once: boolean };
-export type Site = {
-  origin: string;
-  access: SiteAccess | null;
-  providers: string[];
-  folders: SiteFolder[];
-  anyModel: boolean;
-  grantedAt: number;
-  lastUsedAt: number | null;
-  expiresAt: number | null;
-  blocked: boolean;
-  embedders: string[];
-};
-export type SiteInput = Omit<Site, "grantedAt" | "lastUsedAt" | "blocked" | "expiresAt"> & { expiresAt?: number | null };
-export type SessionSummary = {
-  sessionId: string;
-  origin: string;
-  status: string;
-  provider: string;
-  effortLevel: string;
-  createdAt: number;
-  attachedRoutes: number;
-};
+// revoke_site, end_site_sessions, list_sessions) come from ./native.ts; re-exported
+// here for the extension's bridge types below.
+export type { SessionSummary, Site, SiteAccess, SiteFolder, SiteInput };
 
 /** The popup/approval page ⇄ worker. */
 export type PopupToWorker =

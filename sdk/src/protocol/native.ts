@@ -366,6 +366,117 @@ export type UpdateSettingsRequest = {
   payload: UpdateSettingsPayload;
 };
 
+/** What a site's agents may do. tools: "Answer and use this page's tools" (reads its workspace, calls the page's tools; cannot write files or run commands). edit: "Edit files in its workspace" (the default; commands, where the agent can confine them, run inside the workspace without network). full: "Full access" (runs any command as the user). */
+export type SiteAccess = "tools" | "edit" | "full";
+
+/** A folder the site may name as its workspace (canonical absolute path); once: the next create_session naming it uses the grant up. */
+export type SiteFolder = {
+  path: string;
+  once: boolean;
+};
+
+/** What the user granted one web origin, as SessionService stores it. */
+export type Site = {
+  origin: string;
+  /** null on a blocked site. */
+  access: SiteAccess | null;
+  /** Provider codes the site may use. */
+  providers: string[];
+  folders: SiteFolder[];
+  /** The site may name any model (otherwise only the user's profiles' models). */
+  anyModel: boolean;
+  /** Milliseconds since the Unix epoch: when the grant (or block) was made or last replaced. */
+  grantedAt: number;
+  lastUsedAt: number | null;
+  /** null: until revoked (loopback grants: at most 24 hours). */
+  expiresAt: number | null;
+  blocked: boolean;
+  /** Top-level origins that may embed the site in a frame that uses Pedelec. */
+  embedders: string[];
+};
+
+/** A grant to store: a Site without grantedAt, lastUsedAt and blocked (the services set them); expiresAt optional. A null access is refused (INVALID_INPUT). */
+export type SiteInput = {
+  origin: string;
+  access: SiteAccess | null;
+  providers: string[];
+  folders: SiteFolder[];
+  anyModel: boolean;
+  embedders: string[];
+  expiresAt?: number | null;
+};
+
+/** A thread of any origin, for the extension's popup (no workspace path). */
+export type SessionSummary = {
+  sessionId: SessionId;
+  origin: string;
+  status: SessionStatus;
+  provider: string;
+  effortLevel: string;
+  createdAt: number | null;
+  /** Routes attached right now. */
+  attachedRoutes: number;
+};
+
+/** Every granted or blocked site, sorted by origin. Accepted only when `origin` is the calling extension's own origin (chrome-extension://<id>); anything else is SETTINGS_ACCESS_DENIED. */
+export type ListSitesRequest = {
+  id: RequestId;
+  type: "list_sites";
+  origin: Origin;
+  payload?: Record<string, never>;
+};
+
+/** Creates or replaces a site's grant (unblocks a blocked site). Accepted only when `origin` is the calling extension's own origin (chrome-extension://<id>); anything else is SETTINGS_ACCESS_DENIED. */
+export type GrantSiteRequest = {
+  id: RequestId;
+  type: "grant_site";
+  origin: Origin;
+  payload: {
+    site: SiteInput;
+  };
+};
+
+/** Blocks a site: no grant, no prompt; ends its sessions. Accepted only when `origin` is the calling extension's own origin (chrome-extension://<id>); anything else is SETTINGS_ACCESS_DENIED. */
+export type BlockSiteRequest = {
+  id: RequestId;
+  type: "block_site";
+  origin: Origin;
+  payload: {
+    /** The site's origin, e.g. https://app.example. */
+    origin: string;
+  };
+};
+
+/** Forgets a site's grant or block; cancels its turns and ends all of its sessions. Accepted only when `origin` is the calling extension's own origin (chrome-extension://<id>); anything else is SETTINGS_ACCESS_DENIED. */
+export type RevokeSiteRequest = {
+  id: RequestId;
+  type: "revoke_site";
+  origin: Origin;
+  payload: {
+    /** The site's origin, e.g. https://app.example. */
+    origin: string;
+  };
+};
+
+/** Cancels a site's turns and ends all of its sessions, keeping its grant. Accepted only when `origin` is the calling extension's own origin (chrome-extension://<id>); anything else is SETTINGS_ACCESS_DENIED. */
+export type EndSiteSessionsRequest = {
+  id: RequestId;
+  type: "end_site_sessions";
+  origin: Origin;
+  payload: {
+    /** The site's origin, e.g. https://app.example. */
+    origin: string;
+  };
+};
+
+/** Every origin's threads, without workspace paths. Accepted only when `origin` is the calling extension's own origin (chrome-extension://<id>); anything else is SETTINGS_ACCESS_DENIED. */
+export type ListSessionsRequest = {
+  id: RequestId;
+  type: "list_sessions";
+  origin: Origin;
+  payload?: Record<string, never>;
+};
+
 export type FullSettingsResult = {
   defaultProvider: ProviderCode | null;
   profiles: SettingsProfiles;
@@ -455,6 +566,23 @@ export type ListAssetsResult = {
   assets: Asset[];
 };
 
+export type ListSitesResult = {
+  sites: Site[];
+};
+
+export type SiteResult = {
+  site: Site;
+};
+
+export type EndedSessionsResult = {
+  /** The threads this ended (not those that had ended before). */
+  endedSessionIds: SessionId[];
+};
+
+export type ListSessionsResult = {
+  sessions: SessionSummary[];
+};
+
 /** The `result` of a successful reply, by the request's `type`. */
 export type ResultByType = {
   ping: PingResult;
@@ -476,6 +604,12 @@ export type ResultByType = {
   list_assets: ListAssetsResult;
   get_full_settings: FullSettingsResult;
   update_settings: FullSettingsResult;
+  list_sites: ListSitesResult;
+  grant_site: SiteResult;
+  block_site: SiteResult;
+  revoke_site: EndedSessionsResult;
+  end_site_sessions: EndedSessionsResult;
+  list_sessions: ListSessionsResult;
 };
 
 export type OkReply = {
@@ -603,7 +737,7 @@ export type ChunkFrame = {
   data: string;
 };
 
-export type Request = PingRequest | HelloRequest | ListProvidersRequest | GetSettingsRequest | CreateSessionRequest | AttachRequest | DetachRequest | SendTextRequest | PrepareRequest | CancelRequest | EndRequest | ReactivateRequest | GetSessionRequest | SubmitToolResultRequest | CreateUploadTicketRequest | CreateDownloadTicketRequest | ListAssetsRequest | GetFullSettingsRequest | UpdateSettingsRequest;
+export type Request = PingRequest | HelloRequest | ListProvidersRequest | GetSettingsRequest | CreateSessionRequest | AttachRequest | DetachRequest | SendTextRequest | PrepareRequest | CancelRequest | EndRequest | ReactivateRequest | GetSessionRequest | SubmitToolResultRequest | CreateUploadTicketRequest | CreateDownloadTicketRequest | ListAssetsRequest | GetFullSettingsRequest | UpdateSettingsRequest | ListSitesRequest | GrantSiteRequest | BlockSiteRequest | RevokeSiteRequest | EndSiteSessionsRequest | ListSessionsRequest;
 
 /** Everything the host writes to stdout. */
 export type HostMessage = OkReply | ErrorReply | EventFrame | DetachedFrame | ChunkFrame;

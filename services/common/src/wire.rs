@@ -316,6 +316,65 @@ pub fn summary(s: &pb::SessionSummary) -> Value {
     })
 }
 
+/// A thread as the extension's popup lists it (`list_sessions`): no
+/// workspace path, which a page-facing shape never needs.
+pub fn site_session(s: &pb::SessionSummary) -> Value {
+    json!({
+        "sessionId": s.session_id,
+        "origin": s.origin,
+        "status": status(s.status),
+        "provider": s.provider,
+        "effortLevel": s.effort_level,
+        "createdAt": millis(s.created_at.as_ref()),
+        "attachedRoutes": s.attached_routes,
+    })
+}
+
+/// The word for an access level (`tools`, `edit`, `full`); None for
+/// unspecified (a blocked site) or a level this build does not know.
+pub fn access_level(level: i32) -> Option<&'static str> {
+    match pb::AccessLevel::try_from(level) {
+        Ok(pb::AccessLevel::Tools) => Some("tools"),
+        Ok(pb::AccessLevel::Edit) => Some("edit"),
+        Ok(pb::AccessLevel::Full) => Some("full"),
+        Ok(pb::AccessLevel::Unspecified) | Err(_) => None,
+    }
+}
+
+/// Parses an access level word (`tools`, `edit`, `full`).
+pub fn parse_access_level(word: &str) -> Option<pb::AccessLevel> {
+    match word {
+        "tools" => Some(pb::AccessLevel::Tools),
+        "edit" => Some(pb::AccessLevel::Edit),
+        "full" => Some(pb::AccessLevel::Full),
+        _ => None,
+    }
+}
+
+/// A site's grant: `{origin, access, providers, folders: [{path, once}],
+/// anyModel, grantedAt, lastUsedAt, expiresAt, blocked, embedders}`; `access`
+/// is null on a blocked site.
+pub fn site(s: &pb::Site) -> Value {
+    let folders: Vec<Value> = s
+        .folders
+        .iter()
+        .map(|f| json!({"path": f.path, "once": f.once}))
+        .collect();
+    json!({
+        "origin": s.origin,
+        "access": access_level(s.access),
+        "providers": s.providers,
+        "folders": folders,
+        "anyModel": s.any_model,
+        // Always set by SessionService; 0 rather than null keeps the shape a number.
+        "grantedAt": s.granted_at.as_ref().map_or(0, crate::timestamp_ms),
+        "lastUsedAt": millis(s.last_used_at.as_ref()),
+        "expiresAt": millis(s.expires_at.as_ref()),
+        "blocked": s.blocked,
+        "embedders": s.embedders,
+    })
+}
+
 pub fn tool_spec(spec: &pb::ToolSpec) -> Value {
     json!({
         "name": spec.name,

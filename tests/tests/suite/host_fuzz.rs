@@ -169,7 +169,8 @@ impl World {
         let n = p.number;
         let s = p.text.as_str();
         match kind {
-            "ping" | "list_providers" | "get_settings" | "get_full_settings" => json!({}),
+            "ping" | "list_providers" | "get_settings" | "get_full_settings" | "list_sites"
+            | "list_sessions" => json!({}),
             "hello" => {
                 json!({"protocolVersion": if p.flag { self.protocol_version.clone() } else { json!(n) }, "client": s})
             }
@@ -200,6 +201,16 @@ impl World {
                 "ollamaEndpoint": if p.flag { "http://127.0.0.1:11434".to_string() } else { s.to_string() },
                 "tavilyApiKey": {"action": "keep"},
             }),
+            // Another site than the one whose session the fuzzer uses, or
+            // arbitrary text: revoking ORIGIN would end that session.
+            "grant_site" => json!({"site": {
+                "origin": if p.flag { "https://fuzz.example" } else { s },
+                "access": ["tools", "edit", "full", s][(n % 4) as usize],
+                "providers": ["ollama"], "folders": [], "anyModel": p.flag, "embedders": [],
+            }}),
+            "block_site" | "revoke_site" | "end_site_sessions" => {
+                json!({"origin": if p.flag { "https://fuzz.example" } else { s }})
+            }
             _ => json!({"sessionId": sid}),
         }
     }
@@ -333,7 +344,7 @@ fn the_host_answers_every_request_kind_valid_or_mutated_and_never_crashes() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let schema = Schema::native_messaging();
     let kinds = catalogue(&schema);
-    assert_eq!(kinds.len(), 19, "the catalogue changed: {kinds:?}");
+    assert_eq!(kinds.len(), 25, "the catalogue changed: {kinds:?}");
     let mut env = TestEnv::new();
     let (launcher, host, session) = rt.block_on(async {
         let launcher = services(&mut env).await;
@@ -360,7 +371,11 @@ fn the_host_answers_every_request_kind_valid_or_mutated_and_never_crashes() {
             text: "hello".into(),
             number: 1,
             flag: true,
-            origin: if kinds[index].contains("settings") {
+            // The extension-only kinds from the extension's own origin.
+            origin: if kinds[index].contains("settings")
+                || kinds[index].contains("site")
+                || kinds[index] == "list_sessions"
+            {
                 3
             } else {
                 0
