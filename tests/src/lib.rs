@@ -287,7 +287,58 @@ impl TestEnv {
             runtime_dir: self.runtime_dir(),
         };
         self.wait_all_serving().await;
+        self.grant_test_origin().await;
         launcher
+    }
+
+    /// Grants [`ORIGIN`] what the user would have approved before the tests'
+    /// pages ask anything: full access, every provider, any model (no
+    /// folder). [`TestEnv::up`] does it; a test that starts the services
+    /// another way calls it once they serve.
+    pub async fn grant_test_origin(&self) -> pb::Site {
+        let providers = self
+            .provider()
+            .await
+            .list_providers(pb::ListProvidersRequest {})
+            .await
+            .expect("ListProviders")
+            .into_inner()
+            .providers
+            .into_iter()
+            .map(|p| p.code)
+            .collect::<Vec<_>>();
+        let codes: Vec<&str> = providers.iter().map(String::as_str).collect();
+        let mut site = site(ORIGIN, pb::AccessLevel::Full, &codes, &[]);
+        site.any_model = true;
+        self.grant(site).await
+    }
+
+    /// Grants `origin` the level `access` with `providers` and the always
+    /// allowed `folders` (any model), through GrantSite on the session
+    /// socket, as the extension does after the user approved; must succeed.
+    /// [`site`] builds a grant to change further (once folders, no
+    /// any_model, embedders) for [`TestEnv::grant`].
+    pub async fn grant_site(
+        &self,
+        origin: &str,
+        access: pb::AccessLevel,
+        providers: &[&str],
+        folders: &[&Path],
+    ) -> pb::Site {
+        let mut site = site(origin, access, providers, folders);
+        site.any_model = true;
+        self.grant(site).await
+    }
+
+    /// GrantSite with `site` (must succeed); returns the stored grant.
+    pub async fn grant(&self, site: pb::Site) -> pb::Site {
+        let origin = site.origin.clone();
+        self.session()
+            .await
+            .grant_site(pb::GrantSiteRequest { site: Some(site) })
+            .await
+            .unwrap_or_else(|e| panic!("GrantSite {origin}: {e:?}"))
+            .into_inner()
     }
 
     /// Polls the launcher until every service reports SERVING.

@@ -10,6 +10,30 @@ use crate::{Deadline, Events, kind};
 /// The origin the tests' threads belong to.
 pub const ORIGIN: &str = "https://app.example";
 
+/// A grant of `origin` at `access` for `providers` and the always-allowed
+/// `folders` (no model beyond the profiles'), for GrantSite
+/// ([`crate::TestEnv::grant`]).
+pub fn site(
+    origin: &str,
+    access: pb::AccessLevel,
+    providers: &[&str],
+    folders: &[&std::path::Path],
+) -> pb::Site {
+    pb::Site {
+        origin: origin.into(),
+        access: access as i32,
+        providers: providers.iter().map(|p| p.to_string()).collect(),
+        folders: folders
+            .iter()
+            .map(|f| pb::FolderGrant {
+                path: f.display().to_string(),
+                once: false,
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
 /// A SessionService client over the session socket.
 pub type Sessions = pb::session_service_client::SessionServiceClient<Channel>;
 

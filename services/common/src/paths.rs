@@ -152,6 +152,11 @@ impl DataDir {
         self.0.join("settings.json")
     }
 
+    /// SessionService's site grants (docs/security.md, "Site grants").
+    pub fn sites_file(&self) -> PathBuf {
+        self.0.join("sites.json")
+    }
+
     /// The session journal: one `<session id>.json` record per thread.
     pub fn sessions(&self) -> PathBuf {
         self.0.join("sessions")

@@ -39,6 +39,32 @@ pub enum SessionError {
     /// code and message ProviderService would give.
     #[error("{0}")]
     Profile(SettingsError),
+    /// A web origin without a live grant (none, blocked, expired, revoked).
+    #[error("{0} is not approved: the user has not granted it access (or revoked or blocked it)")]
+    SiteNotApproved(String),
+    #[error("{0} is plain http and not loopback: only https:// sites can be approved")]
+    OriginNotSecure(String),
+    #[error("{origin} may not use provider {provider}: it is not in the site's grant")]
+    ProviderNotGranted { origin: String, provider: String },
+    #[error(
+        "{origin} may not name model {model:?}: it is not one of the user's {provider} profile models and the grant allows no other"
+    )]
+    ModelNotAllowed {
+        origin: String,
+        provider: String,
+        model: String,
+    },
+    #[error("{origin} may not use folder {path}: it is not in the site's grant")]
+    FolderNotGranted { origin: String, path: String },
+    #[error("folder {0} can never be granted: {1}")]
+    FolderNotGrantable(String, String),
+    #[error(
+        "folder {path} is (or is inside, or contains) the workspace of thread {thread} of another origin"
+    )]
+    WorkspaceInUse { path: String, thread: String },
+    /// `sites.json` could not be written: the grant was not changed.
+    #[error("the site grants could not be written: {0}")]
+    SiteStore(String, #[source] std::io::Error),
     /// An error another service reported, with its own code.
     #[error("{0}")]
     Upstream(CodedError),
@@ -61,6 +87,17 @@ impl SessionError {
             SessionError::Limit(_) => Code::LIMIT_EXCEEDED,
             SessionError::ManifestInvalid(_) => Code::TOOLS_MANIFEST_INVALID,
             SessionError::Profile(e) => e.code(),
+            SessionError::SiteNotApproved(_) => Code::SITE_NOT_APPROVED,
+            SessionError::OriginNotSecure(_) => Code::ORIGIN_NOT_SECURE,
+            SessionError::ProviderNotGranted { .. } => Code::PROVIDER_NOT_GRANTED,
+            SessionError::ModelNotAllowed { .. } => Code::MODEL_NOT_ALLOWED,
+            SessionError::FolderNotGranted { .. } => Code::FOLDER_NOT_GRANTED,
+            SessionError::FolderNotGrantable(..) => Code::FOLDER_NOT_GRANTABLE,
+            SessionError::WorkspaceInUse { .. } => Code::WORKSPACE_IN_USE,
+            SessionError::SiteStore(_, e) if pedelec_common::is_storage_full(e) => {
+                Code::STORAGE_FULL
+            }
+            SessionError::SiteStore(..) => Code::INTERNAL,
             SessionError::Upstream(e) => e.code,
             SessionError::Internal(_) => Code::INTERNAL,
         }

@@ -85,31 +85,44 @@ impl SessionService for SessionGrpc {
 
     async fn list(&self, request: Request<pb::ListRequest>) -> Reply<pb::ListResponse> {
         let origin = request.into_inner().origin;
-        let sessions = self.0.list(origin.as_deref());
+        let sessions = self.0.list(origin.as_deref())?;
         Ok(Response::new(pb::ListResponse { sessions }))
     }
 
-    // Site grants: being built (docs/security.md, "Site grants").
     async fn list_sites(&self, _: Request<pb::ListSitesRequest>) -> Reply<pb::ListSitesResponse> {
-        Err(tonic::Status::unimplemented("ListSites"))
+        let sites = self.0.list_sites();
+        Ok(Response::new(pb::ListSitesResponse { sites }))
     }
 
-    async fn grant_site(&self, _: Request<pb::GrantSiteRequest>) -> Reply<pb::Site> {
-        Err(tonic::Status::unimplemented("GrantSite"))
+    async fn grant_site(&self, request: Request<pb::GrantSiteRequest>) -> Reply<pb::Site> {
+        let site = request.into_inner().site.unwrap_or_default();
+        Ok(Response::new(self.0.grant_site(site).await?))
     }
 
-    async fn block_site(&self, _: Request<pb::SiteRequest>) -> Reply<pb::Site> {
-        Err(tonic::Status::unimplemented("BlockSite"))
+    async fn block_site(&self, request: Request<pb::SiteRequest>) -> Reply<pb::Site> {
+        let origin = request.into_inner().origin;
+        Ok(Response::new(self.0.block_site(origin).await?))
     }
 
-    async fn revoke_site(&self, _: Request<pb::SiteRequest>) -> Reply<pb::EndSiteSessionsResponse> {
-        Err(tonic::Status::unimplemented("RevokeSite"))
+    async fn revoke_site(
+        &self,
+        request: Request<pb::SiteRequest>,
+    ) -> Reply<pb::EndSiteSessionsResponse> {
+        let origin = request.into_inner().origin;
+        let ended_session_ids = self.0.revoke_site(origin).await?;
+        Ok(Response::new(pb::EndSiteSessionsResponse {
+            ended_session_ids,
+        }))
     }
 
     async fn end_site_sessions(
         &self,
-        _: Request<pb::SiteRequest>,
+        request: Request<pb::SiteRequest>,
     ) -> Reply<pb::EndSiteSessionsResponse> {
-        Err(tonic::Status::unimplemented("EndSiteSessions"))
+        let origin = request.into_inner().origin;
+        let ended_session_ids = self.0.end_site_sessions(&origin).await;
+        Ok(Response::new(pb::EndSiteSessionsResponse {
+            ended_session_ids,
+        }))
     }
 }

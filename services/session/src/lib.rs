@@ -19,6 +19,8 @@ mod replay;
 mod sessions;
 /// The provider settings ProviderService sends, and profiles resolved from them.
 mod settings;
+/// Site grants: `sites.json`, origin rules, the never-grantable folders.
+mod sites;
 /// One thread in memory: record, replay buffer, routes, event emission.
 mod thread;
 /// A thread's tools at ToolBridgeService: manifest check, registration, Watch.

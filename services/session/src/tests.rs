@@ -261,6 +261,7 @@ async fn harness_with(watch_open: bool, configure: impl FnOnce(&mut Config)) -> 
         config.clone(),
         Upstream::on_sockets(&config.runtime_dir, None),
     );
+    grant_full(&sessions, ORIGIN);
     Harness {
         _dir: dir,
         config,
@@ -268,6 +269,25 @@ async fn harness_with(watch_open: bool, configure: impl FnOnce(&mut Config)) -> 
         sessions,
         stop_provider: Some(stop_provider),
     }
+}
+
+/// Grants `origin` full access with every provider and any model, as the
+/// user would have before a page's first request.
+fn grant_full(sessions: &Sessions, origin: &str) {
+    sessions
+        .inner
+        .sites
+        .grant(pb::Site {
+            origin: origin.into(),
+            access: pb::AccessLevel::Full as i32,
+            providers: pedelec_settings::catalog::PROVIDERS
+                .iter()
+                .map(|p| p.code.to_string())
+                .collect(),
+            any_model: true,
+            ..Default::default()
+        })
+        .unwrap();
 }
 
 /// Serves a fake service on its socket in `runtime_dir` until `stopped`.
@@ -437,7 +457,7 @@ async fn a_refused_create_keeps_nothing() {
     assert!(h.fakes.seen().registered.is_empty());
     let left = entries(&h.config.data_dir.workspaces(), false);
     assert!(left.is_empty(), "workspaces left: {left:?}");
-    assert!(h.sessions.list(None).is_empty());
+    assert!(h.sessions.list(None).unwrap().is_empty());
 }
 
 /// Profile settings with one model for `provider` at `level`, and the
@@ -707,7 +727,7 @@ async fn a_bad_manifest_is_refused_at_create_with_the_bridges_error() {
         assert!(message.contains(pointer), "{message}");
     }
     assert!(h.fakes.seen().registered.is_empty());
-    assert!(h.sessions.list(None).is_empty());
+    assert!(h.sessions.list(None).unwrap().is_empty());
 }
 
 #[tokio::test]
@@ -963,9 +983,10 @@ async fn a_workspace_inside_pedelec_folders_or_another_threads_workspace_is_refu
     let shared = root.join("shared");
     std::fs::create_dir_all(shared.join("sub")).unwrap();
     std::fs::create_dir_all(shared.join(".pedelec-runtime/assets/up")).unwrap();
+    // A local caller: these rules hold whatever a grant allows.
     let create = |path: &std::path::Path| {
         h.sessions.create(pb::CreateSessionRequest {
-            origin: ORIGIN.into(),
+            origin: "cli".into(),
             workspace_path: Some(path.display().to_string()),
             ..Default::default()
         })
@@ -980,8 +1001,8 @@ async fn a_workspace_inside_pedelec_folders_or_another_threads_workspace_is_refu
         let err = create(&bad).await.unwrap_err();
         assert_eq!(err.code(), pedelec_common::Code::INVALID_INPUT, "{bad:?}");
     }
-    // A managed thread's uploads folder is refused too (inside the managed root
-    // and inside a .pedelec-runtime folder).
+    // A managed thread's uploads folder is refused too: it is inside
+    // Pedelec's data folder, which is never granted.
     let managed = h.create(false).await;
     let uploads = h
         .config
@@ -992,7 +1013,7 @@ async fn a_workspace_inside_pedelec_folders_or_another_threads_workspace_is_refu
     std::fs::create_dir_all(&uploads).unwrap();
     assert_eq!(
         create(&uploads).await.unwrap_err().code(),
-        pedelec_common::Code::INVALID_INPUT
+        pedelec_common::Code::FOLDER_NOT_GRANTABLE
     );
 }
 
@@ -1016,8 +1037,9 @@ async fn open_threads_per_origin_are_bounded() {
         .unwrap_err();
     assert_eq!(refused.code(), pedelec_common::Code::LIMIT_EXCEEDED);
     assert!(refused.to_string().contains("3 open sessions"), "{refused}");
-    assert_eq!(h.sessions.list(Some(ORIGIN)).len(), 3);
+    assert_eq!(h.sessions.list(Some(ORIGIN)).unwrap().len(), 3);
 
+    grant_full(&h.sessions, "http://127.0.0.1:9");
     let other = h
         .sessions
         .create(pb::CreateSessionRequest {

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use pedelec_proto::v1 as pb;
 use tokio::sync::Notify;
 
+use crate::error::SessionError;
 use crate::record::{OpKind, Outcome, Status, ThreadRecord, UsageRecord};
 use crate::sessions::{Sessions, SharedThread, lock};
 
@@ -97,7 +98,7 @@ pub async fn run(
         // The thread's first operation makes its managed workspace.
         tools_ready
             .and_then(|()| sessions.make_workspace(&mut t))
-            .map(|()| turn_request(&sessions, &t.record))
+            .and_then(|()| turn_request(&sessions, &t.record))
     };
     let (mut request, wants_tool_block) = match prepared {
         Ok(prepared) => prepared,
@@ -146,8 +147,14 @@ pub async fn run(
 }
 
 /// The RunTurn request for the thread's record (its prompt is set later),
-/// and whether the prompt must start with the tool block.
-fn turn_request(sessions: &Sessions, r: &ThreadRecord) -> (pb::RunTurnRequest, bool) {
+/// and whether the prompt must start with the tool block. The access level
+/// is the site's grant as the turn starts (FULL for a local caller); a site
+/// whose grant is gone gets no turn.
+fn turn_request(
+    sessions: &Sessions,
+    r: &ThreadRecord,
+) -> Result<(pb::RunTurnRequest, bool), SessionError> {
+    let access = sessions.inner.sites.level(&r.origin)?;
     let request = pb::RunTurnRequest {
         session_id: r.session_id.clone(),
         provider: r.provider.clone(),
@@ -162,11 +169,10 @@ fn turn_request(sessions: &Sessions, r: &ThreadRecord) -> (pb::RunTurnRequest, b
         prompt: String::new(),
         provider_session_id: r.provider_session_id.clone(),
         tool_env: tool_env(sessions, &r.session_id, r.tool_token.as_deref()),
-        // Today's behaviour until the site grants apply their level here.
-        access: pb::AccessLevel::Full as i32,
+        access: access as i32,
     };
     let wants_tool_block = !r.first_turn_done && r.manifest.is_some();
-    (request, wants_tool_block)
+    Ok((request, wants_tool_block))
 }
 
 async fn render_tool_block(

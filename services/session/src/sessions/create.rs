@@ -7,8 +7,10 @@ use pedelec_common::{ids, json};
 use pedelec_proto::v1 as pb;
 
 use super::{Sessions, SharedThread, lock};
-use crate::error::SessionError;
+use crate::error::{SessionError, upstream};
 use crate::record::{Status, ThreadRecord, UsageRecord, Workspace};
+use crate::settings::Current;
+use crate::sites::Grant;
 use crate::thread::Thread;
 
 impl Sessions {
@@ -19,12 +21,36 @@ impl Sessions {
         if req.origin.is_empty() {
             return Err(SessionError::InvalidInput("origin is empty".into()));
         }
+        // None: a local caller (`cli`), which needs no grant.
+        let grant = self.inner.sites.check(&req.origin)?;
+        let model = req.model.as_deref().filter(|m| !m.is_empty());
+        if let Some(model) = model {
+            check_model_name(model)?;
+        }
+        // An unknown provider is PROVIDER_NOT_FOUND, from the profile's resolution.
+        if let (Some(grant), Some(code)) = (&grant, named_provider(&req))
+            && pedelec_settings::catalog::find(code).is_some()
+        {
+            check_provider(&req.origin, grant, code)?;
+        }
         self.check_open_threads(&req.origin)?;
         let explicit_workspace = match req.workspace_path.as_deref() {
-            Some(path) if !path.is_empty() => Some(self.check_explicit_workspace(path)?),
+            Some(path) if !path.is_empty() => {
+                Some(self.check_explicit_workspace(path, &req.origin, grant.as_ref())?)
+            }
             _ => None,
         };
         let profile = self.create_profile(&req).await?;
+        if let Some(grant) = &grant {
+            // The default provider is known only now.
+            check_provider(&req.origin, grant, &profile.provider)?;
+            if let Some(model) = model
+                && !grant.any_model
+            {
+                self.check_profile_model(&req.origin, &profile.provider, model)
+                    .await?;
+            }
+        }
         // The manifest is checked here, by the parser ToolBridgeService uses; the
         // bridge is given it when the thread's first operation starts
         // (`tools_ready`). A create then asks no other service when it names
@@ -49,7 +75,7 @@ impl Sessions {
             origin: req.origin,
             provider: profile.provider.clone(),
             effort_level: profile.effort_level.clone(),
-            model: req.model.filter(|m| !m.is_empty()).unwrap_or(profile.model),
+            model: model.map(str::to_string).unwrap_or(profile.model),
             effort: profile.effort,
             workspace_path,
             workspace,
@@ -73,6 +99,20 @@ impl Sessions {
         // Checked again: other creates of the origin may have finished while
         // this one awaited ProviderService or the manifest's check.
         self.check_open_threads(&thread.record.origin)?;
+        if workspace == Workspace::Explicit
+            && let Some(grant) = &grant
+            && grant
+                .folders
+                .iter()
+                .any(|f| f.once && f.path == thread.record.workspace_path)
+        {
+            // A folder allowed once is used up by this create.
+            let (sites, origin) = (self.inner.sites.clone(), thread.record.origin.clone());
+            let path = thread.record.workspace_path.clone();
+            tokio::task::spawn_blocking(move || sites.use_once(&origin, &path))
+                .await
+                .map_err(|e| SessionError::Internal(format!("site grants: {e}")))??;
+        }
         thread.save(&self.inner.journal)?;
         let snapshot = thread.snapshot();
         self.threads()
@@ -102,6 +142,40 @@ impl Sessions {
         }
     }
 
+    /// MODEL_NOT_ALLOWED unless `model` is one of the user's profile models
+    /// of `provider` (at any effort level).
+    async fn check_profile_model(
+        &self,
+        origin: &str,
+        provider: &str,
+        model: &str,
+    ) -> Result<(), SessionError> {
+        let profiles = match self.inner.settings.current() {
+            Current::Watched(s) | Current::Unwatched(Some(s)) => s.profiles.clone(),
+            Current::Unwatched(None) => {
+                self.inner
+                    .provider
+                    .clone()
+                    .get_full_settings(pb::GetSettingsRequest {})
+                    .await
+                    .map_err(upstream)?
+                    .into_inner()
+                    .profiles
+            }
+        };
+        let known = profiles
+            .get(provider)
+            .is_some_and(|p| p.levels.values().any(|l| l.model == model));
+        if known {
+            return Ok(());
+        }
+        Err(SessionError::ModelNotAllowed {
+            origin: origin.to_string(),
+            provider: provider.to_string(),
+            model: model.to_string(),
+        })
+    }
+
     /// `LIMIT_EXCEEDED` when `origin` already holds the most open threads
     /// allowed. Counted without holding the map lock across thread locks, so
     /// creates racing on other workers may pass together (by at most a few).
@@ -122,6 +196,34 @@ impl Sessions {
         }
         Ok(())
     }
+}
+
+fn named_provider(req: &pb::CreateSessionRequest) -> Option<&str> {
+    req.provider.as_deref().filter(|p| !p.is_empty())
+}
+
+fn check_provider(origin: &str, grant: &Grant, provider: &str) -> Result<(), SessionError> {
+    if grant.providers.iter().any(|p| p == provider) {
+        return Ok(());
+    }
+    Err(SessionError::ProviderNotGranted {
+        origin: origin.to_string(),
+        provider: provider.to_string(),
+    })
+}
+
+/// A model reaches the CLI as one `--model=<value>` argument; this shape
+/// keeps it from reading as an option or spanning arguments.
+pub fn check_model_name(model: &str) -> Result<(), SessionError> {
+    let mut bytes = model.bytes();
+    let first_ok = bytes.next().is_some_and(|b| b.is_ascii_alphanumeric());
+    let rest_ok = bytes.all(|b| b.is_ascii_alphanumeric() || b"._:/@+-".contains(&b));
+    if first_ok && rest_ok && model.len() <= 128 {
+        return Ok(());
+    }
+    Err(SessionError::InvalidInput(format!(
+        "model {model:?} is not a model name: a letter or digit, then up to 127 of letters, digits and ._:/@+-"
+    )))
 }
 
 fn now_ms() -> u64 {

@@ -8,6 +8,7 @@ mod auto_end;
 mod create;
 mod end;
 mod operation;
+mod sites;
 mod tool_results;
 mod workspace;
 
@@ -25,6 +26,7 @@ use crate::error::SessionError;
 use crate::record::{Journal, Outcome, Status, ThreadRecord};
 use crate::replay::ReplayLimits;
 use crate::settings::LatestSettings;
+use crate::sites::{NeverGrantable, Sites};
 use crate::thread::Thread;
 
 /// What a SessionService process needs to know.
@@ -67,6 +69,8 @@ pub(crate) struct Inner {
     /// The settings ProviderService last sent, to resolve a named provider's
     /// profile without asking it (`create`, the first turn's prompt).
     pub settings: LatestSettings,
+    /// What the user granted each web origin (`sites.json`).
+    pub sites: Arc<Sites>,
     /// Runs once in [`Sessions::live_thread`] between the lookup and the
     /// locks, so a test can evict the thread exactly there.
     #[cfg(test)]
@@ -106,6 +110,8 @@ impl Sessions {
     pub fn open(config: Config, upstream: Upstream) -> Sessions {
         let Upstream { provider, tools } = upstream;
         let journal = Journal::new(config.data_dir.sessions());
+        let never = NeverGrantable::of_process(&config.data_dir, &config.runtime_dir);
+        let sites = Arc::new(Sites::load(config.data_dir.sites_file(), never));
         let sessions = Sessions {
             inner: Arc::new(Inner {
                 config,
@@ -114,6 +120,7 @@ impl Sessions {
                 provider,
                 tools,
                 settings: LatestSettings::default(),
+                sites,
                 #[cfg(test)]
                 pause_after_lookup: Mutex::new(None),
             }),
@@ -299,7 +306,8 @@ impl Sessions {
         self.lookup(id)
     }
 
-    /// The thread `id`, if `origin` owns it.
+    /// The thread `id`, if `origin` owns it and, being a web origin, has a
+    /// live grant: every thread-scoped request comes through here.
     pub fn thread(&self, id: &str, origin: &str) -> Result<SharedThread, SessionError> {
         if id.is_empty() {
             return Err(SessionError::InvalidInput("session_id is empty".into()));
@@ -307,6 +315,7 @@ impl Sessions {
         if origin.is_empty() {
             return Err(SessionError::InvalidInput("origin is empty".into()));
         }
+        self.inner.sites.check(origin)?;
         let thread = self
             .lookup(id)
             .ok_or_else(|| SessionError::ThreadNotFound(id.to_string()))?;
@@ -320,7 +329,10 @@ impl Sessions {
         Ok(lock(&self.thread(id, origin)?).snapshot())
     }
 
-    pub fn list(&self, origin: Option<&str>) -> Vec<pb::SessionSummary> {
+    pub fn list(&self, origin: Option<&str>) -> Result<Vec<pb::SessionSummary>, SessionError> {
+        if let Some(origin) = origin {
+            self.inner.sites.check(origin)?;
+        }
         let threads: Vec<SharedThread> = self.threads().values().cloned().collect();
         let mut out: Vec<pb::SessionSummary> = threads.iter().map(|t| lock(t).summary()).collect();
         // Ended threads that live in the journal only (an admin call: reading
@@ -338,6 +350,6 @@ impl Sessions {
             let key = |s: &pb::SessionSummary| s.created_at.map(|t| (t.seconds, t.nanos));
             key(a).cmp(&key(b)).then(a.session_id.cmp(&b.session_id))
         });
-        out
+        Ok(out)
     }
 }

@@ -8,6 +8,7 @@ use pedelec_proto::v1 as pb;
 use super::{Sessions, SharedThread, lock};
 use crate::error::SessionError;
 use crate::record::{Status, Workspace};
+use crate::sites::Grant;
 use crate::thread::Thread;
 
 /// The folder Pedelec keeps inside every workspace (assets, agent state).
@@ -15,32 +16,17 @@ const RUNTIME_FOLDER: &str = ".pedelec-runtime";
 
 impl Sessions {
     /// An explicit workspace must be an absolute, existing directory that
-    /// neither lies inside nor contains the managed workspaces root.
-    pub(super) fn check_explicit_workspace(&self, path: &str) -> Result<PathBuf, SessionError> {
-        let requested = Path::new(path);
-        if !requested.is_absolute() {
-            return Err(SessionError::InvalidInput(format!(
-                "workspace_path {path:?} is not absolute"
-            )));
-        }
-        let workspace_error = |reason: String| SessionError::Workspace {
-            path: path.to_string(),
-            reason,
-        };
-        let canonical = requested
-            .canonicalize()
-            .map_err(|e| workspace_error(e.to_string()))?;
-        if !canonical.is_dir() {
-            return Err(workspace_error("not a directory".into()));
-        }
-        let managed_root = self.inner.config.data_dir.workspaces();
-        let managed = managed_root.canonicalize().unwrap_or(managed_root);
-        if canonical.starts_with(&managed) || managed.starts_with(&canonical) {
-            return Err(SessionError::InvalidInput(format!(
-                "workspace_path {path:?} overlaps the managed workspaces root {}",
-                managed.display()
-            )));
-        }
+    /// may be granted (never Pedelec's own folders, home, `/` or credential
+    /// folders: FOLDER_NOT_GRANTABLE, for every caller), is no other
+    /// origin's workspace (WORKSPACE_IN_USE) and, for a web origin, is one of
+    /// its grant's folders (FOLDER_NOT_GRANTED). All on the canonical path.
+    pub(super) fn check_explicit_workspace(
+        &self,
+        path: &str,
+        origin: &str,
+        grant: Option<&Grant>,
+    ) -> Result<PathBuf, SessionError> {
+        let canonical = self.inner.sites.grantable_folder(path)?;
         // Pedelec's own folders (a thread's uploaded assets among them) hold
         // what a page put there: as another agent's workspace they would hand
         // it the page's AGENTS.md, .claude/settings.json, opencode.json.
@@ -52,6 +38,20 @@ impl Sessions {
                 "workspace_path {path:?} lies inside a {RUNTIME_FOLDER} folder (Pedelec's own files)"
             )));
         }
+        if let Some(grant) = grant
+            && !grant.folders.iter().any(|f| f.path == canonical)
+        {
+            return Err(SessionError::FolderNotGranted {
+                origin: origin.to_string(),
+                path: canonical.display().to_string(),
+            });
+        }
+        if let Some(thread) = self.workspace_of_other_origin(&canonical, origin) {
+            return Err(SessionError::WorkspaceInUse {
+                path: canonical.display().to_string(),
+                thread,
+            });
+        }
         // Sharing another thread's workspace is allowed; a folder
         // inside one is not: that thread's agent writes there.
         if let Some(owner) = self.workspace_containing(&canonical) {
@@ -60,6 +60,26 @@ impl Sessions {
             )));
         }
         Ok(canonical)
+    }
+
+    /// A thread of another origin (in memory or in the journal) whose
+    /// workspace is `path`, lies inside it or contains it.
+    fn workspace_of_other_origin(&self, path: &Path, origin: &str) -> Option<String> {
+        let overlaps = |ws: &Path, owner: &str| {
+            owner != origin && (path.starts_with(ws) || ws.starts_with(path))
+        };
+        let threads: Vec<SharedThread> = self.threads().values().cloned().collect();
+        for t in &threads {
+            let t = lock(t);
+            if overlaps(&t.record.workspace_path, &t.record.origin) {
+                return Some(t.id().to_string());
+            }
+        }
+        let (records, _) = self.inner.journal.load_all();
+        records
+            .into_iter()
+            .find(|r| overlaps(&r.workspace_path, &r.origin))
+            .map(|r| r.session_id)
     }
 
     /// A thread (in memory or in the journal) whose workspace strictly contains `path`.
