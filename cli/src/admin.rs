@@ -1,13 +1,15 @@
-//! Human commands for local scripting: sessions, providers, settings.
+//! Human commands for local scripting: sessions, providers, settings, sites.
 //! Results go to stdout; errors go to stderr as `CODE: message`.
 
 use std::io::Read;
+use std::path::PathBuf;
 
 use pedelec_common::clients::{ProviderClient, SessionClient};
-use pedelec_common::{Clients, RuntimeDir, ServiceName};
+use pedelec_common::{Clients, Code, CodedError, RuntimeDir, ServiceName};
 use pedelec_proto::prost_types::FieldMask;
 use pedelec_proto::v1::{
-    EffortProfile, GetSettingsRequest, ListProvidersRequest, ListRequest, Settings, ThreadRequest,
+    EffortProfile, FolderGrant, GetSettingsRequest, GrantSiteRequest, ListProvidersRequest,
+    ListRequest, ListSitesRequest, Settings, Site, SiteRequest, ThreadRequest,
     UpdateSettingsRequest,
 };
 use serde_json::Value as Json;
@@ -23,6 +25,59 @@ pub enum AdminCommand {
     Providers { json: bool },
     SettingsGet { secrets: Secrets },
     SettingsSet(SettingChange),
+    SitesList { json: bool },
+    SitesShow { origin: String, json: bool },
+    SitesGrant { grant: SiteGrant, json: bool },
+    SitesBlock { origin: String, json: bool },
+    SitesRevoke { origin: String, json: bool },
+    SitesEnd { origin: String, json: bool },
+}
+
+/// A grant as given on the command line; folders are made canonical
+/// (relative to the current directory, symlinks resolved) before it is sent,
+/// as SessionService compares canonical paths.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SiteGrant {
+    pub origin: String,
+    /// `tools`, `edit` or `full` (clap checks the word).
+    pub access: String,
+    pub providers: Vec<String>,
+    /// Each folder with its `once` flag.
+    pub folders: Vec<(PathBuf, bool)>,
+    pub any_model: bool,
+    pub embedders: Vec<String>,
+}
+
+impl SiteGrant {
+    fn into_site(self) -> Result<Site, CliError> {
+        let access = wire::parse_access_level(&self.access).ok_or_else(|| {
+            CliError::Usage(format!(
+                "access {:?} is not one of tools, edit, full",
+                self.access
+            ))
+        })?;
+        let folders = self
+            .folders
+            .into_iter()
+            .map(|(dir, once)| {
+                let path = std::fs::canonicalize(&dir)
+                    .map_err(|e| CliError::Usage(format!("folder {}: {e}", dir.display())))?;
+                Ok(FolderGrant {
+                    path: path.to_string_lossy().into_owned(),
+                    once,
+                })
+            })
+            .collect::<Result<_, CliError>>()?;
+        Ok(Site {
+            origin: self.origin,
+            access: access as i32,
+            providers: self.providers,
+            folders,
+            any_model: self.any_model,
+            embedders: self.embedders,
+            ..Default::default()
+        })
+    }
 }
 
 /// Whether `settings get` prints the keys (a terminal, a bug report and a
@@ -136,8 +191,110 @@ fn execute(command: AdminCommand) -> Result<String, CliError> {
                     .into_inner();
                 Ok(output::pretty(&wire::settings(&updated)))
             }
+            AdminCommand::SitesList { json } => {
+                let sites = list_sites(&clients).await?;
+                Ok(if json {
+                    output::pretty(&Json::Array(sites.iter().map(wire::site).collect()))
+                } else {
+                    output::sites_table(&sites)
+                })
+            }
+            AdminCommand::SitesShow { origin, json } => {
+                let site = list_sites(&clients)
+                    .await?
+                    .into_iter()
+                    .find(|s| s.origin == origin)
+                    .ok_or_else(|| {
+                        CliError::Service(
+                            CodedError::new(
+                                Code::SITE_NOT_APPROVED,
+                                format!("{origin} has no grant and is not blocked"),
+                            )
+                            .with_details(serde_json::json!({"origin": origin})),
+                        )
+                    })?;
+                Ok(site_output(&site, json))
+            }
+            AdminCommand::SitesGrant { grant, json } => {
+                // Folders are checked (they exist) before connecting.
+                let site = grant.into_site()?;
+                let mut client = session_client(&clients).await?;
+                let stored = client
+                    .grant_site(GrantSiteRequest { site: Some(site) })
+                    .await
+                    .map_err(|s| CliError::from_status(&s))?
+                    .into_inner();
+                Ok(site_output(&stored, json))
+            }
+            AdminCommand::SitesBlock { origin, json } => {
+                let mut client = session_client(&clients).await?;
+                let stored = client
+                    .block_site(SiteRequest { origin })
+                    .await
+                    .map_err(|s| CliError::from_status(&s))?
+                    .into_inner();
+                Ok(site_output(&stored, json))
+            }
+            AdminCommand::SitesRevoke { origin, json } => {
+                let mut client = session_client(&clients).await?;
+                let ended = client
+                    .revoke_site(SiteRequest {
+                        origin: origin.clone(),
+                    })
+                    .await
+                    .map_err(|s| CliError::from_status(&s))?
+                    .into_inner()
+                    .ended_session_ids;
+                Ok(ended_output(&format!("revoked {origin}"), &ended, json))
+            }
+            AdminCommand::SitesEnd { origin, json } => {
+                let mut client = session_client(&clients).await?;
+                let ended = client
+                    .end_site_sessions(SiteRequest {
+                        origin: origin.clone(),
+                    })
+                    .await
+                    .map_err(|s| CliError::from_status(&s))?
+                    .into_inner()
+                    .ended_session_ids;
+                Ok(ended_output(&origin, &ended, json))
+            }
         }
     })
+}
+
+async fn list_sites(clients: &Clients) -> Result<Vec<Site>, CliError> {
+    let mut client = session_client(clients).await?;
+    Ok(client
+        .list_sites(ListSitesRequest {})
+        .await
+        .map_err(|s| CliError::from_status(&s))?
+        .into_inner()
+        .sites)
+}
+
+fn site_output(site: &Site, json: bool) -> String {
+    if json {
+        output::pretty(&wire::site(site))
+    } else {
+        output::site_text(site)
+    }
+}
+
+/// `{"endedSessionIds": […]}`, or a line for people.
+fn ended_output(what: &str, ended: &[String], json: bool) -> String {
+    if json {
+        return output::pretty(&serde_json::json!({"endedSessionIds": ended}));
+    }
+    match ended {
+        [] => format!("{what}: no session was running"),
+        _ => format!(
+            "{what}: ended {} session{} ({})",
+            ended.len(),
+            if ended.len() == 1 { "" } else { "s" },
+            ended.join(", ")
+        ),
+    }
 }
 
 /// Connects first, so a service that is not running is a connection error

@@ -24,7 +24,7 @@ pub fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
 }
 
 /// The subcommands whose errors are for people (stderr text), not agents.
-const HUMAN_COMMANDS: [&str; 3] = ["sessions", "providers", "settings"];
+const HUMAN_COMMANDS: [&str; 4] = ["sessions", "providers", "settings", "sites"];
 const AGENT_COMMANDS: [&str; 3] = ["tool-spec", "tool-call", "mcp"];
 
 /// Whether a usage error in `args` should also print the JSON error document:

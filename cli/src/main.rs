@@ -3,7 +3,7 @@
 #![forbid(unsafe_code)]
 
 use clap::{Args, Parser, Subcommand};
-use pedelec_cli::admin::{AdminCommand, Secrets, SettingChange};
+use pedelec_cli::admin::{AdminCommand, Secrets, SettingChange, SiteGrant};
 use pedelec_cli::arena::{ArenaFirst, CLI_ARENA_BYTES};
 use pedelec_cli::tools::{ToolCommand, ToolContext};
 
@@ -55,9 +55,23 @@ AGENT COMMANDS (tool-spec, tool-call, mcp)
     pedelec-cli --thread-id thr_123 tool-call search_rows '{\"query\":\"overdue\",\"limit\":5}'
     echo '{\"query\":\"overdue\"}' | pedelec-cli tool-call search_rows -
 
-HUMAN COMMANDS (sessions, providers, settings)
+HUMAN COMMANDS (sessions, providers, settings, sites)
   Local scripting against the running services. Errors print CODE: message
   on stderr; exit 1 for service errors, 2 for usage or connection errors.";
+
+/// Shown under `sites --help`.
+const SITES_AFTER_HELP: &str = "\
+What each web origin may do with Pedelec: the grants SessionService keeps
+(the extension's approval prompt and settings page change the same ones).
+Access levels: tools (answer and use the page's tools; no file writes, no
+commands), edit (edit files in its workspace; the default in the prompt),
+full (run any command as you).
+
+Examples:
+  pedelec-cli sites list
+  pedelec-cli sites show https://app.example
+  pedelec-cli sites grant https://app.example --access edit --provider codex --folder ~/project
+  pedelec-cli sites revoke https://app.example";
 
 /// Pedelec's command-line client: page tools for agents, and local admin.
 #[derive(Debug, Parser)]
@@ -104,6 +118,80 @@ enum Command {
     /// Read or change the settings (human command).
     #[command(subcommand)]
     Settings(SettingsCommand),
+    /// List, show, grant, block or revoke web sites' grants (human command).
+    #[command(subcommand, after_help = SITES_AFTER_HELP)]
+    Sites(SitesCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum SitesCommand {
+    /// Table of sites: origin, access (or blocked), providers, folders, last used, expiry.
+    List {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One site's grant.
+    Show {
+        /// The site's origin, e.g. https://app.example.
+        origin: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Create or replace a site's grant (unblocks a blocked site).
+    Grant(GrantArgs),
+    /// Block a site: no grant, no approval prompt; ends its sessions.
+    Block {
+        /// The site's origin.
+        origin: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Forget a site's grant or block: cancels its turns and ends all of its sessions.
+    Revoke {
+        /// The site's origin.
+        origin: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// End all of a site's sessions, keeping its grant.
+    End {
+        /// The site's origin.
+        origin: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+struct GrantArgs {
+    /// The site's origin, e.g. https://app.example.
+    origin: String,
+    /// What its agents may do.
+    #[arg(long, value_parser = ["tools", "edit", "full"])]
+    access: String,
+    /// A provider code the site may use (repeat for more).
+    #[arg(long = "provider", value_name = "P", required = true)]
+    providers: Vec<String>,
+    /// A folder the site may name as its workspace (repeat for more).
+    #[arg(long = "folder", value_name = "DIR")]
+    folders: Vec<std::path::PathBuf>,
+    /// A folder the site may name once (its next session uses the grant up).
+    #[arg(long = "folder-once", value_name = "DIR")]
+    folders_once: Vec<std::path::PathBuf>,
+    /// The site may name any model, not only the models of your profiles.
+    #[arg(long)]
+    any_model: bool,
+    /// A top-level origin that may embed the site in a frame (repeat for more).
+    #[arg(long = "embedder", value_name = "ORIGIN")]
+    embedders: Vec<String>,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -227,6 +315,29 @@ fn plan(cli: Cli) -> Plan {
             };
             Plan::Admin(AdminCommand::SettingsSet(change))
         }
+        Command::Sites(sites) => Plan::Admin(match sites {
+            SitesCommand::List { json } => AdminCommand::SitesList { json },
+            SitesCommand::Show { origin, json } => AdminCommand::SitesShow { origin, json },
+            SitesCommand::Grant(g) => AdminCommand::SitesGrant {
+                grant: SiteGrant {
+                    origin: g.origin,
+                    access: g.access,
+                    providers: g.providers,
+                    folders: g
+                        .folders
+                        .into_iter()
+                        .map(|f| (f, false))
+                        .chain(g.folders_once.into_iter().map(|f| (f, true)))
+                        .collect(),
+                    any_model: g.any_model,
+                    embedders: g.embedders,
+                },
+                json: g.json,
+            },
+            SitesCommand::Block { origin, json } => AdminCommand::SitesBlock { origin, json },
+            SitesCommand::Revoke { origin, json } => AdminCommand::SitesRevoke { origin, json },
+            SitesCommand::End { origin, json } => AdminCommand::SitesEnd { origin, json },
+        }),
     }
 }
 
@@ -408,6 +519,18 @@ mod tests {
             parse("settings set profile codex high").is_err(),
             "--model is required"
         );
+        assert!(
+            parse("sites grant https://a.example --provider codex").is_err(),
+            "--access is required"
+        );
+        assert!(
+            parse("sites grant https://a.example --access edit").is_err(),
+            "a provider is required"
+        );
+        assert!(
+            parse("sites grant https://a.example --access admin --provider codex").is_err(),
+            "only the three levels"
+        );
     }
 
     #[test]
@@ -461,6 +584,34 @@ mod tests {
         assert_eq!(
             admin("settings set default-provider claude"),
             AdminCommand::SettingsSet(SettingChange::DefaultProvider("claude".into()))
+        );
+        assert_eq!(
+            admin(
+                "sites grant https://a.example --access tools --provider codex --provider claude \
+                 --folder /w --folder-once /x --any-model --embedder https://b.example --json"
+            ),
+            AdminCommand::SitesGrant {
+                grant: SiteGrant {
+                    origin: "https://a.example".into(),
+                    access: "tools".into(),
+                    providers: vec!["codex".into(), "claude".into()],
+                    folders: vec![("/w".into(), false), ("/x".into(), true)],
+                    any_model: true,
+                    embedders: vec!["https://b.example".into()],
+                },
+                json: true,
+            }
+        );
+        assert_eq!(
+            admin("sites revoke https://a.example"),
+            AdminCommand::SitesRevoke {
+                origin: "https://a.example".into(),
+                json: false
+            }
+        );
+        assert_eq!(
+            admin("sites list --json"),
+            AdminCommand::SitesList { json: true }
         );
         assert_eq!(
             admin("settings set profile codex high --model gpt-5 --effort high"),

@@ -5,7 +5,7 @@
 use std::io::Write;
 
 use pedelec_common::wire;
-use pedelec_proto::v1::{ProviderInfo, SessionSummary};
+use pedelec_proto::v1::{ProviderInfo, SessionSummary, Site};
 use serde_json::Value as Json;
 
 use crate::error::CliError;
@@ -117,6 +117,85 @@ pub fn providers_table(providers: &[ProviderInfo]) -> String {
     table(&["CODE", "NAME", "AVAILABLE", "DEFAULT", "ERROR"], &rows)
 }
 
+/// A site's level for people: its word, or `blocked`.
+fn site_access(site: &Site) -> String {
+    if site.blocked {
+        return "blocked".into();
+    }
+    wire::access_level(site.access).unwrap_or("none").into()
+}
+
+fn when(ts: Option<&pedelec_proto::prost_types::Timestamp>, none: &str) -> String {
+    ts.map_or_else(
+        || none.to_string(),
+        |t| rfc3339(pedelec_common::timestamp_ms(t)),
+    )
+}
+
+fn folders_text(site: &Site) -> String {
+    site.folders
+        .iter()
+        .map(|f| {
+            if f.once {
+                format!("{} (once)", f.path)
+            } else {
+                f.path.clone()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+pub fn sites_table(sites: &[Site]) -> String {
+    let rows: Vec<Vec<String>> = sites
+        .iter()
+        .map(|s| {
+            vec![
+                s.origin.clone(),
+                site_access(s),
+                s.providers.join(","),
+                s.folders.len().to_string(),
+                when(s.last_used_at.as_ref(), "never"),
+                when(s.expires_at.as_ref(), "-"),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "ORIGIN",
+            "ACCESS",
+            "PROVIDERS",
+            "FOLDERS",
+            "LAST USED",
+            "EXPIRES",
+        ],
+        &rows,
+    )
+}
+
+/// One site, a field a line.
+pub fn site_text(site: &Site) -> String {
+    let or_none = |s: String| if s.is_empty() { "none".to_string() } else { s };
+    let lines = [
+        ("origin", site.origin.clone()),
+        ("access", site_access(site)),
+        ("providers", or_none(site.providers.join(", "))),
+        ("folders", or_none(folders_text(site))),
+        (
+            "any model",
+            if site.any_model { "yes" } else { "no" }.into(),
+        ),
+        ("embedders", or_none(site.embedders.join(", "))),
+        ("granted", when(site.granted_at.as_ref(), "-")),
+        ("last used", when(site.last_used_at.as_ref(), "never")),
+        ("expires", when(site.expires_at.as_ref(), "when revoked")),
+    ];
+    lines
+        .iter()
+        .map(|(k, v)| format!("{:<11}{v}\n", format!("{k}:")))
+        .collect()
+}
+
 /// `YYYY-MM-DDTHH:MM:SS[.mmm]Z` for people, from the wire's epoch
 /// milliseconds, without pulling in a date crate.
 pub fn rfc3339(ms: u64) -> String {
@@ -189,6 +268,38 @@ mod tests {
             &[vec!["xyz".into(), "1".into()], vec!["q".into(), "".into()]],
         );
         assert_eq!(t, "A    LONG\nxyz  1\nq\n");
+    }
+
+    #[test]
+    fn sites_read_as_levels_and_blocked() {
+        use pedelec_proto::v1::{AccessLevel, FolderGrant};
+        let granted = Site {
+            origin: "https://a.example".into(),
+            access: AccessLevel::Edit as i32,
+            providers: vec!["codex".into(), "claude".into()],
+            folders: vec![FolderGrant {
+                path: "/w".into(),
+                once: true,
+            }],
+            ..Default::default()
+        };
+        let blocked = Site {
+            origin: "https://b.example".into(),
+            blocked: true,
+            ..Default::default()
+        };
+        let t = sites_table(&[granted.clone(), blocked]);
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(lines[0].starts_with("ORIGIN"), "{t}");
+        assert!(
+            lines[1].contains("edit") && lines[1].contains("codex,claude"),
+            "{t}"
+        );
+        assert!(lines[2].contains("blocked"), "{t}");
+        let text = site_text(&granted);
+        assert!(text.contains("access:    edit\n"), "{text}");
+        assert!(text.contains("folders:   /w (once)\n"), "{text}");
+        assert!(text.contains("expires:   when revoked\n"), "{text}");
     }
 
     #[test]
