@@ -39,6 +39,14 @@ impl Default for Limits {
     }
 }
 
+/// Where one thread's assets live: `<workspace>/.pedelec-runtime/assets/<session id>/`,
+/// so threads sharing a workspace never see each other's files.
+#[derive(Clone, Debug)]
+pub struct ThreadFolder {
+    pub workspace: PathBuf,
+    pub session_id: String,
+}
+
 /// The asset service's logic, independent of gRPC.
 pub struct Assets {
     sessions: SessionClient,
@@ -83,7 +91,7 @@ impl Assets {
         }
         let (workspace, started) = (workspace.to_path_buf(), self.started);
         tokio::task::spawn_blocking(move || {
-            if let Ok(Some(root)) = assets_dir(&workspace, false) {
+            if let Ok(Some(root)) = assets_root(&workspace, false) {
                 let removed = sweep_temp_files(&root, started);
                 if removed > 0 {
                     tracing::info!(workspace = %workspace.display(), removed, "removed leftover upload temp files");
@@ -100,10 +108,16 @@ impl Assets {
         self.limits
     }
 
-    /// The thread's workspace, after SessionService confirmed that `origin` owns
-    /// the thread and that it has not ended, and made its folder if it was a
-    /// managed workspace not used before.
-    pub async fn workspace(&self, session_id: &str, origin: &str) -> Result<PathBuf, AssetError> {
+    /// The thread's assets folder, after SessionService confirmed that
+    /// `origin` owns the thread, has a live grant (a web origin) and that the
+    /// thread has not ended, and made its workspace if it was a managed
+    /// workspace not used before. Asked on every request and every ticket's
+    /// use: a revoke or an end stops both at once.
+    pub async fn workspace(
+        &self,
+        session_id: &str,
+        origin: &str,
+    ) -> Result<ThreadFolder, AssetError> {
         let snapshot = self
             .sessions
             .clone()
@@ -127,7 +141,13 @@ impl Assets {
         // WORKSPACE_OPEN_FAILED from OpenWorkspace itself.
         let workspace = PathBuf::from(snapshot.workspace_path);
         self.sweep_once(&workspace);
-        Ok(workspace)
+        // The id names a folder: SessionService's ids are one path segment.
+        paths::check_segment(&snapshot.session_id)
+            .map_err(|_| AssetError::InvalidInput("the thread id is not a folder name".into()))?;
+        Ok(ThreadFolder {
+            workspace,
+            session_id: snapshot.session_id,
+        })
     }
 
     fn check_size(&self, size: u64) -> Result<(), AssetError> {
@@ -217,7 +237,7 @@ impl Assets {
     /// Starts writing `path` of `size` bytes into a temp file beside its target.
     pub fn begin_upload(
         &self,
-        workspace: &Path,
+        workspace: &ThreadFolder,
         path: &AssetPath,
         size: u64,
     ) -> Result<UploadSink, AssetError> {
@@ -248,7 +268,7 @@ impl Assets {
     /// Opens an existing asset for reading; returns the file and its length.
     pub fn open_read(
         &self,
-        workspace: &Path,
+        workspace: &ThreadFolder,
         path: &AssetPath,
     ) -> Result<(tokio::fs::File, u64), AssetError> {
         let file = open_existing(workspace, path)?;
@@ -263,20 +283,28 @@ impl Assets {
 /// `<workspace>/.pedelec-runtime/assets`, created (0700) when `create`;
 /// `None` when it does not exist and `create` is false. Neither folder may be
 /// a symlink; both are held open, so later steps stay beneath them.
-fn assets_dir(workspace: &Path, create: bool) -> Result<Option<Dir>, AssetError> {
+fn assets_root(workspace: &Path, create: bool) -> Result<Option<Dir>, AssetError> {
     let Some(runtime) = Dir::open(workspace)?.child(".pedelec-runtime", create)? else {
         return Ok(None);
     };
     runtime.child("assets", create)
 }
 
-fn root(workspace: &Path, create: bool) -> Result<Dir, AssetError> {
+/// The thread's own folder in [`assets_root`], created (0700) when `create`.
+fn assets_dir(thread: &ThreadFolder, create: bool) -> Result<Option<Dir>, AssetError> {
+    let Some(root) = assets_root(&thread.workspace, create)? else {
+        return Ok(None);
+    };
+    root.child(&thread.session_id, create)
+}
+
+fn root(workspace: &ThreadFolder, create: bool) -> Result<Dir, AssetError> {
     assets_dir(workspace, create)?
         .ok_or_else(|| AssetError::io("assets root", std::io::ErrorKind::NotFound.into()))
 }
 
 /// The regular file at `path`, open for reading, or ASSET_NOT_FOUND.
-fn open_existing(workspace: &Path, path: &AssetPath) -> Result<std::fs::File, AssetError> {
+fn open_existing(workspace: &ThreadFolder, path: &AssetPath) -> Result<std::fs::File, AssetError> {
     let not_found = || AssetError::NotFound(path.to_string());
     let folder = assets_dir(workspace, false)?
         .and_then(|root| root.parent_of(path, false).transpose())
@@ -518,6 +546,13 @@ mod tests {
         )
     }
 
+    fn thread(ws: &Path) -> ThreadFolder {
+        ThreadFolder {
+            workspace: ws.to_path_buf(),
+            session_id: "thr_t".into(),
+        }
+    }
+
     fn temp_files(dir: &Path) -> Vec<String> {
         std::fs::read_dir(dir)
             .unwrap()
@@ -532,9 +567,10 @@ mod tests {
         let ws = tempfile::tempdir().unwrap();
         let a = assets(10);
         let path = AssetPath::parse("/d/f.bin").unwrap();
-        let folder = ws.path().join(".pedelec-runtime/assets/d");
+        let folder = ws.path().join(".pedelec-runtime/assets/thr_t/d");
+        let t = thread(ws.path());
 
-        let mut sink = a.begin_upload(ws.path(), &path, 4).unwrap();
+        let mut sink = a.begin_upload(&t, &path, 4).unwrap();
         sink.write(b"ab").await.unwrap();
         assert_eq!(temp_files(&folder).len(), 1);
         // Short: refused, nothing left.
@@ -546,7 +582,7 @@ mod tests {
         assert!(!folder.join("f.bin").exists());
 
         // Long: refused at the first extra byte; past the limit it is TOO_LARGE.
-        let mut sink = a.begin_upload(ws.path(), &path, 4).unwrap();
+        let mut sink = a.begin_upload(&t, &path, 4).unwrap();
         assert!(matches!(
             sink.write(b"abcde").await,
             Err(AssetError::SizeMismatch { .. })
@@ -558,11 +594,11 @@ mod tests {
         drop(sink);
         assert!(temp_files(&folder).is_empty());
         assert!(matches!(
-            a.begin_upload(ws.path(), &path, 11),
+            a.begin_upload(&t, &path, 11),
             Err(AssetError::TooLarge { .. })
         ));
 
-        let mut sink = a.begin_upload(ws.path(), &path, 4).unwrap();
+        let mut sink = a.begin_upload(&t, &path, 4).unwrap();
         sink.write(b"ab").await.unwrap();
         sink.write(b"cd").await.unwrap();
         let asset = sink.finish().await.unwrap();
@@ -574,10 +610,10 @@ mod tests {
         assert_eq!(std::fs::read(folder.join("f.bin")).unwrap(), b"abcd");
         assert!(temp_files(&folder).is_empty());
 
-        let (_, len) = a.open_read(ws.path(), &path).unwrap();
+        let (_, len) = a.open_read(&t, &path).unwrap();
         assert_eq!(len, 4);
         std::fs::write(folder.join(".pedelec-upload-x.part"), b"junk").unwrap();
-        let listed = list_files(&root(ws.path(), false).unwrap()).unwrap();
+        let listed = list_files(&root(&t, false).unwrap()).unwrap();
         assert_eq!(listed.len(), 1);
         assert_eq!(listed[0].path, "/d/f.bin");
     }
@@ -585,12 +621,13 @@ mod tests {
     #[test]
     fn leftover_temp_files_are_swept_but_not_those_of_running_uploads() {
         let ws = tempfile::tempdir().unwrap();
-        let folder = ws.path().join(".pedelec-runtime/assets/d");
+        let folder = ws.path().join(".pedelec-runtime/assets/thr_t/d");
         std::fs::create_dir_all(&folder).unwrap();
         std::fs::write(folder.join(".pedelec-upload-old.part"), b"junk").unwrap();
         std::fs::write(folder.join("kept.txt"), b"real").unwrap();
         let cutoff = std::time::SystemTime::now() + Duration::from_secs(1);
-        let root = root(ws.path(), false).unwrap();
+        // The sweep covers every thread's folder of the workspace.
+        let root = assets_root(ws.path(), false).unwrap().unwrap();
         assert_eq!(sweep_temp_files(&root, cutoff), 1);
         assert_eq!(temp_files(&folder), Vec::<String>::new());
         assert!(folder.join("kept.txt").is_file());

@@ -1,5 +1,5 @@
 //! AssetService: files shared between the page and the agent through the
-//! thread's workspace (`<workspace>/.pedelec-runtime/assets/`). Small control
+//! thread's workspace (`<workspace>/.pedelec-runtime/assets/<session id>/`). Small control
 //! calls go over gRPC; page bodies go over a loopback HTTP server this service
 //! runs, authorised by single-use tickets.
 

@@ -192,8 +192,10 @@ async fn render_tool_block(
         }
         None => false,
     };
+    // The thread's own assets folder (AssetService's `ThreadFolder`).
     let assets_dir = std::path::Path::new(workspace)
         .join(".pedelec-runtime/assets")
+        .join(session_id)
         .display()
         .to_string();
     match sessions
