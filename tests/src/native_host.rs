@@ -175,11 +175,18 @@ impl Host {
         }
     }
 
-    /// Sends a request and returns the whole reply `{id, ok, …}`.
+    /// Sends a request as the tests' page ([`ORIGIN`]) and returns the whole
+    /// reply `{id, ok, …}`.
     pub async fn call(&mut self, kind: &str, payload: Value) -> Value {
+        self.call_as(ORIGIN, kind, payload).await
+    }
+
+    /// Sends a request with `origin` (another page, or the extension's own
+    /// pages) and returns the whole reply `{id, ok, …}`.
+    pub async fn call_as(&mut self, origin: &str, kind: &str, payload: Value) -> Value {
         self.next_id += 1;
         let id = json!(format!("r{}", self.next_id));
-        self.send(&json!({"id": id, "type": kind, "origin": ORIGIN, "payload": payload}))
+        self.send(&json!({"id": id, "type": kind, "origin": origin, "payload": payload}))
             .await;
         self.reply_to(&id).await.value
     }

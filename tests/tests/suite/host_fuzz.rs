@@ -205,7 +205,7 @@ impl World {
             // arbitrary text: revoking ORIGIN would end that session.
             "grant_site" => json!({"site": {
                 "origin": if p.flag { "https://fuzz.example" } else { s },
-                "access": ["tools", "edit", "full", s][(n % 4) as usize],
+                "access": (["tools", "edit", "full", s])[(n % 4) as usize],
                 "providers": ["ollama"], "folders": [], "anyModel": p.flag, "embedders": [],
             }}),
             "block_site" | "revoke_site" | "end_site_sessions" => {

@@ -29,5 +29,6 @@ mod resilience;
 mod secret;
 mod settings_host;
 mod shutdown;
+mod sites_cli;
 mod tools;
 mod turns;

@@ -5,6 +5,7 @@
 use std::time::{Duration, Instant};
 
 use pedelec_proto::v1 as pb;
+use pedelec_tests::schema::Schema;
 use pedelec_tests::*;
 use serde_json::{Value, json};
 
@@ -101,11 +102,18 @@ async fn a_turn_streams_deltas_in_order_then_end_and_reactivate() {
     let back = host.ok("reactivate", json!({"sessionId": id})).await;
     assert_eq!(back["snapshot"]["status"], "idle");
 
-    // Other origins cannot touch the thread; unknown ids are not found.
-    host.next_id += 1;
-    host.send(&json!({"id": "foreign", "type": "get_session", "origin": "https://evil.example", "payload": {"sessionId": id}}))
+    // Other origins cannot touch the thread, approved or not; unknown ids
+    // are not found.
+    let evil = "https://evil.example";
+    let reply = host
+        .call_as(evil, "get_session", json!({"sessionId": id}))
         .await;
-    let reply = host.reply_to(&json!("foreign")).await.value;
+    assert_eq!(reply["error"]["code"], "SITE_NOT_APPROVED", "{reply}");
+    env.grant_site(evil, pb::AccessLevel::Full, &["ollama"], &[])
+        .await;
+    let reply = host
+        .call_as(evil, "get_session", json!({"sessionId": id}))
+        .await;
     assert_eq!(reply["error"]["code"], "THREAD_ACCESS_DENIED", "{reply}");
     assert_eq!(
         host.err("get_session", json!({"sessionId": "nope"})).await,
@@ -276,6 +284,8 @@ async fn auto_starts_pedelecd_when_it_is_not_running() {
     assert_eq!(providers["providers"].as_array().unwrap().len(), 6);
     let status = env.supervisor_status().await.expect("pedelecd runs");
     assert_eq!(status.services.len(), 4);
+    // The page was approved before (the grant outlives pedelecd: sites.json).
+    env.grant_test_origin().await;
     let created = host
         .ok("create_session", json!({"provider": "cursor"}))
         .await;
@@ -679,4 +689,308 @@ async fn without_pedelecd_concurrent_requests_fail_fast_with_the_reason() {
     assert!(took < Duration::from_secs(3), "took {took:?}");
     let (code, _) = host.close_and_wait().await;
     assert_eq!(code, Some(0));
+}
+
+// ---- Sites: the grants behind every web origin's request ----
+
+/// The extension's own pages' origin: argv[1] without its trailing slash.
+fn own() -> &'static str {
+    EXTENSION.trim_end_matches('/')
+}
+
+/// A request from `origin`, request and reply checked against the schema
+/// (a successful reply's result as the type's result).
+async fn checked(
+    host: &mut Host,
+    schema: &Schema,
+    origin: &str,
+    kind: &str,
+    payload: Value,
+) -> Value {
+    let request = json!({"id": "x", "type": kind, "origin": origin, "payload": payload});
+    schema.assert_valid("Request", &request);
+    let reply = host.call_as(origin, kind, payload).await;
+    if reply["ok"] == true {
+        schema.assert_valid("OkReply", &reply);
+        let name = schema.def("ResultByType")["properties"][kind]["$ref"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no result schema for {kind}"))
+            .trim_start_matches("#/$defs/")
+            .to_string();
+        schema.assert_valid(&name, &reply["result"]);
+    } else {
+        schema.assert_valid("ErrorReply", &reply);
+    }
+    reply
+}
+
+async fn site_ok(host: &mut Host, schema: &Schema, kind: &str, payload: Value) -> Value {
+    let reply = checked(host, schema, own(), kind, payload).await;
+    assert_eq!(reply["ok"], true, "{kind}: {reply}");
+    reply["result"].clone()
+}
+
+fn code_of(reply: &Value) -> &str {
+    assert_eq!(reply["ok"], false, "should fail: {reply}");
+    reply["error"]["code"].as_str().unwrap()
+}
+
+/// create_session (ollama, kept on disconnect) + attach as `origin`.
+async fn open_as(host: &mut Host, origin: &str) -> String {
+    let created = host
+        .call_as(
+            origin,
+            "create_session",
+            json!({"provider": "ollama", "autoEndOnDisconnect": false}),
+        )
+        .await;
+    assert_eq!(created["ok"], true, "{created}");
+    let id = created["result"]["sessionId"].as_str().unwrap().to_string();
+    let attached = host
+        .call_as(origin, "attach", json!({"sessionId": id}))
+        .await;
+    assert_eq!(attached["ok"], true, "{attached}");
+    id
+}
+
+fn grant_input(origin: &str, access: &str) -> Value {
+    json!({"site": {"origin": origin, "access": access, "providers": ["ollama"], "folders": [],
+                    "anyModel": false, "embedders": []}})
+}
+
+/// A page the user never approved gets SITE_NOT_APPROVED through the host,
+/// for creating a session and for naming another page's session, and
+/// nothing is made.
+#[tokio::test]
+async fn a_web_origin_without_a_grant_gets_site_not_approved() {
+    let mut env = TestEnv::new();
+    let _launcher = services(&mut env).await;
+    let mut host = Host::spawn(&env, EXTENSION);
+    let theirs = open_session(&mut host).await;
+    let stranger = "https://stranger.example";
+    let reply = host
+        .call_as(stranger, "create_session", json!({"provider": "ollama"}))
+        .await;
+    assert_eq!(code_of(&reply), "SITE_NOT_APPROVED", "{reply}");
+    for (kind, payload) in [
+        ("get_session", json!({"sessionId": theirs})),
+        ("send_text", json!({"sessionId": theirs, "text": "hi"})),
+        ("list_assets", json!({"sessionId": theirs})),
+    ] {
+        let reply = host.call_as(stranger, kind, payload).await;
+        assert_eq!(code_of(&reply), "SITE_NOT_APPROVED", "{kind}: {reply}");
+    }
+    let all = env
+        .session()
+        .await
+        .list(pb::ListRequest { origin: None })
+        .await
+        .unwrap()
+        .into_inner()
+        .sessions;
+    assert_eq!(all.len(), 1, "only the approved page's session: {all:?}");
+    assert_eq!(all[0].origin, ORIGIN);
+}
+
+/// The site requests are the extension's own: a page (even an approved one),
+/// another extension or a look-alike gets SETTINGS_ACCESS_DENIED and
+/// nothing changes, its sessions included.
+#[tokio::test]
+async fn site_requests_from_anything_but_the_extension_are_denied() {
+    let mut env = TestEnv::new();
+    let _launcher = services(&mut env).await;
+    let schema = Schema::native_messaging();
+    let mut host = Host::spawn(&env, EXTENSION);
+    let id = open_session(&mut host).await;
+    let before = site_ok(&mut host, &schema, "list_sites", json!({})).await;
+
+    for origin in [
+        ORIGIN,
+        "https://evil.example",
+        "chrome-extension://aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+        "https://ekeclpceddngodnkncegoclkkeknaacb",
+    ] {
+        for (kind, payload) in [
+            ("list_sites", json!({})),
+            ("grant_site", grant_input("https://evil.example", "full")),
+            ("block_site", json!({"origin": ORIGIN})),
+            ("revoke_site", json!({"origin": ORIGIN})),
+            ("end_site_sessions", json!({"origin": ORIGIN})),
+            ("list_sessions", json!({})),
+        ] {
+            let reply = checked(&mut host, &schema, origin, kind, payload).await;
+            assert_eq!(
+                code_of(&reply),
+                "SETTINGS_ACCESS_DENIED",
+                "{kind} from {origin}"
+            );
+            assert_eq!(reply["error"]["details"]["origin"], origin);
+        }
+    }
+    let after = site_ok(&mut host, &schema, "list_sites", json!({})).await;
+    assert_eq!(after, before, "no grant changed");
+    let snapshot = host.ok("get_session", json!({"sessionId": id})).await;
+    assert_eq!(
+        snapshot["snapshot"]["status"], "idle",
+        "the session lives on"
+    );
+}
+
+/// From the extension's own pages: list, grant, end, revoke and block, each
+/// as the services keep it; revoking and ending end the origin's sessions
+/// (the attached host sees `ended`, a running turn is cancelled); the
+/// services' codes pass through.
+#[tokio::test]
+async fn the_extension_grants_ends_revokes_and_blocks_sites() {
+    let mut env = TestEnv::new();
+    let _launcher = services(&mut env).await;
+    let schema = Schema::native_messaging();
+    let mut host = Host::spawn(&env, EXTENSION);
+    let b = "https://b.example";
+
+    // The test page's grant, as the harness made it.
+    let listed = site_ok(&mut host, &schema, "list_sites", json!({})).await;
+    let sites = listed["sites"].as_array().unwrap();
+    assert_eq!(sites.len(), 1, "{listed}");
+    assert_eq!(sites[0]["origin"], ORIGIN);
+    assert_eq!(sites[0]["access"], "full");
+
+    // Not approved yet; then granted.
+    let reply = host
+        .call_as(b, "create_session", json!({"provider": "ollama"}))
+        .await;
+    assert_eq!(code_of(&reply), "SITE_NOT_APPROVED");
+    let granted =
+        site_ok(&mut host, &schema, "grant_site", grant_input(b, "edit")).await["site"].clone();
+    assert_eq!(granted["origin"], b);
+    assert_eq!(granted["access"], "edit");
+    assert_eq!(granted["providers"], json!(["ollama"]));
+    assert_eq!(granted["blocked"], false);
+    assert!(granted["grantedAt"].as_u64().unwrap() > 0, "{granted}");
+    let stored = env
+        .session()
+        .await
+        .list_sites(pb::ListSitesRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .sites;
+    let stored_b = stored.iter().find(|s| s.origin == b).expect("b is stored");
+    assert_eq!(stored_b.access, pb::AccessLevel::Edit as i32);
+    // A provider outside the grant is the services' refusal, passed on.
+    let reply = host
+        .call_as(b, "create_session", json!({"provider": "codex"}))
+        .await;
+    assert_eq!(code_of(&reply), "PROVIDER_NOT_GRANTED", "{reply}");
+
+    // list_sessions: every origin's threads, no workspace path.
+    let mine = open_session(&mut host).await;
+    let first = open_as(&mut host, b).await;
+    let sessions = site_ok(&mut host, &schema, "list_sessions", json!({})).await;
+    let sessions = sessions["sessions"].as_array().unwrap().clone();
+    assert_eq!(sessions.len(), 2, "{sessions:?}");
+    let of_b = sessions
+        .iter()
+        .find(|s| s["sessionId"] == first.as_str())
+        .unwrap();
+    assert_eq!(of_b["origin"], b);
+    assert_eq!(of_b["provider"], "ollama");
+    assert_eq!(of_b["status"], "idle");
+    assert_eq!(of_b["attachedRoutes"], 1);
+    assert!(of_b.get("workspacePath").is_none(), "{of_b}");
+
+    // End: b's session ends (the host sees it), its grant stays.
+    let ended = site_ok(
+        &mut host,
+        &schema,
+        "end_site_sessions",
+        json!({"origin": b}),
+    )
+    .await;
+    assert_eq!(ended["endedSessionIds"], json!([first]));
+    let events = host.events_until(&first, |e| e["type"] == "ended").await;
+    assert_eq!(events.last().unwrap()["event"]["reason"], "requested");
+    let second = open_as(&mut host, b).await;
+
+    // Revoke with a turn running: the turn is cancelled, the session ends,
+    // the grant is gone and b is refused again. (Full access, which replaces
+    // the grant, so the stub agent may write its marker outside the
+    // workspace.)
+    let full = site_ok(&mut host, &schema, "grant_site", grant_input(b, "full")).await;
+    assert_eq!(full["site"]["access"], "full");
+    let marker = env.root.path().join("turn-started");
+    let sent = host
+        .call_as(
+            b,
+            "send_text",
+            json!({"sessionId": second, "text": format!("@@wait {}", marker.display())}),
+        )
+        .await;
+    assert_eq!(sent["ok"], true, "{sent}");
+    wait_until("the turn runs", || marker.exists()).await;
+    let revoked = site_ok(&mut host, &schema, "revoke_site", json!({"origin": b})).await;
+    assert_eq!(revoked["endedSessionIds"], json!([second]));
+    let events = host.events_until(&second, |e| e["type"] == "ended").await;
+    let outcomes: Vec<&Value> = events
+        .iter()
+        .map(|e| &e["event"])
+        .filter(|e| e["type"] == "operation_finished")
+        .map(|e| &e["outcome"])
+        .collect();
+    assert_eq!(outcomes, [&json!("cancelled")], "{events:?}");
+    assert_eq!(events.last().unwrap()["event"]["reason"], "requested");
+    let listed = site_ok(&mut host, &schema, "list_sites", json!({})).await;
+    assert!(
+        listed["sites"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["origin"] != b),
+        "{listed}"
+    );
+    let reply = host
+        .call_as(b, "get_session", json!({"sessionId": second}))
+        .await;
+    assert_eq!(code_of(&reply), "SITE_NOT_APPROVED");
+    // Idempotent: nothing left to end.
+    let again = site_ok(&mut host, &schema, "revoke_site", json!({"origin": b})).await;
+    assert_eq!(again["endedSessionIds"], json!([]));
+
+    // Block: remembered, no access, refused.
+    let c = "https://c.example";
+    let blocked =
+        site_ok(&mut host, &schema, "block_site", json!({"origin": c})).await["site"].clone();
+    assert_eq!(blocked["blocked"], true);
+    assert_eq!(blocked["access"], Value::Null);
+    let reply = host
+        .call_as(c, "create_session", json!({"provider": "ollama"}))
+        .await;
+    assert_eq!(code_of(&reply), "SITE_NOT_APPROVED");
+
+    // The services' own refusals pass through; the host's is INVALID_INPUT.
+    let reply = checked(
+        &mut host,
+        &schema,
+        own(),
+        "grant_site",
+        grant_input("http://plain.example", "edit"),
+    )
+    .await;
+    assert_eq!(code_of(&reply), "ORIGIN_NOT_SECURE", "{reply}");
+    let mut root = grant_input("https://d.example", "edit");
+    root["site"]["folders"] = json!([{"path": "/", "once": false}]);
+    let reply = checked(&mut host, &schema, own(), "grant_site", root).await;
+    assert_eq!(code_of(&reply), "FOLDER_NOT_GRANTABLE", "{reply}");
+    let reply = host
+        .call_as(
+            own(),
+            "grant_site",
+            grant_input("https://d.example", "admin"),
+        )
+        .await;
+    assert_eq!(code_of(&reply), "INVALID_INPUT", "{reply}");
+
+    // The test page was never touched.
+    let snapshot = host.ok("get_session", json!({"sessionId": mine})).await;
+    assert_eq!(snapshot["snapshot"]["status"], "idle");
 }

@@ -5,6 +5,7 @@
 
 use std::collections::BTreeSet;
 
+use pedelec_proto::v1 as pb;
 use pedelec_tests::schema::Schema;
 use pedelec_tests::*;
 use serde_json::{Value, json};
@@ -308,6 +309,17 @@ async fn only_an_explicit_workspace_path_is_shown() {
     let folder = env.root.path().join("app-workspace");
     std::fs::create_dir(&folder).unwrap();
     let folder = folder.canonicalize().unwrap();
+    // A folder outside the page's grant is refused, the services' code
+    // passed on; once the user granted it, the page may use it.
+    let refused = c
+        .err(
+            "create_session",
+            json!({"provider": "ollama", "workspace": {"path": folder.display().to_string()}}),
+        )
+        .await;
+    assert_eq!(refused["code"], "FOLDER_NOT_GRANTED", "{refused}");
+    env.grant_site(ORIGIN, pb::AccessLevel::Full, &["ollama"], &[&folder])
+        .await;
     let explicit = create(
         &mut c,
         json!({"workspace": {"path": folder.display().to_string()}}),
