@@ -97,7 +97,7 @@ impl AssetError {
         match self.coded().code {
             Code::INVALID_INPUT | Code::ASSET_PATH_INVALID => StatusCode::BAD_REQUEST,
             Code::ASSET_NOT_FOUND | Code::THREAD_NOT_FOUND => StatusCode::NOT_FOUND,
-            Code::THREAD_ACCESS_DENIED => StatusCode::FORBIDDEN,
+            Code::THREAD_ACCESS_DENIED | Code::SITE_NOT_APPROVED => StatusCode::FORBIDDEN,
             Code::ASSET_TOO_LARGE => StatusCode::PAYLOAD_TOO_LARGE,
             Code::SESSION_ENDED | Code::WORKSPACE_OPEN_FAILED => StatusCode::CONFLICT,
             Code::CORE_UNAVAILABLE => StatusCode::SERVICE_UNAVAILABLE,

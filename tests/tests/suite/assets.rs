@@ -26,8 +26,10 @@ struct Thread {
 }
 
 impl Thread {
+    /// The thread's own assets folder: threads sharing a workspace never
+    /// see each other's files.
     fn assets_root(&self) -> PathBuf {
-        self.workspace.join(".pedelec-runtime/assets")
+        self.workspace.join(".pedelec-runtime/assets").join(&self.id)
     }
 }
 
@@ -916,7 +918,10 @@ async fn an_ended_or_foreign_thread_is_refused() {
         .unwrap();
     let early_down = f.download_ticket(&t, "/kept.txt").await.unwrap();
 
-    // Another origin, an unknown thread, no thread id.
+    // Another (approved) origin, an unknown thread, no thread id.
+    f.env
+        .grant_site(OTHER, pb::AccessLevel::Full, &["codex"], &[])
+        .await;
     let mut assets = f.assets.clone();
     let list = |id: &str, origin: &str| pb::ListAssetsRequest {
         session_id: id.into(),
@@ -1179,6 +1184,9 @@ async fn a_deleted_workspace_is_workspace_open_failed() {
     let f = Fixture::new().await;
     let dir = f.env.root.path().join("app-ws");
     std::fs::create_dir(&dir).unwrap();
+    f.env
+        .grant_site(ORIGIN, pb::AccessLevel::Full, &["codex"], &[&dir])
+        .await;
     let mut request = create_session_request(Some("codex"));
     request.workspace_path = Some(dir.display().to_string());
     let created = f

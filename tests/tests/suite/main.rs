@@ -29,6 +29,7 @@ mod resilience;
 mod secret;
 mod settings_host;
 mod shutdown;
+mod sites;
 mod sites_cli;
 mod tools;
 mod turns;

@@ -765,7 +765,7 @@ async fn a_full_data_disk_is_reported_and_the_last_good_state_kept() {
         .unwrap();
     // Leftover temp files of the refused upload: none.
     let workspace = PathBuf::from(snapshot(&mut sessions, &id).await.workspace_path);
-    let assets_dir = workspace.join(".pedelec-runtime/assets");
+    let assets_dir = workspace.join(".pedelec-runtime/assets").join(&id);
     let names: Vec<String> = std::fs::read_dir(&assets_dir)
         .unwrap()
         .flatten()
