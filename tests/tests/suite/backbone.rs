@@ -286,6 +286,12 @@ async fn session_lifecycle_errors_and_replay() {
     let env = env_with_codex();
     let _launcher = env.up().await;
     let mut sessions = env.session().await;
+    // Approved sites, so the refusals below are about the thread, not the
+    // site (an unapproved one gets SITE_NOT_APPROVED: sites::).
+    for other in ["https://evil.example", "https://other.example"] {
+        env.grant_site(other, pb::AccessLevel::Full, &["codex"], &[])
+            .await;
+    }
 
     // The default provider is resolved through ProviderService.
     assert_eq!(
@@ -387,10 +393,12 @@ async fn session_lifecycle_errors_and_replay() {
     inside_managed.workspace_path = Some(snapshot.workspace_path.clone());
     assert_eq!(
         code(sessions.create_session(inside_managed).await),
-        "INVALID_INPUT"
+        "FOLDER_NOT_GRANTABLE"
     );
     let app_dir = env.root.path().join("app-workspace");
     std::fs::create_dir(&app_dir).unwrap();
+    env.grant_site(ORIGIN, pb::AccessLevel::Full, &["codex"], &[&app_dir])
+        .await;
     let mut explicit = create_session_request(Some("codex"));
     explicit.workspace_path = Some(app_dir.display().to_string());
     let explicit = sessions
@@ -917,6 +925,13 @@ async fn an_evicted_ended_thread_comes_back_from_the_journal() {
     env.extra_env
         .insert("PEDELEC_EVICT_ENDED_MS".into(), "100".into());
     let _launcher = env.up().await;
+    env.grant_site(
+        "https://evil.example",
+        pb::AccessLevel::Full,
+        &["codex"],
+        &[],
+    )
+    .await;
     let mut sessions = env.session().await;
     let id = sessions
         .create_session(create_session_request(Some("codex")))

@@ -25,6 +25,14 @@ async fn python_grpcio_lists_sessions_and_reads_a_coded_error() {
     let env = TestEnv::new();
     env.stub("codex", r#"echo "codex-cli 0.0.0-stub""#);
     let _launcher = env.up().await;
+    // The script's origin, approved as the extension would.
+    env.grant_site(
+        "https://py.example",
+        pedelec_proto::v1::AccessLevel::Full,
+        &["codex"],
+        &[],
+    )
+    .await;
 
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("clients/grpcio_session.py");
     let out = Command::new("python3")
