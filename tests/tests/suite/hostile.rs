@@ -75,6 +75,10 @@ fn upload(id: &str, origin: &str, path: &str, data: &[u8]) -> Vec<pb::UploadChun
 async fn every_thread_scoped_rpc_from_another_origin_is_denied_and_changes_nothing() {
     let mut env = TestEnv::new();
     let _launcher = services(&mut env).await;
+    // An approved site: what it is refused here is another origin's thread
+    // (an unapproved one is refused before that: sites::).
+    env.grant_site(EVIL, pb::AccessLevel::Full, &["ollama"], &[])
+        .await;
     let mut host = Host::spawn(&env, EXTENSION);
     let id = open_session(&mut host).await;
     let mut assets = env.asset().await;

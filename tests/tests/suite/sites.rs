@@ -654,7 +654,7 @@ async fn end_site_sessions_keeps_the_grant_and_block_ends_them_too() {
         .unwrap()
         .into_inner()
         .ended_session_ids;
-    assert_eq!(ended, [id.clone()]);
+    assert_eq!(ended, std::slice::from_ref(&id));
     // Still granted: the site reactivates its thread.
     let back = s.reactivate(thread_request_from(&id, SITE)).await.unwrap();
     assert_eq!(back.into_inner().status, pb::SessionStatus::Idle as i32);

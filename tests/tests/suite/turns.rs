@@ -217,12 +217,12 @@ async fn cursor_turn_then_resume_with_model_and_prompt() {
     assert_eq!(
         calls[0],
         format!(
-            "-p --workspace {workspace} --output-format stream-json --stream-partial-output --force --model cur-model"
+            "-p --workspace {workspace} --output-format stream-json --stream-partial-output --force --model=cur-model"
         )
     );
     assert!(!calls[0].contains("--resume"));
     assert!(
-        calls[1].ends_with(&format!("--model cur-model --resume {CURSOR_SESSION}")),
+        calls[1].ends_with(&format!("--model=cur-model --resume {CURSOR_SESSION}")),
         "{}",
         calls[1]
     );
@@ -259,8 +259,8 @@ EOF"#;
     assert_eq!(
         calls,
         [
-            "-p hello agy --output-format stream-json --model gemini-3-flash",
-            "-p again --output-format stream-json --model gemini-3-flash --conversation agy-conv-1"
+            "-p hello agy --output-format stream-json --model=gemini-3-flash",
+            "-p again --output-format stream-json --model=gemini-3-flash --conversation agy-conv-1"
         ]
     );
     // The prompt travels in argv; stdin was empty.
@@ -319,7 +319,7 @@ EOF"#;
 
     let calls = t.calls("pedelec-agent");
     assert_eq!(calls.len(), 2);
-    assert!(calls[0].starts_with("--model llama3.2 --workspace "));
+    assert!(calls[0].starts_with("--model=llama3.2 --workspace "));
     assert!(!calls[0].contains("--session-id"));
     assert!(calls[1].ends_with("--session-id ol-sess-1"), "{}", calls[1]);
 }
