@@ -172,6 +172,41 @@ impl BenchEnv {
             .map_err(|e| e.to_string())
     }
 
+    /// Grants `origin` what the user approves before a page asks anything:
+    /// full access, every provider, any model (SessionService's GrantSite;
+    /// an origin without a grant is refused SITE_NOT_APPROVED). Not part of
+    /// any measured span.
+    pub async fn grant(&self, origin: &str) -> Result<(), String> {
+        let provider = pedelec_common::uds::connect(&self.socket(ServiceName::Provider))
+            .await
+            .map_err(|e| e.to_string())?;
+        let providers = pb::provider_service_client::ProviderServiceClient::new(provider)
+            .list_providers(pb::ListProvidersRequest {})
+            .await
+            .map_err(|e| e.to_string())?
+            .into_inner()
+            .providers
+            .into_iter()
+            .map(|p| p.code)
+            .collect();
+        let session = pedelec_common::uds::connect(&self.socket(ServiceName::Session))
+            .await
+            .map_err(|e| e.to_string())?;
+        pb::session_service_client::SessionServiceClient::new(session)
+            .grant_site(pb::GrantSiteRequest {
+                site: Some(pb::Site {
+                    origin: origin.into(),
+                    access: pb::AccessLevel::Full as i32,
+                    providers,
+                    any_model: true,
+                    ..Default::default()
+                }),
+            })
+            .await
+            .map_err(|e| format!("GrantSite {origin}: {e}"))?;
+        Ok(())
+    }
+
     /// Polls the launcher every `every` until all four services serve.
     pub async fn wait_serving(&self, every: Duration) -> Result<pb::SupervisorStatus, String> {
         let deadline = Instant::now() + PATIENCE;

@@ -31,6 +31,7 @@ pub(crate) async fn main_phase(cfg: &Config) -> Result<Vec<Row>, String> {
 async fn main_phase_inner(cfg: &Config, env: &BenchEnv, launcher: u32) -> Result<Vec<Row>, String> {
     let mut rows = Vec::new();
     env.wait_serving(Duration::from_millis(5)).await?;
+    env.grant(crate::env::ORIGIN).await?;
     let provider_channel = pedelec_common::uds::connect(&env.socket(ServiceName::Provider))
         .await
         .map_err(|e| e.to_string())?;

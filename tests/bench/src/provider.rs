@@ -269,6 +269,7 @@ pub async fn provider_phase(cfg: &Config) -> Result<Vec<Row>, String> {
     let mut launcher = env.spawn_grouped(cmd)?;
     let result = async {
         env.wait_serving(Duration::from_millis(5)).await?;
+        env.grant(pedelec_tests::ORIGIN).await?;
         let channel = pedelec_common::uds::connect(&env.socket(ServiceName::Session))
             .await
             .map_err(|e| e.to_string())?;

@@ -80,6 +80,7 @@ async fn turns(cfg: &Config, confined: bool, n: usize) -> Result<Vec<f64>, Strin
 
 async fn turns_in(env: &BenchEnv, confined: bool, n: usize) -> Result<Vec<f64>, String> {
     env.wait_serving(Duration::from_millis(5)).await?;
+    env.grant(ORIGIN).await?;
     let provider = pedelec_common::uds::connect(&env.socket(ServiceName::Provider))
         .await
         .map_err(|e| e.to_string())?;
