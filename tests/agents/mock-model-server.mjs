@@ -32,7 +32,9 @@
 // Tool mode: the shell tool is looked up in the request's `tools` (codex exec_command/shell,
 //   claude Bash, opencode bash), its argument object built from the tool's JSON schema
 //   (`cmd` or `command` string, or an argv array, plus `description` when present). Overrides:
-//   "tool_name" and "tool_args" (object sent verbatim). While fewer than "repeat" tool results
+//   "tool_name" and "tool_args" (object sent verbatim), or "tool_name" and "tool_input" (a string:
+//   the input of a freeform tool, codex's `apply_patch`, sent as a Responses `custom_tool_call`).
+//   While fewer than "repeat" tool results
 //   follow the last real user message, another tool call is issued; after that the final text is
 //   "final" with {output} replaced by the last tool result's text.
 // MCP mode: calls the page tool `tool` as the CLI offers it natively, found in the request by its
@@ -84,8 +86,8 @@ function validateScript(s) {
   if (!s || typeof s !== 'object' || Array.isArray(s)) throw new Error('script must be a JSON object');
   const modes = ['reply', 'tool', 'mcp', 'error', 'hang'];
   if (!modes.includes(s.mode)) throw new Error(`script.mode must be one of ${modes.join(', ')}`);
-  if (s.mode === 'tool' && typeof s.command !== 'string' && !s.tool_args) {
-    throw new Error('tool mode needs "command" (or "tool_args")');
+  if (s.mode === 'tool' && typeof s.command !== 'string' && !s.tool_args && typeof s.tool_input !== 'string') {
+    throw new Error('tool mode needs "command" (or "tool_args", or "tool_input")');
   }
   if (s.mode === 'mcp' && typeof s.tool !== 'string') throw new Error('mcp mode needs "tool"');
 }
@@ -178,6 +180,7 @@ function toolList(body) {
 function toolInfo(t) {
   if (!t || typeof t !== 'object') return null;
   if (t.type === 'function' && t.function) return { name: t.function.name, schema: t.function.parameters || {} }; // chat completions
+  if (t.type === 'custom' && t.name) return { name: t.name, schema: {}, custom: true }; // responses freeform (codex apply_patch)
   if (t.name) return { name: t.name, schema: t.parameters || t.input_schema || {} }; // responses / anthropic
   return null;
 }
@@ -350,6 +353,21 @@ async function handleResponses(req, res, body) {
       arguments: { query: p.query, limit: 5 },
     };
     sse(res, 'response.output_item.added', { type: 'response.output_item.added', sequence_number: n++, output_index: 0, item: { ...item, status: 'in_progress' } });
+    sse(res, 'response.output_item.done', { type: 'response.output_item.done', sequence_number: n++, output_index: 0, item });
+    output.push(item);
+  } else if (p.kind === 'tool' && p.info.custom) {
+    // A freeform tool (codex's apply_patch): its input is the script's text as is.
+    const item = {
+      type: 'custom_tool_call',
+      id: id('ctc_'),
+      call_id: id('call_'),
+      name: p.info.name,
+      input: script.tool_input ?? '',
+      status: 'completed',
+    };
+    sse(res, 'response.output_item.added', { type: 'response.output_item.added', sequence_number: n++, output_index: 0, item: { ...item, input: '', status: 'in_progress' } });
+    sse(res, 'response.custom_tool_call_input.delta', { type: 'response.custom_tool_call_input.delta', sequence_number: n++, item_id: item.id, output_index: 0, delta: item.input });
+    sse(res, 'response.custom_tool_call_input.done', { type: 'response.custom_tool_call_input.done', sequence_number: n++, item_id: item.id, output_index: 0, input: item.input });
     sse(res, 'response.output_item.done', { type: 'response.output_item.done', sequence_number: n++, output_index: 0, item });
     output.push(item);
   } else if (p.kind === 'tool') {

@@ -99,9 +99,18 @@ impl Providers {
             Default::default()
         };
         let has_tools = req.tool_env.contains_key(pedelec_common::env::TOOL_TOKEN);
+        // Native even for a provider the user set to shell tools only, where
+        // its commands cannot reach the page's tools at this level.
+        let shell_reaches = |spec: &pedelec_settings::catalog::ProviderSpec| {
+            crate::access::Access::from_request(req.access)
+                .is_ok_and(|a| crate::access::shell_reaches_page_tools(spec.provider, a))
+        };
         let mcp = pedelec_settings::catalog::find(&req.provider)
             .filter(|spec| {
-                has_tools && pedelec_settings::native_tools(&settings.shell_tools_only, spec)
+                has_tools
+                    && spec.mcp
+                    && (pedelec_settings::native_tools(&settings.shell_tools_only, spec)
+                        || !shell_reaches(spec))
             })
             .map(|_| pedelec_common::paths::cli_path());
         self.turns.run_with_env(req, env, mcp)

@@ -6,6 +6,12 @@
 //! tool outside and inside the workspace; the test checks what reached the
 //! disk and that the page tool answered.
 //!
+//! codex runs below Full in its own sandbox (bubblewrap) nested in
+//! Pedelec's view; its home is outside the temporary folder, as a user's
+//! `~/.codex` is: codex re-executes itself as its sandbox helper through
+//! aliases it makes in `$CODEX_HOME/tmp`, and it refuses to make them under
+//! the system's temporary folder (then no command can run in its sandbox).
+//!
 //! A submodule of `agents_real` (it runs where the real CLIs' tests run, on
 //! the release build). One TestEnv, one mock and one thread's tools per CLI;
 //! the page side is this test, answering every tool call of the thread on
@@ -17,7 +23,7 @@ use pedelec_proto::v1 as pb;
 use pedelec_tests::*;
 use serde_json::{Value, json};
 
-use super::{CLI_CEILING, Cli, Mock, configure, settings};
+use super::{CLI_CEILING, Cli, Mock, configure, describe, settings};
 
 const PAGE_NOTE: &str = "PAGE-LEVEL-5521";
 
@@ -30,16 +36,40 @@ struct Levels {
     provider: pedelec_common::clients::ProviderClient,
     thread: String,
     token: String,
+    /// codex's home, outside /tmp (see the module's comment); last, so it
+    /// is removed after the services and their agents are gone.
+    _codex_home: Option<tempfile::TempDir>,
 }
 
 impl Levels {
-    async fn start(cli: Cli) -> Levels {
+    /// `services_env`: more variables for the services (the codex exec path).
+    async fn start(cli: Cli, services_env: &[(&str, &str)]) -> Levels {
         let mut env = TestEnv::new();
         env.capture_service_secret();
         let mock = Mock::start();
         configure(&mut env, cli, mock.port);
+        for (k, v) in services_env {
+            env.extra_env.insert(k.to_string(), v.to_string());
+        }
+        let codex_home = (cli == Cli::Codex).then(|| {
+            let dir = tempfile::Builder::new()
+                .prefix("codex-home")
+                .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+                .expect("a codex home outside /tmp");
+            agents::write_codex_mock_config(dir.path(), mock.port).unwrap();
+            env.extra_env
+                .insert("CODEX_HOME".into(), dir.path().display().to_string());
+            dir
+        });
         let launcher = env.up().await;
-        env.update_settings(settings(cli)).await;
+        let mut settings = settings(cli);
+        if cli == Cli::Codex {
+            // Shell tools only, as a user may set: below Full codex still
+            // gets the page's tools natively (its sandbox keeps commands
+            // from them), at Full it has only the shell path.
+            settings.shell_tools_only = vec![cli.provider().into()];
+        }
+        env.update_settings(settings).await;
         let clients = env.service_clients().await;
         let thread = format!("thr_levels_{}", cli.program());
         let manifest = json!({"guidance": "", "tools": [{
@@ -93,6 +123,7 @@ impl Levels {
             _launcher: launcher,
             thread,
             token,
+            _codex_home: codex_home,
         }
     }
 
@@ -170,10 +201,21 @@ impl Levels {
                 "tool_args": {"file_path": path, "content": content}, "final": "Wrote: {output}"})),
             Cli::OpenCode => Some(json!({"mode": "tool", "tool_name": "write",
                 "tool_args": {"filePath": path, "content": content}, "final": "Wrote: {output}"})),
-            // codex writes files with commands (and patches, which its
-            // sandbox judges the same way).
-            Cli::Codex => None,
+            // codex's freeform patch tool: a patch adding the file.
+            Cli::Codex => Some(json!({"mode": "tool", "tool_name": "apply_patch",
+                "tool_input": format!("*** Begin Patch\n*** Add File: {}\n+{content}\n*** End Patch\n",
+                    path.display()),
+                "final": "Wrote: {output}"})),
         }
+    }
+
+    /// The processes of this test's agents that are codex app-servers.
+    fn app_servers(&self) -> Vec<String> {
+        processes_using(&self.env.runtime_dir())
+            .into_iter()
+            .map(describe)
+            .filter(|d| d.contains(Cli::Codex.server_word()) && !d.contains("bwrap"))
+            .collect()
     }
 }
 
@@ -199,8 +241,14 @@ const ALL: [pb::AccessLevel; 3] = [
 /// Each of `levels` for one CLI: the page tool answers at each; a command
 /// writing outside the workspace and the write tool outside it work only at
 /// Full; writing inside the workspace works at Edit and Full.
-async fn levels(cli: Cli, levels: &[pb::AccessLevel]) {
-    let run = Levels::start(cli).await;
+async fn levels(cli: Cli, levels: &[pb::AccessLevel]) -> Levels {
+    let run = Levels::start(cli, &[]).await;
+    held_to(&run, levels).await;
+    run
+}
+
+async fn held_to(run: &Levels, levels: &[pb::AccessLevel]) {
+    let cli = run.cli;
     let cli_path = run.env.root.path().join("bin/pedelec-cli");
     for &level in levels {
         let full = level == pb::AccessLevel::Full;
@@ -214,10 +262,30 @@ async fn levels(cli: Cli, levels: &[pb::AccessLevel]) {
                 )),
             )
             .await;
-        assert!(
-            chat.contains(PAGE_NOTE),
-            "{cli:?} {level:?}: the page tool did not answer through the shell: {chat:?}"
-        );
+        if cli == Cli::Codex && !full {
+            // codex's sandbox refuses the command's connect() to ToolBridge
+            // (no network for commands, Unix sockets included); the page's
+            // tools are its native MCP tools instead.
+            assert!(
+                !chat.contains(PAGE_NOTE) && chat.contains("CORE_UNAVAILABLE"),
+                "{cli:?} {level:?}: pedelec-cli in codex's sandbox: {chat:?}"
+            );
+            let chat = run
+                .turn(
+                    level,
+                    json!({"mode": "mcp", "tool": "probe", "final": "Tool said: {output}"}),
+                )
+                .await;
+            assert!(
+                chat.contains(PAGE_NOTE),
+                "{cli:?} {level:?}: the page tool did not answer natively: {chat:?}"
+            );
+        } else {
+            assert!(
+                chat.contains(PAGE_NOTE),
+                "{cli:?} {level:?}: the page tool did not answer through the shell: {chat:?}"
+            );
+        }
 
         let touched = run.outside("command", level);
         run.turn(level, shell(format!("touch {}", touched.display())))
@@ -253,14 +321,27 @@ async fn levels(cli: Cli, levels: &[pb::AccessLevel]) {
     }
 }
 
+/// The default path: one `codex app-server` per thread (so per level).
 #[tokio::test]
-async fn codex_is_held_to_full_access() {
-    // Only Full here: below it codex runs every command in its own sandbox,
-    // which in this test's layout (the home, so CODEX_HOME, under /tmp)
-    // fails to start its helper ("bwrap: execvp codex-linux-sandbox"), so
-    // the page tool's shell path cannot be shown to work; the flags of the
-    // other levels are checked by ProviderService's unit tests.
-    levels(Cli::Codex, &[pb::AccessLevel::Full]).await;
+async fn codex_is_held_to_each_level() {
+    let run = levels(Cli::Codex, &ALL).await;
+    assert!(
+        !run.app_servers().is_empty(),
+        "the turns did not run in a codex app-server"
+    );
+}
+
+/// The `codex exec` fallback below Full (Full through exec is what the
+/// other codex tests of `agents_real` run).
+#[tokio::test]
+async fn codex_exec_is_held_to_tools_and_edit() {
+    let run = Levels::start(Cli::Codex, &[(pedelec_common::env::CODEX_APP_SERVER, "0")]).await;
+    held_to(&run, &[pb::AccessLevel::Tools, pb::AccessLevel::Edit]).await;
+    assert_eq!(
+        run.app_servers(),
+        Vec::<String>::new(),
+        "exec was asked for"
+    );
 }
 
 #[tokio::test]

@@ -90,6 +90,10 @@ pub fn access_settings(access: Access) -> Vec<String> {
 /// milliseconds) instead of giving up on it after about a second.
 /// `tool_timeout_sec` lets a call last as long as a page tool may (the
 /// bridge's own 10-minute cap) instead of codex's shorter default.
+/// `default_tools_approval_mode="approve"`: the page's tools are what the
+/// site was granted at every level; below Full codex would otherwise ask to
+/// approve each call and, with approval policy `never`, refuse it ("MCP tool
+/// call requires approval").
 pub(crate) fn mcp_settings(cli: &std::path::Path) -> Vec<String> {
     use super::{MCP_ARGS, MCP_ENV, MCP_SERVER};
     let json = |v: serde_json::Value| v.to_string();
@@ -102,6 +106,7 @@ pub(crate) fn mcp_settings(cli: &std::path::Path) -> Vec<String> {
         format!("mcp_servers.{MCP_SERVER}.env_vars={}", json(MCP_ENV.into())),
         format!("mcp_servers.{MCP_SERVER}.required=true"),
         format!("mcp_servers.{MCP_SERVER}.tool_timeout_sec=600"),
+        format!(r#"mcp_servers.{MCP_SERVER}.default_tools_approval_mode="approve""#),
     ]
 }
 

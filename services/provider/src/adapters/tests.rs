@@ -209,6 +209,7 @@ fn codex_registers_the_mcp_server_with_names_not_values() {
                 r#"mcp_servers.pedelec.env_vars=["PEDELEC_THREAD_ID","PEDELEC_TOOL_TOKEN","PEDELEC_RUNTIME_DIR"]"#,
                 "mcp_servers.pedelec.required=true",
                 "mcp_servers.pedelec.tool_timeout_sec=600",
+                r#"mcp_servers.pedelec.default_tools_approval_mode="approve""#,
             ]
         );
         // Global options: before `resume`, like the effort override.
