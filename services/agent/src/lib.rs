@@ -136,6 +136,7 @@ pub async fn run_turn(config: &Config, prompt: &str, out: &mut Output) -> Result
             config.args.workspace.display()
         ))
     })?;
+    let thread = thread_id(config)?;
     let (mut conv, resumed) =
         conversation::Conversation::open(&workspace, config.args.session_id.as_deref())?;
     out.session(&conv.id);
@@ -150,7 +151,7 @@ pub async fn run_turn(config: &Config, prompt: &str, out: &mut Output) -> Result
             endpoint: config.endpoint.clone(),
             reason,
         })?;
-    let page = match (&config.thread_id, &config.tool_token) {
+    let page = match (thread, &config.tool_token) {
         (Some(thread), Some(token)) => {
             Some(tools::page::PageTools::connect(&config.runtime, thread, token).await?)
         }
@@ -163,7 +164,7 @@ pub async fn run_turn(config: &Config, prompt: &str, out: &mut Output) -> Result
         endpoint: config.tavily_endpoint.clone(),
         key: key.clone(),
     });
-    let mut toolset = tools::Toolset::new(tools::files::Files::new(workspace), page, web);
+    let mut toolset = tools::Toolset::new(tools::files::Files::new(workspace, thread), page, web);
     if config.args.read_only {
         toolset = toolset.read_only();
     }
@@ -240,6 +241,28 @@ pub async fn run_turn(config: &Config, prompt: &str, out: &mut Output) -> Result
     }
 }
 
+/// The thread this turn belongs to, from `PEDELEC_THREAD_ID` (ProviderService
+/// sets it for every turn). It names the thread's assets folder, so it must
+/// be one plain path segment. Without it (run by hand) the agent has no
+/// assets folder: write_asset is not offered and `.pedelec-runtime/` is all
+/// private.
+fn thread_id(config: &Config) -> Result<Option<&str>, AgentError> {
+    match config.thread_id.as_deref() {
+        Some(id) if conversation::valid_id(id) => Ok(Some(id)),
+        Some(id) => Err(AgentError::Usage(format!(
+            "{} {id:?}: expected a thread id (letters, digits, '-' or '_', at most 64)",
+            env::THREAD_ID
+        ))),
+        None => {
+            eprintln!(
+                "pedelec-agent: {} is not set: this run belongs to no thread, so it has no assets folder and write_asset is not offered",
+                env::THREAD_ID
+            );
+            Ok(None)
+        }
+    }
+}
+
 /// The first turn's prompt starts with ToolBridge's runtime block, which
 /// tells shell-driven CLIs to run `pedelec-cli`; this agent offers the same
 /// tools natively (and says so in its system message), so the block is
@@ -266,13 +289,19 @@ pub fn strip_runtime_block(prompt: &str) -> &str {
 fn system_message(toolset: &tools::Toolset) -> Json {
     let mut text = String::from(
         "You are Pedelec's agent. The user talks to you from a web application; you work in a folder on the user's machine (the workspace).\n\
-         Use the tools you are given through function calls: list_files and read_file read the workspace (paths relative to it), write_asset saves a file the web application can show or download. Files the user shares with this session are in .pedelec-runtime/assets/.",
+         Use the tools you are given through function calls: list_files and read_file read the workspace (paths relative to it).",
     );
-    if toolset
-        .definitions()
-        .iter()
-        .any(|d| d["function"]["name"] == tools::WEB_SEARCH)
-    {
+    if let Some(dir) = toolset.assets_dir() {
+        if toolset.offers(tools::WRITE_ASSET) {
+            text.push_str(&format!(
+                " write_asset saves a file into {dir}/, where the web application can show or download it."
+            ));
+        }
+        text.push_str(&format!(
+            " Files the user shares with this thread are in {dir}/."
+        ));
+    }
+    if toolset.offers(tools::WEB_SEARCH) {
         text.push_str(" web_search searches the web.");
     }
     if toolset.has_page_tools() {
@@ -308,5 +337,39 @@ mod tests {
         assert_eq!(strip_runtime_block(other_nonce), other_nonce);
         let mid = "q [[pedelec-runtime aa]] [[/pedelec-runtime aa]]";
         assert_eq!(strip_runtime_block(mid), mid);
+    }
+
+    #[test]
+    fn the_system_message_names_the_threads_assets_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let system = |thread: Option<&str>, read_only: bool| {
+            let files = tools::files::Files::new(dir.path().to_path_buf(), thread);
+            let mut toolset = tools::Toolset::new(files, None, None);
+            if read_only {
+                toolset = toolset.read_only();
+            }
+            system_message(&toolset)["content"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        };
+        let full = system(Some("thr_1"), false);
+        assert!(
+            full.contains("write_asset saves a file into .pedelec-runtime/assets/thr_1/"),
+            "{full}"
+        );
+        assert!(
+            full.contains("shares with this thread are in .pedelec-runtime/assets/thr_1/."),
+            "{full}"
+        );
+        let read_only = system(Some("thr_1"), true);
+        assert!(!read_only.contains("write_asset"), "{read_only}");
+        assert!(
+            read_only.contains(".pedelec-runtime/assets/thr_1/"),
+            "{read_only}"
+        );
+        let no_thread = system(None, false);
+        assert!(!no_thread.contains(".pedelec-runtime"), "{no_thread}");
+        assert!(!no_thread.contains("write_asset"), "{no_thread}");
     }
 }

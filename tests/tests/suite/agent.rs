@@ -47,6 +47,10 @@ impl Run {
     }
 }
 
+/// The thread id the standalone runs get, as ProviderService sets one for
+/// every turn.
+const THREAD: &str = "thr_0123456789abcdef0123456789abcdef";
+
 /// A temp root with a workspace folder `ws` and an empty runtime dir.
 struct Agent {
     root: tempfile::TempDir,
@@ -60,8 +64,21 @@ impl Agent {
         std::fs::create_dir_all(root.path().join("rt")).unwrap();
         Agent {
             root,
-            env: vec![("PEDELEC_OLLAMA_ENDPOINT".into(), mock.url.clone())],
+            env: vec![
+                ("PEDELEC_OLLAMA_ENDPOINT".into(), mock.url.clone()),
+                ("PEDELEC_THREAD_ID".into(), THREAD.into()),
+            ],
         }
+    }
+
+    /// Run by hand: no `PEDELEC_THREAD_ID`.
+    fn without_thread(&mut self) {
+        self.env.retain(|(k, _)| k != "PEDELEC_THREAD_ID");
+    }
+
+    /// The thread's own assets folder in the workspace.
+    fn assets(&self) -> PathBuf {
+        self.ws().join(".pedelec-runtime/assets").join(THREAD)
     }
 
     fn ws(&self) -> PathBuf {
@@ -225,7 +242,8 @@ async fn files_are_read_inside_the_workspace_and_escapes_are_refused() {
 }
 
 #[tokio::test]
-async fn write_asset_lands_in_the_assets_folder() {
+async fn write_asset_lands_in_the_threads_assets_folder() {
+    let own = format!(".pedelec-runtime/assets/{THREAD}");
     let mock = MockOllama::start(scripted_calls(vec![
         (
             "write_asset",
@@ -235,20 +253,136 @@ async fn write_asset_lands_in_the_assets_folder() {
             "write_asset",
             json!({"name": "../../escape.md", "content": "x"}),
         ),
+        ("read_file", json!({"path": format!("{own}/out/report.md")})),
     ]))
     .await;
     let agent = Agent::new(&mock);
     let run = agent.run(&[], "write a report").await;
     assert_eq!(run.code, Some(0), "{}", run.stderr);
-    let written = agent.ws().join(".pedelec-runtime/assets/out/report.md");
+    let written = agent.assets().join("out/report.md");
     assert_eq!(std::fs::read_to_string(written).unwrap(), "# Report\n");
     let answers = tool_answers(mock.chats().last().unwrap());
-    assert_eq!(
-        answers[0]["result"]["path"],
-        ".pedelec-runtime/assets/out/report.md"
-    );
+    assert_eq!(answers[0]["result"]["path"], format!("{own}/out/report.md"));
     assert_eq!(answers[1]["error"]["code"], "ASSET_PATH_INVALID");
     assert!(!agent.root.path().join("escape.md").exists());
+    assert!(!agent.ws().join(".pedelec-runtime/escape.md").exists());
+    // It reads back what it wrote.
+    assert_eq!(answers[2]["result"]["content"], "# Report\n");
+    // The model is told where its thread's files are.
+    let first = &mock.chats()[0];
+    let system = first.messages()[0]["content"].as_str().unwrap().to_string();
+    assert!(system.contains(&format!("are in {own}/.")), "{system}");
+    let write = first.body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["function"]["name"] == "write_asset")
+        .unwrap();
+    let description = write["function"]["description"].as_str().unwrap();
+    assert!(description.contains(&format!("({own}/)")), "{description}");
+}
+
+#[tokio::test]
+async fn another_threads_assets_are_out_of_reach() {
+    let other = ".pedelec-runtime/assets/thr_ffffffffffffffffffffffffffffffff";
+    let mock = MockOllama::start(scripted_calls(vec![
+        ("read_file", json!({"path": format!("{other}/private.txt")})),
+        ("list_files", json!({"path": other})),
+        ("list_files", json!({"path": ".pedelec-runtime/assets"})),
+        (
+            "write_asset",
+            json!({"name": "../thr_ffffffffffffffffffffffffffffffff/private.txt", "content": "overwritten"}),
+        ),
+    ]))
+    .await;
+    let agent = Agent::new(&mock);
+    std::fs::create_dir_all(agent.ws().join(other)).unwrap();
+    std::fs::write(
+        agent.ws().join(other).join("private.txt"),
+        "the other thread's plover",
+    )
+    .unwrap();
+
+    let run = agent.run(&[], "read the other thread's file").await;
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let last = mock.chats().pop().unwrap();
+    let answers = tool_answers(&last);
+    assert_eq!(answers.len(), 4);
+    for refused in &answers {
+        assert_eq!(refused["ok"], false, "{refused}");
+        assert_eq!(refused["error"]["code"], "ASSET_PATH_INVALID", "{refused}");
+    }
+    let text = last.body.to_string();
+    assert!(
+        !text.contains("plover"),
+        "the other thread's file leaked: {text}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(agent.ws().join(other).join("private.txt")).unwrap(),
+        "the other thread's plover"
+    );
+}
+
+#[tokio::test]
+async fn read_only_and_a_run_without_a_thread_write_nothing() {
+    let mock = MockOllama::start(scripted_calls(vec![(
+        "write_asset",
+        json!({"name": "a.txt", "content": "x"}),
+    )]))
+    .await;
+    let mut agent = Agent::new(&mock);
+
+    // The site's level "tools": no write tool offered or served.
+    let run = agent.run(&["--read-only"], "write").await;
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let chats = mock.chats();
+    assert_eq!(chats[0].tool_names(), ["list_files", "read_file"]);
+    let system = chats[0].messages()[0]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(!system.contains("write_asset"), "{system}");
+    assert_eq!(
+        tool_answers(&chats[1])[0]["error"]["code"],
+        "TOOL_NOT_FOUND"
+    );
+    assert!(!agent.ws().join(".pedelec-runtime/assets").exists());
+
+    // By hand, without PEDELEC_THREAD_ID: no assets folder, said clearly.
+    agent.without_thread();
+    let run = agent.run(&[], "write").await;
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("PEDELEC_THREAD_ID is not set"),
+        "{}",
+        run.stderr
+    );
+    let chats = mock.chats();
+    assert_eq!(chats[2].tool_names(), ["list_files", "read_file"]);
+    let refused = &tool_answers(&chats[3])[0];
+    assert_eq!(refused["error"]["code"], "TOOL_NOT_FOUND");
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(message.contains("no Pedelec thread"), "{message}");
+    assert!(!agent.ws().join(".pedelec-runtime/assets").exists());
+}
+
+#[tokio::test]
+async fn a_thread_id_that_is_no_folder_name_is_refused() {
+    let mock = MockOllama::start(|_| text_reply(&["ok"], 1, 1)).await;
+    let mut agent = Agent::new(&mock);
+    agent.without_thread();
+    agent.set("PEDELEC_THREAD_ID", "../thr_x");
+    let run = agent.run(&[], "hi").await;
+    let error = run.error();
+    assert_eq!(error["code"], "PROVIDER_FAILED");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("PEDELEC_THREAD_ID"),
+        "{error}"
+    );
+    assert!(mock.chats().is_empty());
 }
 
 #[tokio::test]
@@ -582,6 +716,75 @@ async fn a_page_tool_round_trip_through_toolbridge_and_the_native_host() {
         "{system}"
     );
     assert!(!first.body.to_string().contains("pedelec-cli"));
+}
+
+#[tokio::test]
+async fn what_the_agent_writes_the_page_lists_through_asset_service() {
+    let mock = MockOllama::start(|req| {
+        if req.last_role() == "tool" {
+            text_reply(&["Saved."], 10, 2)
+        } else {
+            tool_call_reply(
+                "write_asset",
+                json!({"name": "out/summary.md", "content": "# Summary\n"}),
+            )
+        }
+    })
+    .await;
+    let env = TestEnv::new();
+    let _launcher = services_with(&env, &mock, "").await;
+    let mut sessions = env.session().await;
+    let created = sessions
+        .create_session(create_session_request(Some("ollama")))
+        .await
+        .unwrap()
+        .into_inner();
+    let id = created.session_id;
+    let workspace = PathBuf::from(created.snapshot.unwrap().workspace_path);
+    let mut events = attach_past_snapshot(&mut sessions, &id, "r1").await;
+    sessions
+        .send_text(send_text_request(&id, "Summarise"))
+        .await
+        .unwrap();
+    let seen = operation(&mut events).await;
+    assert_eq!(
+        kinds(&seen).last().unwrap(),
+        "operation_finished:completed",
+        "{:?}",
+        kinds(&seen)
+    );
+    let answer = &tool_answers(mock.chats().last().unwrap())[0];
+    assert_eq!(answer["ok"], true, "{answer}");
+
+    let listed: Vec<_> = env
+        .asset()
+        .await
+        .list(pb::ListAssetsRequest {
+            session_id: id.clone(),
+            origin: ORIGIN.into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .assets
+        .into_iter()
+        .map(|a| (a.path, a.size_bytes))
+        .collect();
+    assert_eq!(listed, [("/out/summary.md".to_string(), 10)]);
+    let on_disk = workspace
+        .join(".pedelec-runtime/assets")
+        .join(&id)
+        .join("out/summary.md");
+    assert_eq!(std::fs::read_to_string(on_disk).unwrap(), "# Summary\n");
+    // The system message named this thread's folder.
+    let system = mock.chats()[0].messages()[0]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        system.contains(&format!(".pedelec-runtime/assets/{id}/")),
+        "{system}"
+    );
 }
 
 #[tokio::test]

@@ -1,8 +1,9 @@
-//! The workspace tools: list and read text files, write into the assets
-//! folder. Paths are relative to the workspace; `..`, absolute paths and
-//! symbolic links (anywhere on the way) are refused, so the model cannot
-//! reach outside the workspace. The agent's own files
-//! (`.pedelec-runtime/` except `assets/`) are out of reach too.
+//! The workspace tools: list and read text files, write into the thread's
+//! assets folder. Paths are relative to the workspace; `..`, absolute paths
+//! and symbolic links (anywhere on the way) are refused, so the model cannot
+//! reach outside the workspace. `.pedelec-runtime/` is out of reach except
+//! this thread's assets folder: the agent's conversations and other threads'
+//! assets (threads may share a workspace) stay private.
 
 use std::io::Read;
 use std::path::{Component, Path, PathBuf};
@@ -18,12 +19,17 @@ pub const MAX_READ: usize = 256 << 10;
 pub const MAX_LIST: usize = 1000;
 /// Bytes `write_asset` accepts at most.
 pub const MAX_WRITE: usize = 1 << 20;
-/// Where assets live, relative to the workspace.
+/// Where every thread's assets folder is, relative to the workspace; a
+/// thread's own is `<ASSETS>/<thread id>` (AssetService's `ThreadFolder`).
 pub const ASSETS: &str = ".pedelec-runtime/assets";
 const RUNTIME: &str = ".pedelec-runtime";
 
 pub struct Files {
     root: PathBuf,
+    /// This thread's assets folder as workspace-relative components
+    /// (`.pedelec-runtime`, `assets`, `<thread id>`); `None` when the agent
+    /// runs for no thread (by hand), so no assets folder is reachable.
+    assets: Option<Vec<String>>,
 }
 
 fn refuse(message: impl Into<String>) -> AgentError {
@@ -40,9 +46,9 @@ fn io_error(path: &str, e: &std::io::Error) -> AgentError {
     }
 }
 
-/// The path's normal components, or why it is refused: it must be relative,
-/// without `..`, and outside the agent's private folder.
-pub fn relative_components(path: &str) -> Result<Vec<String>, AgentError> {
+/// The path's normal components, or why it is refused: it must be relative
+/// and without `..`.
+fn normal_components(path: &str) -> Result<Vec<String>, AgentError> {
     if path.contains('\0') {
         return Err(refuse("the path contains a NUL byte"));
     }
@@ -63,19 +69,41 @@ pub fn relative_components(path: &str) -> Result<Vec<String>, AgentError> {
             }
         }
     }
-    if parts.first().map(String::as_str) == Some(RUNTIME)
-        && parts.get(1).is_some_and(|p| p != "assets")
-    {
-        return Err(refuse(format!(
-            "{path}: Pedelec's runtime folder is private (only {ASSETS} is readable)"
-        )));
-    }
     Ok(parts)
 }
 
 impl Files {
-    pub fn new(root: PathBuf) -> Self {
-        Files { root }
+    /// The tools over the workspace `root` for the thread `thread` (a valid
+    /// id, [`crate::conversation::valid_id`]), or for no thread.
+    pub fn new(root: PathBuf, thread: Option<&str>) -> Self {
+        let assets = thread.map(|id| ASSETS.split('/').chain([id]).map(str::to_string).collect());
+        Files { root, assets }
+    }
+
+    /// This thread's assets folder relative to the workspace, e.g.
+    /// `.pedelec-runtime/assets/thr_1f…`; `None` without a thread.
+    pub fn assets_dir(&self) -> Option<String> {
+        self.assets.as_ref().map(|parts| parts.join("/"))
+    }
+
+    /// The path's components, or why it is refused: relative, without
+    /// `..`, and outside `.pedelec-runtime/` unless inside this thread's
+    /// assets folder.
+    pub fn components(&self, path: &str) -> Result<Vec<String>, AgentError> {
+        let parts = normal_components(path)?;
+        if parts.first().map(String::as_str) != Some(RUNTIME) {
+            return Ok(parts);
+        }
+        match &self.assets {
+            Some(assets) if parts.starts_with(assets) => Ok(parts),
+            Some(assets) => Err(refuse(format!(
+                "{path}: Pedelec's runtime folder is private (only this thread's assets folder, {}/, is readable)",
+                assets.join("/")
+            ))),
+            None => Err(refuse(format!(
+                "{path}: Pedelec's runtime folder is private (this run belongs to no thread, so it has no assets folder)"
+            ))),
+        }
     }
 
     /// Walks `parts` from the root, refusing a symbolic link at any step.
@@ -111,7 +139,7 @@ impl Files {
     }
 
     pub fn list(&self, path: &str) -> Result<Json, AgentError> {
-        let parts = relative_components(path)?;
+        let parts = self.components(path)?;
         let dir = self.walk(path, &parts, false)?;
         let mut entries = Vec::new();
         let mut total = 0usize;
@@ -144,7 +172,7 @@ impl Files {
     }
 
     pub fn read(&self, path: &str) -> Result<Json, AgentError> {
-        let parts = relative_components(path)?;
+        let parts = self.components(path)?;
         if parts.is_empty() {
             return Err(refuse("read_file needs a file path"));
         }
@@ -175,16 +203,26 @@ impl Files {
         )
     }
 
-    /// Writes `<workspace>/.pedelec-runtime/assets/<name>` (temp file, then rename).
+    /// Writes `<workspace>/.pedelec-runtime/assets/<thread id>/<name>` (temp
+    /// file, then rename), where AssetService lists the thread's files.
     pub fn write_asset(&self, name: &str, content: &str) -> Result<Json, AgentError> {
+        let Some(assets) = &self.assets else {
+            return Err(AgentError::tool(
+                Code::TOOL_NOT_FOUND,
+                format!(
+                    "write_asset is not available: this run belongs to no Pedelec thread ({} is not set), so there is no assets folder to write to",
+                    pedelec_common::env::THREAD_ID
+                ),
+            ));
+        };
         if content.len() > MAX_WRITE {
             return Err(AgentError::tool(
                 Code::ASSET_TOO_LARGE,
                 format!("{} bytes is over the limit of {MAX_WRITE}", content.len()),
             ));
         }
-        let mut parts: Vec<String> = ASSETS.split('/').map(str::to_string).collect();
-        let name_parts = relative_components(name)?;
+        let mut parts = assets.clone();
+        let name_parts = normal_components(name)?;
         if name_parts.is_empty() {
             return Err(refuse("write_asset needs a file name"));
         }
@@ -231,12 +269,14 @@ fn text_prefix(mut bytes: Vec<u8>, cut: bool) -> Option<String> {
 mod tests {
     use super::*;
 
+    const THREAD: &str = "thr_0123456789abcdef";
+
     fn ws() -> (tempfile::TempDir, Files) {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().canonicalize().unwrap();
         std::fs::create_dir_all(root.join("src")).unwrap();
         std::fs::write(root.join("src/a.txt"), "hello").unwrap();
-        (dir, Files::new(root))
+        (dir, Files::new(root, Some(THREAD)))
     }
 
     fn code(r: Result<Json, AgentError>) -> &'static str {
@@ -245,14 +285,15 @@ mod tests {
 
     #[test]
     fn path_rules() {
+        let (_d, files) = ws();
         for ok in [
             "a",
             "./a/b",
             "src/",
-            ".pedelec-runtime/assets/x",
-            ".pedelec-runtime",
+            ".pedelec-runtime/assets/thr_0123456789abcdef",
+            "./.pedelec-runtime/assets/thr_0123456789abcdef/x",
         ] {
-            assert!(relative_components(ok).is_ok(), "{ok}");
+            assert!(files.components(ok).is_ok(), "{ok}");
         }
         for bad in [
             "/etc/passwd",
@@ -260,11 +301,19 @@ mod tests {
             "a/../../x",
             "a/..",
             "a\0b",
+            ".pedelec-runtime",
+            ".pedelec-runtime/assets",
             ".pedelec-runtime/agent/s.json",
+            ".pedelec-runtime/assets/thr_other/x",
+            ".pedelec-runtime/assets/thr_0123456789abcdefg/x",
         ] {
-            assert!(relative_components(bad).is_err(), "{bad}");
+            assert!(files.components(bad).is_err(), "{bad}");
         }
-        assert_eq!(relative_components("./a//b/").unwrap(), ["a", "b"]);
+        assert_eq!(files.components("./a//b/").unwrap(), ["a", "b"]);
+        assert_eq!(
+            files.assets_dir().unwrap(),
+            ".pedelec-runtime/assets/thr_0123456789abcdef"
+        );
     }
 
     #[test]
@@ -289,14 +338,11 @@ mod tests {
         assert_eq!(code(files.read("out/secret")), "ASSET_PATH_INVALID");
         assert_eq!(code(files.read("src/s")), "ASSET_PATH_INVALID");
         assert_eq!(code(files.list("out")), "ASSET_PATH_INVALID");
+        let own = d.path().join(".pedelec-runtime/assets").join(THREAD);
         assert_eq!(
             code(files.write_asset("x", "y").and_then(|_| {
-                std::fs::remove_dir_all(d.path().join(".pedelec-runtime/assets")).unwrap();
-                std::os::unix::fs::symlink(
-                    outside.path(),
-                    d.path().join(".pedelec-runtime/assets"),
-                )
-                .unwrap();
+                std::fs::remove_dir_all(&own).unwrap();
+                std::os::unix::fs::symlink(outside.path(), &own).unwrap();
                 files.write_asset("x", "y")
             })),
             "ASSET_PATH_INVALID"
@@ -318,17 +364,69 @@ mod tests {
     }
 
     #[test]
-    fn writes_land_in_assets_only() {
+    fn writes_land_in_the_threads_assets_folder_only() {
         let (d, files) = ws();
         let w = files.write_asset("out/report.md", "# hi").unwrap();
-        assert_eq!(w["path"], ".pedelec-runtime/assets/out/report.md");
-        let written =
-            std::fs::read_to_string(d.path().join(".pedelec-runtime/assets/out/report.md"))
-                .unwrap();
-        assert_eq!(written, "# hi");
+        let path = format!(".pedelec-runtime/assets/{THREAD}/out/report.md");
+        assert_eq!(w["path"], path);
+        assert_eq!(
+            std::fs::read_to_string(d.path().join(&path)).unwrap(),
+            "# hi"
+        );
+        // What it wrote, it reads back.
+        assert_eq!(files.read(&path).unwrap()["content"], "# hi");
         assert_eq!(code(files.write_asset("../x", "y")), "ASSET_PATH_INVALID");
         assert_eq!(code(files.write_asset("/tmp/x", "y")), "ASSET_PATH_INVALID");
         let huge = "x".repeat(MAX_WRITE + 1);
         assert_eq!(code(files.write_asset("h", &huge)), "ASSET_TOO_LARGE");
+    }
+
+    #[test]
+    fn another_threads_assets_are_out_of_reach() {
+        let (d, files) = ws();
+        let other = d.path().join(".pedelec-runtime/assets/thr_other");
+        std::fs::create_dir_all(&other).unwrap();
+        std::fs::write(other.join("private.txt"), "theirs").unwrap();
+        for path in [
+            ".pedelec-runtime/assets/thr_other/private.txt",
+            "./.pedelec-runtime/assets/thr_other/private.txt",
+        ] {
+            assert_eq!(code(files.read(path)), "ASSET_PATH_INVALID", "{path}");
+        }
+        for folder in [
+            ".pedelec-runtime/assets/thr_other",
+            ".pedelec-runtime/assets",
+            ".pedelec-runtime",
+        ] {
+            assert_eq!(code(files.list(folder)), "ASSET_PATH_INVALID", "{folder}");
+        }
+        // A name cannot climb out of the own folder into the other one.
+        assert_eq!(
+            code(files.write_asset("../thr_other/private.txt", "mine")),
+            "ASSET_PATH_INVALID"
+        );
+        assert_eq!(
+            std::fs::read_to_string(other.join("private.txt")).unwrap(),
+            "theirs"
+        );
+    }
+
+    #[test]
+    fn without_a_thread_no_assets_folder_is_reachable() {
+        let (d, with) = ws();
+        with.write_asset("mine.txt", "x").unwrap();
+        let files = Files::new(d.path().canonicalize().unwrap(), None);
+        assert_eq!(files.assets_dir(), None);
+        let refused = files.write_asset("a.txt", "x").unwrap_err();
+        assert_eq!(refused.code().as_str(), "TOOL_NOT_FOUND");
+        assert!(
+            refused.to_string().contains("PEDELEC_THREAD_ID is not set"),
+            "{refused}"
+        );
+        assert_eq!(
+            code(files.read(&format!(".pedelec-runtime/assets/{THREAD}/mine.txt"))),
+            "ASSET_PATH_INVALID"
+        );
+        assert_eq!(files.read("src/a.txt").unwrap()["content"], "hello");
     }
 }

@@ -60,18 +60,24 @@ impl Toolset {
                 "Read a UTF-8 text file of the workspace (at most 256 KiB are returned). The path is relative to the workspace.",
                 json!({"type": "object", "properties": {"path": {"type": "string", "description": "File path relative to the workspace"}}, "required": ["path"]}),
             ),
-            function(
-                WRITE_ASSET,
-                "Save a text file for the user into the session's assets folder (.pedelec-runtime/assets/), where the web application can fetch it. Replaces a file of the same name.",
-                json!({"type": "object", "properties": {
-                    "name": {"type": "string", "description": "File name, optionally with sub-folders, relative to the assets folder"},
-                    "content": {"type": "string", "description": "The whole text content"}
-                }, "required": ["name", "content"]}),
-            ),
         ];
         routes.insert(LIST_FILES.to_string(), Route::ListFiles);
         routes.insert(READ_FILE.to_string(), Route::ReadFile);
+        // Served in any case, so a model naming it without a thread reads
+        // why it cannot write; offered only with the thread's folder.
         routes.insert(WRITE_ASSET.to_string(), Route::WriteAsset);
+        if let Some(dir) = files.assets_dir() {
+            definitions.push(function(
+                WRITE_ASSET,
+                &format!(
+                    "Save a text file for the user into this thread's assets folder ({dir}/), where the web application can fetch it. Replaces a file of the same name."
+                ),
+                json!({"type": "object", "properties": {
+                    "name": {"type": "string", "description": format!("File name, optionally with sub-folders, relative to {dir}/")},
+                    "content": {"type": "string", "description": "The whole text content"}
+                }, "required": ["name", "content"]}),
+            ));
+        }
         if web.is_some() {
             definitions.push(function(
                 WEB_SEARCH,
@@ -113,6 +119,19 @@ impl Toolset {
 
     pub fn definitions(&self) -> &[Json] {
         &self.definitions
+    }
+
+    /// Whether the model is offered the tool `name`.
+    pub fn offers(&self, name: &str) -> bool {
+        self.definitions
+            .iter()
+            .any(|d| d["function"]["name"].as_str() == Some(name))
+    }
+
+    /// This thread's assets folder relative to the workspace (see
+    /// [`files::Files::assets_dir`]).
+    pub fn assets_dir(&self) -> Option<String> {
+        self.files.assets_dir()
     }
 
     pub fn page_guidance(&self) -> Option<&str> {
@@ -179,6 +198,8 @@ impl Toolset {
 mod tests {
     use super::*;
 
+    const THREAD: &str = "thr_0123456789abcdef";
+
     fn names(t: &Toolset) -> Vec<String> {
         t.definitions()
             .iter()
@@ -186,10 +207,14 @@ mod tests {
             .collect()
     }
 
+    fn files(dir: &tempfile::TempDir, thread: Option<&str>) -> files::Files {
+        files::Files::new(dir.path().to_path_buf(), thread)
+    }
+
     #[tokio::test]
     async fn web_search_is_offered_only_with_a_key_and_unknown_tools_answer_an_error() {
         let dir = tempfile::tempdir().unwrap();
-        let mut bare = Toolset::new(files::Files::new(dir.path().to_path_buf()), None, None);
+        let mut bare = Toolset::new(files(&dir, Some(THREAD)), None, None);
         assert_eq!(names(&bare), [LIST_FILES, READ_FILE, WRITE_ASSET]);
         let answer = bare.call(WEB_SEARCH, json!({"query": "x"})).await;
         assert_eq!(answer["error"]["code"], "TOOL_NOT_FOUND");
@@ -201,7 +226,7 @@ mod tests {
             endpoint: "http://127.0.0.1:9".into(),
             key: "k".into(),
         };
-        let with = Toolset::new(files::Files::new(dir.path().to_path_buf()), None, Some(web));
+        let with = Toolset::new(files(&dir, Some(THREAD)), None, Some(web));
         assert_eq!(
             names(&with),
             [LIST_FILES, READ_FILE, WRITE_ASSET, WEB_SEARCH]
@@ -209,15 +234,37 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn write_asset_names_the_threads_folder_and_needs_a_thread() {
+        let dir = tempfile::tempdir().unwrap();
+        let tools = Toolset::new(files(&dir, Some(THREAD)), None, None);
+        let write = &tools.definitions()[2]["function"];
+        assert_eq!(write["name"], WRITE_ASSET);
+        let folder = format!(".pedelec-runtime/assets/{THREAD}/");
+        assert!(
+            write["description"].as_str().unwrap().contains(&folder),
+            "{write}"
+        );
+
+        let mut no_thread = Toolset::new(files(&dir, None), None, None);
+        assert_eq!(names(&no_thread), [LIST_FILES, READ_FILE]);
+        let answer = no_thread
+            .call(WRITE_ASSET, json!({"name": "a.txt", "content": "x"}))
+            .await;
+        assert_eq!(answer["error"]["code"], "TOOL_NOT_FOUND");
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(message.contains("no Pedelec thread"), "{message}");
+        assert!(!dir.path().join(".pedelec-runtime").exists());
+    }
+
+    #[tokio::test]
     async fn read_only_offers_and_serves_no_writing_tool() {
         let dir = tempfile::tempdir().unwrap();
-        let mut tools =
-            Toolset::new(files::Files::new(dir.path().to_path_buf()), None, None).read_only();
+        let mut tools = Toolset::new(files(&dir, Some(THREAD)), None, None).read_only();
         assert_eq!(names(&tools), [LIST_FILES, READ_FILE]);
         let answer = tools
             .call(WRITE_ASSET, json!({"name": "a.txt", "content": "x"}))
             .await;
         assert_eq!(answer["error"]["code"], "TOOL_NOT_FOUND");
-        assert!(!dir.path().join(".pedelec-runtime/assets/a.txt").exists());
+        assert!(!dir.path().join(".pedelec-runtime").exists());
     }
 }
