@@ -65,16 +65,6 @@ pub fn honours(provider: Provider, access: Access) -> bool {
     provider != Provider::Antigravity || access.is_full()
 }
 
-/// Whether `provider`'s shell commands at `access` can reach the page's
-/// tools (`pedelec-cli tool-call` connects to ToolBridge's socket). codex
-/// below [`Access::Full`] runs commands in its own sandbox, whose seccomp
-/// filter refuses `connect()` of every socket family, AF_UNIX included,
-/// when commands have no network (codex 0.171): there the page's tools
-/// reach the agent only natively, as MCP tools.
-pub fn shell_reaches_page_tools(provider: Provider, access: Access) -> bool {
-    provider != Provider::Codex || access.is_full()
-}
-
 /// The program name by which the agent runs `pedelec-cli` on the shell path
 /// (the prompt's `pedelec-cli tool-call …`): the one command CLIs that
 /// filter commands let through below [`Access::Full`].
@@ -102,23 +92,6 @@ mod tests {
             // A request without a level gets none.
             let e = Access::from_request(bad).unwrap_err();
             assert_eq!(e.code(), pedelec_common::Code::INVALID_INPUT, "{bad}");
-        }
-    }
-
-    #[test]
-    fn only_codex_below_full_keeps_commands_from_the_page_tools() {
-        for p in pedelec_settings::catalog::PROVIDERS
-            .iter()
-            .map(|s| s.provider)
-        {
-            assert!(shell_reaches_page_tools(p, Access::Full), "{p:?}");
-            for below in [Access::Tools, Access::Edit] {
-                assert_eq!(
-                    shell_reaches_page_tools(p, below),
-                    p != Provider::Codex,
-                    "{p:?} {below:?}"
-                );
-            }
         }
     }
 

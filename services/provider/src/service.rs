@@ -102,8 +102,9 @@ impl Providers {
         // Native even for a provider the user set to shell tools only, where
         // its commands cannot reach the page's tools at this level.
         let shell_reaches = |spec: &pedelec_settings::catalog::ProviderSpec| {
-            crate::access::Access::from_request(req.access)
-                .is_ok_and(|a| crate::access::shell_reaches_page_tools(spec.provider, a))
+            crate::access::Access::from_request(req.access).is_ok_and(|a| {
+                pedelec_settings::catalog::shell_reaches_page_tools(spec.provider, a.is_full())
+            })
         };
         let mcp = pedelec_settings::catalog::find(&req.provider)
             .filter(|spec| {

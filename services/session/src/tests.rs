@@ -274,12 +274,17 @@ async fn harness_with(watch_open: bool, configure: impl FnOnce(&mut Config)) -> 
 /// Grants `origin` full access with every provider and any model, as the
 /// user would have before a page's first request.
 fn grant_full(sessions: &Sessions, origin: &str) {
+    grant_at(sessions, origin, pb::AccessLevel::Full);
+}
+
+/// Grants `origin` `access` with every provider and any model.
+fn grant_at(sessions: &Sessions, origin: &str, access: pb::AccessLevel) {
     sessions
         .inner
         .sites
         .grant(pb::Site {
             origin: origin.into(),
-            access: pb::AccessLevel::Full as i32,
+            access: access as i32,
             providers: pedelec_settings::catalog::PROVIDERS
                 .iter()
                 .map(|p| p.code.to_string())
@@ -682,23 +687,29 @@ async fn registrations_at_once_agree_on_one_token() {
 
 /// The first turn's prompt names the tools as native (MCP) tools or as
 /// pedelec-cli commands as the settings of the moment say, decided in this
-/// process without asking ProviderService.
+/// process without asking ProviderService — except below full access, where
+/// codex's commands cannot reach the page's tools and it gets them natively.
 #[tokio::test]
 async fn the_first_prompt_follows_the_settings_of_the_moment() {
     let h = harness(|_| {}).await;
     // codex (the fake's default) takes MCP tools unless kept on the shell.
-    for (turns, shell_tools_only) in [(1, false), (2, true)] {
+    for (turns, shell_tools_only, access) in [
+        (1, false, pb::AccessLevel::Full),
+        (2, true, pb::AccessLevel::Full),
+        (3, true, pb::AccessLevel::Edit),
+    ] {
         if shell_tools_only {
             h.push_settings(profile_settings(&[], &["codex"])).await;
         }
+        grant_at(&h.sessions, ORIGIN, access);
         let id = h.create(false).await;
         h.sessions.send_text(&id, ORIGIN, "hi".into()).unwrap();
         eventually("the turn's RunTurn", || h.fakes.seen().turns.len() == turns).await;
     }
     let seen = h.fakes.seen();
-    assert_eq!(seen.rendered, [true, false]);
+    assert_eq!(seen.rendered, [true, false, true]);
     assert_eq!(
-        seen.resolved, 2,
+        seen.resolved, 3,
         "one ResolveProfile per default-provider create, none for the prompts"
     );
 }

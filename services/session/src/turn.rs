@@ -7,6 +7,7 @@ use pedelec_common::{Code, CodedError, json};
 use std::sync::Arc;
 
 use pedelec_proto::v1 as pb;
+use pedelec_settings::catalog::{self, Provider};
 use tokio::sync::Notify;
 
 use crate::error::SessionError;
@@ -181,14 +182,20 @@ async fn render_tool_block(
 ) -> Result<String, CodedError> {
     let (session_id, workspace) = (&request.session_id, &request.workspace);
     // Whether this provider's turns get the tools through MCP follows the
-    // settings of the moment, resolved in this process as for a create.
+    // settings of the moment, resolved in this process as for a create, and
+    // the turn's level: where the CLI's commands cannot reach the page's
+    // tools, ProviderService gives them natively whatever the settings say.
     let native_tools = match &request.profile {
         Some(p) => {
-            sessions
-                .named_profile(&p.provider, Some(&p.effort_level))
-                .await
-                .map_err(|e| e.to_coded())?
-                .native_tools
+            let full = request.access == pb::AccessLevel::Full as i32;
+            let commands_reach = Provider::from_code(&p.provider)
+                .is_none_or(|provider| catalog::shell_reaches_page_tools(provider, full));
+            !commands_reach
+                || sessions
+                    .named_profile(&p.provider, Some(&p.effort_level))
+                    .await
+                    .map_err(|e| e.to_coded())?
+                    .native_tools
         }
         None => false,
     };

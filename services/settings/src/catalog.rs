@@ -85,6 +85,17 @@ pub const DEFAULT_LEVEL: &str = "default";
 /// Every effort level name a profile or a request may use.
 pub const EFFORT_LEVELS: [&str; 4] = [DEFAULT_LEVEL, "low", "medium", "high"];
 
+/// Whether `provider`'s shell commands can reach the page's tools
+/// (`pedelec-cli tool-call` connects to ToolBridge's socket), with
+/// `full_access` or below it (docs/security.md, "Access levels"). codex below
+/// full access runs commands in its own sandbox, whose seccomp filter refuses
+/// `connect()` of every socket family, AF_UNIX included, when commands have
+/// no network (codex 0.171): there the page's tools reach the agent only
+/// natively, as MCP tools, whatever the settings' `shell_tools_only` says.
+pub fn shell_reaches_page_tools(provider: Provider, full_access: bool) -> bool {
+    provider != Provider::Codex || full_access
+}
+
 /// The provider with this code, if it is one of the six.
 pub fn find(code: &str) -> Option<&'static ProviderSpec> {
     PROVIDERS.iter().find(|p| p.code == code)
@@ -143,5 +154,17 @@ mod tests {
         assert_eq!(Provider::from_code("gemini"), None);
         assert!(Provider::Ollama.needs_model());
         assert!(!Provider::Codex.needs_model());
+    }
+
+    #[test]
+    fn only_codex_below_full_access_keeps_commands_from_the_page_tools() {
+        for p in PROVIDERS.iter().map(|s| s.provider) {
+            assert!(shell_reaches_page_tools(p, true), "{p:?}");
+            assert_eq!(
+                shell_reaches_page_tools(p, false),
+                p != Provider::Codex,
+                "{p:?}"
+            );
+        }
     }
 }
