@@ -319,15 +319,12 @@ pub fn summary(s: &pb::SessionSummary) -> Value {
 /// A thread as the extension's popup lists it (`list_sessions`): no
 /// workspace path, which a page-facing shape never needs.
 pub fn site_session(s: &pb::SessionSummary) -> Value {
-    json!({
-        "sessionId": s.session_id,
-        "origin": s.origin,
-        "status": status(s.status),
-        "provider": s.provider,
-        "effortLevel": s.effort_level,
-        "createdAt": millis(s.created_at.as_ref()),
-        "attachedRoutes": s.attached_routes,
-    })
+    let mut listed = summary(s);
+    if let Some(fields) = listed.as_object_mut() {
+        fields.remove("workspacePath");
+        fields.remove("lastSeq");
+    }
+    listed
 }
 
 /// The word for an access level (`tools`, `edit`, `full`); None for
