@@ -18,7 +18,7 @@ import type {
 export type NativeType = Request["type"];
 type RequestOf<T extends NativeType> = Extract<Request, { type: T }>;
 /** The payload a request type takes; `undefined` allowed where the schema makes it optional. */
-type PayloadOf<T extends NativeType> = {} extends Pick<RequestOf<T>, "payload"> ? RequestOf<T>["payload"] | undefined : RequestOf<T>["payload"];
+export type PayloadOf<T extends NativeType> = {} extends Pick<RequestOf<T>, "payload"> ? RequestOf<T>["payload"] | undefined : RequestOf<T>["payload"];
 
 export class NativeError extends Error {
   constructor(readonly code: string, message: string, readonly details: unknown = null) {

@@ -4,26 +4,18 @@
 // extension applies before the services do (which origins may ask, loopback),
 // and how a grant reads in the UI. The services own the grants; the extension
 // only caches them.
-import type { NativeLink } from "./native-link.js";
+import type { NativeLink, PayloadOf } from "./native-link.js";
 
 import type { SessionSummary, Site, SiteAccess, SiteInput } from "../../sdk/src/protocol/bridge.js";
 
 export type { SessionSummary, Site, SiteInput };
 export type Access = SiteAccess;
 
-type SiteCalls = {
-  list_sites: { payload: Record<string, never>; result: { sites: Site[] } };
-  grant_site: { payload: { site: SiteInput }; result: { site: Site } };
-  block_site: { payload: { origin: string }; result: { site: Site } };
-  revoke_site: { payload: { origin: string }; result: { endedSessionIds: string[] } };
-  end_site_sessions: { payload: { origin: string }; result: { endedSessionIds: string[] } };
-  list_sessions: { payload: Record<string, never>; result: { sessions: SessionSummary[] } };
-};
+type SiteType = "list_sites" | "grant_site" | "block_site" | "revoke_site" | "end_site_sessions" | "list_sessions";
 
 /** A site request, sent with the extension's own origin (the only one the host accepts for them). */
-export function siteRequest<T extends keyof SiteCalls>(native: NativeLink, type: T, ownOrigin: string, payload: SiteCalls[T]["payload"]): Promise<SiteCalls[T]["result"]> {
-  const request = native.request as unknown as (type: string, origin: string, payload: unknown) => Promise<SiteCalls[T]["result"]>;
-  return request.call(native, type, ownOrigin, payload);
+export function siteRequest<T extends SiteType>(native: NativeLink, type: T, ownOrigin: string, payload: PayloadOf<T>) {
+  return native.request(type, ownOrigin, payload);
 }
 
 /** What each level lets the agent do, in the words the prompt and the settings page use. */
