@@ -55,7 +55,7 @@ const shownPrompts = new Map<number, HTMLElement>();
 
 function asker(p: ApprovalPrompt): HTMLElement {
   const box = el("div", undefined, { class: "asker" });
-  box.append(el("p", `Asked by the tab: ${p.tab}`, { class: "tab" }));
+  box.append(el("p", `Asked by the tab ${p.tab}`, { class: "tab" }));
   if (p.loopback) {
     box.append(
       el(
@@ -242,7 +242,9 @@ function renderHost(state: PopupState): HTMLElement {
     el("p", h.coreRunning === null ? "Core: unknown" : h.coreRunning ? "Core: running" : "Core: not running", { id: "core-state" }),
   );
   if (h.lastError) host.append(el("p", h.lastError, { class: "error" }));
-  host.append(button("Settings…", "settings", () => void chrome.runtime.openOptionsPage()));
+  const settings = button("Settings…", "settings", () => void chrome.runtime.openOptionsPage());
+  settings.id = "open-settings";
+  host.append(settings);
   return host;
 }
 

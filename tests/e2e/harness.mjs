@@ -35,6 +35,8 @@ export const buildDir = resolve(process.env.PEDELEC_BIN_DIR ?? join(repo, "targe
 export const agentsBin = resolve(process.env.PEDELEC_AGENTS_BIN ?? join(repo, "tests/agents/node_modules/.bin"));
 export const chromiumPath = process.env.PEDELEC_CHROMIUM ?? "/usr/bin/chromium";
 export const artifacts = join(repo, "target/e2e");
+/** Where each world's codex home goes: outside the temporary folder (see startWorld). */
+const codexHomes = join(repo, "target/e2e-codex");
 /**
  * The constants the page, the extension and the host agree on, from their one
  * home (sdk/src/protocol/bridge.ts) as the SDK's build has it; the demo this
@@ -282,6 +284,8 @@ export async function startWorld(t, mock, options = {}) {
   const base = mkdtempSync(join(tmpdir(), "pdl-e2e-"));
   const home = join(base, "user");
   const agentPath = join(base, "agents");
+  mkdirSync(codexHomes, { recursive: true });
+  const codexHome = mkdtempSync(join(codexHomes, "codex-"));
   mkdirSync(agentPath, { recursive: true });
   // Only codex and claude are on PATH: the others show as unavailable.
   for (const cli of ["codex", "claude"]) symlinkSync(join(agentsBin, cli), join(agentPath, cli));
@@ -296,8 +300,11 @@ export async function startWorld(t, mock, options = {}) {
     XDG_DATA_HOME: join(home, ".local/share"),
     XDG_STATE_HOME: join(home, ".local/state"),
     XDG_CACHE_HOME: join(home, ".cache"),
-    // codex (tests/agents/README.md): its own home with the mock as provider.
-    CODEX_HOME: join(home, ".codex"),
+    // codex (tests/agents/README.md): its own home with the mock as provider,
+    // outside the temporary folder as a user's ~/.codex is: below full access
+    // codex runs commands in its own sandbox, which cannot start from a home
+    // under /tmp (docs/security.md, "Access levels").
+    CODEX_HOME: codexHome,
     // claude
     ANTHROPIC_BASE_URL: `http://127.0.0.1:${mock.port}`,
     ANTHROPIC_API_KEY: "x",
@@ -323,8 +330,8 @@ export async function startWorld(t, mock, options = {}) {
     stopped = true;
     await context?.close().catch(() => undefined);
     run("pedelecd", ["stop"], 20_000);
-    if (process.env.PEDELEC_E2E_KEEP) console.log(`kept ${base}`);
-    else rmSync(base, { recursive: true, force: true });
+    if (process.env.PEDELEC_E2E_KEEP) console.log(`kept ${base} and ${codexHome}`);
+    else for (const dir of [base, codexHome]) rmSync(dir, { recursive: true, force: true });
   };
   t.after(cleanup);
 
@@ -472,7 +479,23 @@ export function inPage(page, f, arg) {
   );
 }
 
-/** The shell command the mock tells an agent to run: a page tool call through the real pedelec-cli. */
-export function toolCommand(tool, args) {
-  return `${CLI} --thread-id "$PEDELEC_THREAD_ID" tool-call ${tool} '${JSON.stringify(args)}'`;
+/**
+ * The shell command the mock tells an agent to run: a page tool call through
+ * the real pedelec-cli. With `thread`, the command as the agent's prompt
+ * spells it (the thread id written out), the form an agent below full access
+ * is allowed to run (claude's allowed-command rule); else through
+ * $PEDELEC_THREAD_ID.
+ */
+export function toolCommand(tool, args, thread = null) {
+  return `${CLI} --thread-id ${thread ?? '"$PEDELEC_THREAD_ID"'} tool-call ${tool} '${JSON.stringify(args)}'`;
+}
+
+/**
+ * The mock script for codex calling the page tool `tool`: below full access
+ * (a site's default grant is edit) codex's sandbox keeps its commands off
+ * Unix sockets, so codex calls the page's tools natively (its MCP tools), not
+ * through pedelec-cli in its shell (docs/security.md, "Access levels").
+ */
+export function codexTool(tool, args, final, extra = {}) {
+  return { mode: "mcp", tool, tool_args: args, final, ...extra };
 }

@@ -19,6 +19,7 @@ import {
   sleep,
   startMock,
   startWorld,
+  codexTool,
   toolCommand,
   TRANSFER_PAGE,
   until,
@@ -114,7 +115,8 @@ test("1 first use: not approved, approval on createSession, rejection, listProvi
   // The popup lets it ask again; listProviders before approval asks too; approve this time (through the demo's Connect).
   await popup.locator(`#sites .row[data-origin="${site.origin}"] button[data-action="forget-rejection"]`).click();
   await page.click("#connect");
-  await answerPrompt(w, page, site.origin, "approve", { popup });
+  // No default agent is set: the user ticks the one the page will use.
+  await answerPrompt(w, page, site.origin, "approve", { popup, providers: ["codex"] });
   await popup.close();
   await page.waitForFunction(() => document.getElementById("approval")?.dataset.state === "approved", null, { timeout: STEP_MS });
   const options = await page.$$eval("#provider option", (os) => os.map((o) => ({ value: o.value, disabled: o.disabled, text: o.textContent })));
@@ -183,13 +185,13 @@ test("2 a turn: deltas stream into the page (claude), chat, running → idle, se
 });
 
 // 3 ------------------------------------------------------------------------
-test("3 a tool call: the agent calls a page tool through pedelec-cli, the DOM changes, the answer carries the result; TOOL_HANDLER_NOT_FOUND", T, async (t) => {
+test("3 a tool call at the default level: codex calls a page tool natively, claude through pedelec-cli; the DOM changes, the answer carries the result; TOOL_HANDLER_NOT_FOUND", T, async (t) => {
   const w = await startWorld(t, mock);
   await w.approve(site.origin);
   const page = await w.openDemo(site.origin);
 
   // codex: update_counter(+3)
-  await mock.script({ mode: "tool", command: toolCommand("update_counter", { delta: 3 }), final: "Done. The tool said: {output}" });
+  await mock.script(codexTool("update_counter", { delta: 3 }, "Done. The tool said: {output}"));
   await createInDemo(page, { provider: "codex" });
   await record(page);
   await sendInDemo(page, "Add 3 to the counter");
@@ -197,12 +199,12 @@ test("3 a tool call: the agent calls a page tool through pedelec-cli, the DOM ch
   let rec = await page.evaluate(() => window.rec);
   assert.deepEqual(rec.errors, []);
   assert.ok(rec.statuses.includes("waiting_tool_result"), JSON.stringify(rec.statuses));
-  assert.deepEqual(rec.chats, ['Done. The tool said: {"ok":true,"result":{"counter":3,"delta":3}}']);
+  assert.deepEqual(rec.chats, ['Done. The tool said: {"counter":3,"delta":3}']);
   await shot(page, "03-after-tool-call-codex");
 
   // claude: add_todo
-  await mock.script({ mode: "tool", command: toolCommand("add_todo", { text: "buy milk" }), final: "Added. {output}" });
-  await createInDemo(page, { provider: "claude" });
+  const claudeThread = await createInDemo(page, { provider: "claude" });
+  await mock.script({ mode: "tool", command: toolCommand("add_todo", { text: "buy milk" }, claudeThread), final: "Added. {output}" });
   await record(page);
   await sendInDemo(page, "Put buy milk on the list");
   assert.deepEqual(await page.$$eval("#todos li", (lis) => lis.map((l) => l.textContent)), ["buy milk"]);
@@ -216,7 +218,7 @@ test("3 a tool call: the agent calls a page tool through pedelec-cli, the DOM ch
   await page.setViewportSize({ width: 1280, height: 800 });
 
   // A tool in the manifest without a handler in the page.
-  await mock.script({ mode: "tool", command: toolCommand("nobody_home", {}), final: "Result: {output}" });
+  await mock.script(codexTool("nobody_home", {}, "Result: {output}"));
   const r = await inPage(page, async (d) => {
     const s = await d.client.createSession({
       provider: "codex",
@@ -231,7 +233,7 @@ test("3 a tool call: the agent calls a page tool through pedelec-cli, the DOM ch
   });
   assert.ok(r.ok, JSON.stringify(r.error));
   assert.equal(r.ok.chats.length, 1);
-  assert.match(r.ok.chats[0], /^Result: \{"ok":false,"error":\{"code":"TOOL_HANDLER_NOT_FOUND"/);
+  assert.match(r.ok.chats[0], /^Result: TOOL_HANDLER_NOT_FOUND: No handler for nobody_home/);
 });
 
 /** Wraps the worker's native link so the test sees every request the extension sends to the host. */
@@ -291,11 +293,11 @@ test("5 persistent session: reload, resumeSession(savedId), handlers re-register
   const after = await inPage(page, (d) => ({ status: d.session.getStatus(), provider: d.session.provider, effortLevel: d.session.effortLevel ?? null }));
   assert.deepEqual(after.ok, { status: "idle", provider: "", effortLevel: null });
   // The demo registered its tools on the resumed handle; a tool call in this turn reaches them.
-  await mock.script({ mode: "tool", command: toolCommand("update_counter", { delta: 7 }), final: "Second answer, I remember ALPHA-7731. {output}" });
+  await mock.script(codexTool("update_counter", { delta: 7 }, "Second answer, I remember ALPHA-7731. {output}"));
   await sendInDemo(page, "And now?");
   assert.equal(await page.textContent("#counter"), "7");
   const last = await page.locator(".msg-row.assistant .bubble").last().textContent();
-  assert.match(last, /^Second answer, I remember ALPHA-7731\. \{"ok":true/);
+  assert.equal(last, 'Second answer, I remember ALPHA-7731. {"counter":7,"delta":7}');
   assert.deepEqual(await demoErrors(page), []);
   // codex was resumed (exec resume): the second turn's request carries the first turn.
   const reqs = await mock.modelRequests("/v1/responses");
@@ -309,7 +311,7 @@ test("6 reload while a tool request is pending: after resumeSession and handler 
   const w = await startWorld(t, mock);
   await w.approve(site.origin);
   const page = await w.openDemo(site.origin);
-  await mock.script({ mode: "tool", command: toolCommand("update_counter", { delta: 5 }), final: "Counter tool answered: {output}" });
+  await mock.script(codexTool("update_counter", { delta: 5 }, "Counter tool answered: {output}"));
   // The first page's handler takes the request and never answers (the page is reloaded meanwhile).
   const created = await inPage(page, async (d) => {
     const s = await d.client.createSession({
@@ -336,7 +338,7 @@ test("6 reload while a tool request is pending: after resumeSession and handler 
   await page.waitForFunction(() => [...document.querySelectorAll(".msg-row.assistant .bubble")].some((b) => b.textContent.startsWith("Counter tool answered")), null, { timeout: STEP_MS });
   assert.equal(await page.textContent("#counter"), "5", "dispatched once: +5, not +10");
   assert.equal(await page.locator(".msg-row.tool").count(), 1);
-  assert.match(await page.locator(".msg-row.assistant .bubble").last().textContent(), /^Counter tool answered: \{"ok":true,"result":\{"counter":5,"delta":5\}\}$/);
+  assert.match(await page.locator(".msg-row.assistant .bubble").last().textContent(), /^Counter tool answered: \{"counter":5,"delta":5\}$/);
   await until("idle", async () => (await page.textContent("#status")) === "idle");
   assert.deepEqual(await demoErrors(page), []);
 });
@@ -371,7 +373,7 @@ test("8 two tabs of one origin on one session: both see the chat, SESSION_BUSY i
   await w.approve(site.origin);
   const a = await w.openDemo(site.origin);
   const b = await w.openDemo(site.origin);
-  await mock.script({ mode: "tool", command: toolCommand("update_counter", { delta: 1 }), final: "Shared answer: {output}", delay_ms: 50 });
+  await mock.script(codexTool("update_counter", { delta: 1 }, "Shared answer: {output}", { delay_ms: 50 }));
   const id = await createInDemo(a, { provider: "codex" });
   const joined = await inPage(b, async (d, sid) => {
     const s = await d.client.resumeSession(sid);
@@ -394,7 +396,7 @@ test("8 two tabs of one origin on one session: both see the chat, SESSION_BUSY i
   await a.waitForFunction(() => window.pedelecDemo.state.busy === false, null, { timeout: STEP_MS });
   await until("the second tab got the chat", () => b.evaluate(() => window.rec.chats.length === 1));
   const rec = await b.evaluate(() => window.rec);
-  const expected = 'Shared answer: {"ok":true,"result":{"counter":1,"delta":1}}';
+  const expected = 'Shared answer: {"counter":1,"delta":1}';
   assert.deepEqual(rec.chats, [expected]);
   assert.equal(rec.calls, 0, "the second tab's handler never ran");
   assert.equal(await a.textContent("#counter"), "1", "the first tab's handler ran once");
@@ -618,9 +620,9 @@ async function assetsScenario(t, w, origin, prefix) {
 test("14 assets: upload, list, read as text/JSON/file, the agent reads it; SESSION_ENDED after end; WORKSPACE_OPEN_FAILED for a deleted workspace", T, async (t) => {
   const w = await startWorld(t, mock);
   await w.approve(site.origin);
-  const { page, doc } = await assetsScenario(t, w, site.origin, "14");
-  // The agent reads the uploaded file from its working directory (the workspace).
-  await mock.script({ mode: "tool", command: "cat .pedelec-runtime/assets/notes.json", final: "The file says: {output}" });
+  const { page, id, doc } = await assetsScenario(t, w, site.origin, "14");
+  // The agent reads the uploaded file in its thread's assets folder, under its working directory (the workspace).
+  await mock.script({ mode: "tool", command: `cat .pedelec-runtime/assets/${id}/notes.json`, final: "The file says: {output}" });
   await sendInDemo(page, "What is in notes.json?");
   assert.equal(await page.locator(".msg-row.assistant .bubble").last().textContent(), `The file says: ${JSON.stringify(doc)}`);
   await shot(page, "14-agent-read-file");

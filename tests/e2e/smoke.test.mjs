@@ -167,8 +167,8 @@ test("a page approves, lists providers, creates and ends a session through the r
   );
   assert.match(tooled, /^thr_/);
 
-  // The popup lists the live session under its origin.
-  await withTimeout(popup.locator("#sessions li", { hasText: created.sessionId }).waitFor(), "session in popup");
+  // The popup lists the site with its two live sessions.
+  await withTimeout(popup.locator(`#sessions .row[data-origin="${origin}"]`, { hasText: "2 sessions" }).waitFor(), "the site's sessions in the popup");
   assert.match(await popup.locator("#host-state").textContent(), /Native host 0\.1\.0 \(protocol 2\)/);
 
   // The native host dies: the extension reconnects, says hello and re-attaches;

@@ -125,7 +125,7 @@ export class Approvals {
   }
 
   async block(origin: string): Promise<void> {
-    const { site } = await siteRequest(this.#native, "block_site", this.#ownOrigin, { origin });
+    const { site } = await this.#withdrawing(origin, () => siteRequest(this.#native, "block_site", this.#ownOrigin, { origin }));
     this.#sites.set(origin, site);
     await this.#save();
     this.#settleSitePrompt(origin, bridgeError("APPROVAL_REJECTED", `the user blocked Pedelec for ${origin}`));
@@ -133,11 +133,29 @@ export class Approvals {
 
   /** revoke_site: the grant (or block) goes, the services end the site's sessions. */
   async revoke(origin: string): Promise<string[]> {
-    const { endedSessionIds } = await siteRequest(this.#native, "revoke_site", this.#ownOrigin, { origin });
-    this.#sites.delete(origin);
+    const { endedSessionIds } = await this.#withdrawing(origin, () => siteRequest(this.#native, "revoke_site", this.#ownOrigin, { origin }));
     this.#rejected.delete(origin);
     await this.#save();
     return endedSessionIds;
+  }
+
+  /**
+   * Runs a request that takes the grant of `origin` away (revoke, block) with
+   * the grant already gone from the cache: the services end the site's
+   * sessions before they answer, and a page that sees its sessions end must
+   * already find itself unapproved. If the request fails, the services' copy
+   * is read again.
+   */
+  async #withdrawing<T>(origin: string, request: () => Promise<T>): Promise<T> {
+    const before = this.#sites.get(origin);
+    this.#sites.delete(origin);
+    try {
+      return await request();
+    } catch (e) {
+      if (before) this.#sites.set(origin, before);
+      await this.refresh().catch(() => undefined);
+      throw e;
+    }
   }
 
   async endSessions(origin: string): Promise<string[]> {
@@ -229,6 +247,11 @@ export class Approvals {
       const folders = site.folders.filter((f) => f.path !== path);
       await this.grant({ ...inputOf(site), folders: [...folders, { path, once: d.answer === "once" }] });
     });
+  }
+
+  /** Whether the cached grant of `origin` lists `path` as a folder to use once (the services use it up). */
+  folderOnce(origin: string, path: string): boolean {
+    return this.#sites.get(origin)?.folders.some((f) => f.path === path && f.once) ?? false;
   }
 
   /** Drops the cached grant of `origin` and asks the services again (they answered SITE_NOT_APPROVED). */

@@ -108,7 +108,7 @@ export class Hub {
     const tabOrigin = sender.tab?.url ? originOf(sender.tab.url) : null;
     const route = this.#sessions.addRoute(port, origin, {
       tabId: sender.tab?.id ?? null,
-      tab: sender.tab?.title || sender.tab?.url || sender.url || origin,
+      tab: tabName(sender.tab?.title, sender.tab?.url ?? sender.url ?? origin),
       frameId,
       topOrigin: frameId === 0 ? origin : tabOrigin,
     });
@@ -158,9 +158,20 @@ export class Hub {
       activeOrigin: tabId === null ? null : this.#sessions.originInTab(tabId),
       sites: this.#approvals.sites(),
       rejected: this.#approvals.rejected(),
-      sessions: this.#sessions.summaries(),
+      sessions: this.#sessionsShown(),
       lastError: this.#pages.lastError,
     };
+  }
+
+  /** The sessions this extension follows (live status), then the others the services listed for the popup. */
+  #sessionsShown(): PopupState["sessions"] {
+    const followed = this.#sessions.summaries();
+    const known = new Set(followed.map((s) => s.sessionId));
+    const others = this.#pages.servicesSessions
+      .filter((s) => !known.has(s.sessionId))
+      // Not followed here: no page of this browser holds it, so it is one kept after its page went (or another profile's).
+      .map((s) => ({ sessionId: s.sessionId, origin: s.origin, status: s.status, routes: s.attachedRoutes, autoEndOnDisconnect: false }));
+    return [...followed, ...others];
   }
 
   /** The action icon's badge, per tab: the sessions running a turn or waiting for a tool result. */
@@ -188,4 +199,9 @@ function originOf(url: string): string | null {
   } catch {
     return null;
   }
+}
+
+/** How a prompt names the tab that asked: its title (the page chooses it) and its address (Chrome's). */
+function tabName(title: string | undefined, url: string): string {
+  return title && title !== url ? `“${title}” (${url})` : url;
 }

@@ -7,6 +7,7 @@ import type { NativeLink } from "../native-link.js";
 import type { OptionsToWorker, PopupState, PopupToWorker, WorkerToOptions, WorkerToPopup } from "../../../sdk/src/protocol/bridge.js";
 import { bridgeError, toBridgeError } from "./errors.js";
 import type { Approvals } from "./approvals.js";
+import { siteRequest, type SessionSummary } from "../sites.js";
 
 /** Whether `port` comes from one of this extension's own pages. */
 export function isOwnPage(api: ChromeApi, port: Port): boolean {
@@ -30,6 +31,8 @@ export class ExtensionPages {
   #popups = new Map<Port, number | null>();
   /** The last popup action that failed, shown in the popup. */
   lastError: string | null = null;
+  /** Every web origin's open sessions as the services last listed them (list_sessions), for the popup. */
+  servicesSessions: SessionSummary[] = [];
 
   constructor(api: ChromeApi, deps: PagesDeps) {
     this.#api = api;
@@ -100,11 +103,19 @@ export class ExtensionPages {
     void this.#d.ready.then(() => this.#postPopup(port));
   }
 
-  /** Asks the host (ping: never starts Core) and, when Core runs, the grants, so the popup shows the current state. */
+  /**
+   * Asks the host (ping: never starts Core) and, when Core runs, the grants
+   * and every site's sessions (also those no page of this browser follows,
+   * e.g. kept after their page went), so the popup shows the current state.
+   */
   async #refresh(): Promise<void> {
     try {
       const { coreRunning } = await this.#d.native.request("ping", undefined, undefined);
-      if (coreRunning) await this.#d.approvals.refresh();
+      if (coreRunning) {
+        await this.#d.approvals.refresh();
+        const { sessions } = await siteRequest(this.#d.native, "list_sessions", this.#ownOrigin(), {});
+        this.servicesSessions = sessions.filter((s) => s.status !== "ended" && /^https?:\/\//.test(s.origin));
+      } else this.servicesSessions = [];
     } catch {
       // The state already records why (host missing, mismatch, …).
     }
@@ -136,9 +147,11 @@ export class ExtensionPages {
           break;
         case "revoke":
           await approvals.revoke(msg.origin);
+          void this.#refresh();
           break;
         case "end_sessions":
           await approvals.endSessions(msg.origin);
+          void this.#refresh();
           break;
         case "forget_rejection":
           await approvals.forgetRejection(msg.origin);

@@ -101,7 +101,17 @@ export class RouteCalls {
         const path = payload.workspace?.path;
         if (typeof path === "string" && path !== "") await approvals.ensureFolder(route, path);
         if (route.closed) throw bridgeError("EXTENSION_DISCONNECTED", "the route closed");
-        return sessions.create(route, payload);
+        if (typeof path !== "string" || path === "") return sessions.create(route, payload);
+        // A folder allowed once is used up by this create; a refused one means the cache is behind: read the services' grant again, so the next create asks.
+        const once = approvals.folderOnce(route.origin, path);
+        try {
+          const created = await sessions.create(route, payload);
+          if (once) await approvals.refresh().catch(() => undefined);
+          return created;
+        } catch (e) {
+          if (once || toBridgeError(e).code === "FOLDER_NOT_GRANTED") await approvals.refresh().catch(() => undefined);
+          throw e;
+        }
       }
       case "resume_session":
         return sessions.resume(route, params as BridgeCalls["resume_session"]["params"]);
