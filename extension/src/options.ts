@@ -304,7 +304,8 @@ function renderSite(site: Site): HTMLElement {
     card.append(el("p", "Blocked: this site cannot ask to use Pedelec.", { class: "hint" }));
     return card;
   }
-  const facts = el("p", `Last used: ${when(site.lastUsedAt)}. Granted: ${when(site.grantedAt)}.${site.expiresAt !== null ? ` Ends: ${when(site.expiresAt)}${isLoopback(site.origin) ? " or when the browser closes" : ""}.` : ""}`, { class: "hint" });
+  const ends = site.expiresAt === null ? "" : ` Ends ${when(site.expiresAt)}${isLoopback(site.origin) ? " or when the browser closes, whichever comes first" : ""}.`;
+  const facts = el("p", `Allowed on ${when(site.grantedAt)}; last used ${site.lastUsedAt === null ? "never" : when(site.lastUsedAt)}.${ends}`, { class: "hint" });
   card.append(facts);
 
   const level = el("label");
@@ -317,7 +318,7 @@ function renderSite(site: Site): HTMLElement {
   level.append("What the agent may do: ", select);
   card.append(level);
 
-  const agents = el("div", undefined, { class: "key" });
+  const agents = el("div", undefined, { class: "key agents" });
   agents.append(el("span", "Agents it may use:", { class: "key-title" }));
   const codes = new Set([...providers.map((p) => p.code as string), ...site.providers]);
   for (const code of codes) {
@@ -336,7 +337,7 @@ function renderSite(site: Site): HTMLElement {
     const li = el("li", undefined, { "data-folder": f.path });
     const remove = el("button", "Remove", { type: "button", "data-action": "remove-folder" });
     remove.onclick = () => void changeSite(site.origin, () => ask("grant_site", { site: { ...inputOf(site), folders: site.folders.filter((x) => x.path !== f.path) } }), "Folder removed");
-    li.append(`${showFolder(f.path)}${f.once ? " (once)" : ""} `, remove);
+    li.append(`${showFolder(f.path)}${f.once ? " (once: for the next session only)" : ""} `, remove);
     list.append(li);
   }
   folders.append(list);

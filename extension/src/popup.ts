@@ -30,8 +30,8 @@ function el<K extends keyof HTMLElementTagNameMap>(tag: K, text?: string, attrs:
   return node;
 }
 
-function button(text: string, action: string, onclick: () => void): HTMLButtonElement {
-  const b = el("button", text, { "data-action": action, type: "button" });
+function button(text: string, action: string, onclick: () => void, primary = false): HTMLButtonElement {
+  const b = el("button", text, { "data-action": action, type: "button", ...(primary ? { class: "primary" } : {}) });
   b.onclick = onclick;
   return b;
 }
@@ -60,7 +60,7 @@ function asker(p: ApprovalPrompt): HTMLElement {
     box.append(
       el(
         "p",
-        "This is a localhost address: every program and every user on this computer can serve a page there. The grant lasts for this browser session.",
+        "This is a localhost address: every program and every user on this computer can serve a page there. So your answer lasts only for this browser session.",
         { class: "loopback warn" },
       ),
     );
@@ -68,9 +68,16 @@ function asker(p: ApprovalPrompt): HTMLElement {
   return box;
 }
 
+/** A prompt's heading: the origin on its own line (it may be long), then what it asks. */
+function heading(origin: string, asks: string): HTMLElement {
+  const h = el("h3");
+  h.append(el("span", origin, { class: "origin" }), el("br"), asks);
+  return h;
+}
+
 function sitePrompt(p: ApprovalPrompt): HTMLElement {
   const card = el("div", undefined, { class: "prompt", "data-kind": "site", "data-origin": p.origin, "data-prompt": String(p.id) });
-  card.append(el("h3", `${p.origin} wants to use a coding agent on this computer`), asker(p));
+  card.append(heading(p.origin, "wants to use a coding agent on this computer"), asker(p));
 
   const levels = el("fieldset", undefined, { class: "levels" });
   levels.append(el("legend", "What the agent may do"));
@@ -89,16 +96,20 @@ function sitePrompt(p: ApprovalPrompt): HTMLElement {
   const providers = el("fieldset", undefined, { class: "providers" });
   providers.append(el("legend", "Agents it may use"));
   if (p.providers.length === 0) providers.append(el("p", "No agent listed (the desktop runtime did not answer).", { class: "hint" }));
-  for (const provider of p.providers) {
-    const label = el("label", undefined, { class: "provider" });
+  // The agents this computer can run first; one it cannot run now is allowed later, when the page asks for it.
+  const offered = [...p.providers].sort((a, b) => Number(b.available || b.preselected) - Number(a.available || a.preselected));
+  for (const provider of offered) {
+    const usable = provider.available || provider.preselected;
+    const label = el("label", undefined, { class: usable ? "provider" : "provider hint" });
     const box = el("input", undefined, { type: "checkbox", value: provider.code });
     box.checked = provider.preselected;
+    box.disabled = !usable;
     label.append(box, ` ${provider.name}${provider.available ? "" : " (not available)"}`);
     providers.append(label);
   }
   card.append(providers);
 
-  const warning = el("p", "Full access: the agent can run any command as you — read, change or delete any of your files, use your accounts and the network. Only for a site you trust like a program you install.", {
+  const warning = el("p", "Full access: the agent can run any command as you — read, change or delete any of your files, use your accounts and the network. Choose it only for a site you trust as much as a program you install.", {
     class: "full-warning warn",
   });
   warning.hidden = true;
@@ -114,22 +125,28 @@ function sitePrompt(p: ApprovalPrompt): HTMLElement {
     confirm.hidden = true;
     actions.hidden = false;
   };
-  confirm.append(
-    el("p", "Give this site full access to your computer?", { class: "warn" }),
-    button("Yes, full access", "confirm-full", approve),
+  const confirmButtons = el("div", undefined, { class: "actions" });
+  confirmButtons.append(
+    button("Yes, give full access", "confirm-full", approve, true),
     button("Back", "back", () => {
       confirm.hidden = true;
       actions.hidden = false;
     }),
   );
+  confirm.append(el("p", `Give ${p.origin} full access to your computer?`, { class: "confirm-question" }), confirmButtons);
   actions.append(
     delayed(
-      button("Approve", "approve", () => {
-        if (access() !== "full") return approve();
-        // Full access takes a second, deliberate confirmation.
-        actions.hidden = true;
-        confirm.hidden = false;
-      }),
+      button(
+        "Approve",
+        "approve",
+        () => {
+          if (access() !== "full") return approve();
+          // Full access takes a second, deliberate confirmation.
+          actions.hidden = true;
+          confirm.hidden = false;
+        },
+        true,
+      ),
     ),
     button("Reject", "reject", () => send({ kind: "reject", promptId: p.id })),
     button("Block this site", "block", () => send({ kind: "block", promptId: p.id })),
@@ -143,18 +160,24 @@ function questionPrompt(p: ApprovalPrompt): HTMLElement {
   const answer = (a: PromptAnswer) => () => send({ kind: "answer", promptId: p.id, answer: a });
   const actions = el("div", undefined, { class: "actions" });
   if (p.kind === "provider") {
-    card.append(el("h3", `${p.origin} wants to use ${p.provider?.name ?? "another agent"}`), asker(p));
-    actions.append(delayed(button("Allow", "yes", answer("yes"))), button("Don't allow", "no", answer("no")));
+    card.append(heading(p.origin, `wants to use ${p.provider?.name ?? "another agent"}`), asker(p));
+    card.append(el("p", "Allowing adds this agent to what the site may use, at the level you gave it.", { class: "hint" }));
+    actions.append(delayed(button("Allow", "yes", answer("yes"), true)), button("Don't allow", "no", answer("no")));
   } else {
-    card.append(el("h3", `${p.origin} wants the agent to work in a folder`), el("p", p.folder?.shown ?? "", { class: "folder" }), asker(p));
-    actions.append(delayed(button("Allow once", "once", answer("once"))), delayed(button("Always allow", "always", answer("always"))), button("Don't allow", "no", answer("no")));
+    card.append(heading(p.origin, "wants the agent to work in this folder"), el("p", p.folder?.shown ?? "", { class: "folder" }), asker(p));
+    card.append(el("p", "The agent may then work on the files in it, at the level you gave this site. “Allow once” is for the session being started now.", { class: "hint" }));
+    actions.append(
+      delayed(button("Allow once", "once", answer("once"), true)),
+      delayed(button("Always allow", "always", answer("always"))),
+      button("Don't allow", "no", answer("no")),
+    );
   }
   card.append(actions);
   return card;
 }
 
 function renderPrompts(state: PopupState): HTMLElement {
-  const box = document.getElementById("prompts") ?? section("prompts", "Waiting for you");
+  const box = document.getElementById("prompts") ?? section("prompts", "Waiting for your answer");
   const ids = new Set(state.prompts.map((p) => p.id));
   for (const [id, card] of shownPrompts) {
     if (ids.has(id)) continue;

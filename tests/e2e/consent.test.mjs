@@ -57,6 +57,8 @@ test("the approval prompt: three levels, edit by default, Approve held for a mom
   await startCreate(page, { provider: "codex" });
   await until("the approval UI", () => approvalUiOpen(w, page));
   const popup = await w.context.newPage();
+  // The size of the approval window the extension opens when it cannot open its popup.
+  await popup.setViewportSize({ width: 460, height: 640 });
   await popup.goto(POPUP_URL);
   const card = popup.locator(`#prompts .prompt[data-kind="site"][data-origin="${site.origin}"]`);
   await card.waitFor({ timeout: STEP_MS });
@@ -74,14 +76,14 @@ test("the approval prompt: three levels, edit by default, Approve held for a mom
   assert.match(await card.locator(".loopback").textContent(), /every program and every user on this computer.*this browser session/s);
   assert.match(await card.locator(".tab").textContent(), /127\.0\.0\.1/);
   await until("Approve enabled", async () => !(await approve.isDisabled()), 10_000);
-  await popup.screenshot({ path: join(repo, "docs/img/approval-prompt.png") });
+  await card.screenshot({ path: join(repo, "docs/img/approval-prompt.png") });
 
   // Full access: a warning, then a second confirmation; Back leaves nothing granted.
   await card.locator('input[type=radio][value="full"]').check();
   assert.equal(await card.locator(".full-warning").isVisible(), true);
   await approve.click();
   assert.equal(await card.locator(".confirm-full").isVisible(), true);
-  await popup.screenshot({ path: join(repo, "docs/img/approval-prompt-full.png") });
+  await card.screenshot({ path: join(repo, "docs/img/approval-prompt-full.png") });
   await card.locator('button[data-action="back"]').click();
   assert.equal(await page.evaluate(() => Promise.race([window.created, new Promise((r) => setTimeout(() => r("waiting"), 300))])), "waiting");
 
