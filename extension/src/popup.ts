@@ -96,15 +96,13 @@ function sitePrompt(p: ApprovalPrompt): HTMLElement {
   const providers = el("fieldset", undefined, { class: "providers" });
   providers.append(el("legend", "Agents it may use"));
   if (p.providers.length === 0) providers.append(el("p", "No agent listed (the desktop runtime did not answer).", { class: "hint" }));
-  // The agents this computer can run first; one it cannot run now is allowed later, when the page asks for it.
-  const offered = [...p.providers].sort((a, b) => Number(b.available || b.preselected) - Number(a.available || a.preselected));
+  // The agents this computer can run now first; the others stay offered (one may be installed later).
+  const offered = [...p.providers].sort((a, b) => Number(b.available) - Number(a.available));
   for (const provider of offered) {
-    const usable = provider.available || provider.preselected;
-    const label = el("label", undefined, { class: usable ? "provider" : "provider hint" });
+    const label = el("label", undefined, { class: provider.available ? "provider" : "provider hint" });
     const box = el("input", undefined, { type: "checkbox", value: provider.code });
     box.checked = provider.preselected;
-    box.disabled = !usable;
-    label.append(box, ` ${provider.name}${provider.available ? "" : " (not available)"}`);
+    label.append(box, ` ${provider.name}${provider.available ? "" : " (not available now)"}`);
     providers.append(label);
   }
   card.append(providers);

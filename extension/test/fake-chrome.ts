@@ -5,7 +5,7 @@ import type { ChromeApi, ChromeEvent, MessageSender, Port } from "../src/chrome-
 // @ts-expect-error plain ESM script without types
 import { validate } from "../../sdk/scripts/schema-check.mjs";
 import type { EventFrame, Snapshot } from "../../sdk/src/protocol/native.js";
-import type { Site, SiteInput } from "../src/sites.js";
+import type { SessionSummary, Site, SiteInput } from "../src/sites.js";
 import { EXTENSION_ID, NATIVE_HOST_NAME, OPTIONS_PORT_NAME, POPUP_PORT_NAME, SDK_PORT_NAME, TRANSFER_PAGE, TRANSFER_PORT_NAME } from "../../sdk/src/protocol/bridge.js";
 
 const schema = JSON.parse(readFileSync(new URL("../../protocol/native-messaging.schema.json", import.meta.url), "utf8"));
@@ -197,6 +197,14 @@ function siteHandlers(chrome: FakeChrome): Record<string, HostHandler> {
     },
     revoke_site: (f) => (mine(f), chrome.services.delete(f.payload!.origin as string), { endedSessionIds: [] }),
     end_site_sessions: (f) => (mine(f), { endedSessionIds: [] }),
+    list_sessions: (f) => (mine(f), { sessions: chrome.sessionsListed }),
+    // As SessionService does: a folder granted once is used up by the create that names it.
+    create_session: (f, h) => {
+      const path = (f.payload?.workspace as { path?: string } | undefined)?.path;
+      const granted = f.origin ? chrome.services.get(f.origin) : undefined;
+      if (path && granted) chrome.services.set(granted.origin, { ...granted, folders: granted.folders.filter((x) => !(x.path === path && x.once)) });
+      return defaultHandlers.create_session!(f, h);
+    },
   };
 }
 
@@ -236,6 +244,8 @@ export class FakeChrome implements ChromeApi {
   stored: Record<string, unknown> = {};
   /** The services' grants, by origin. */
   services = new Map<string, Site>();
+  /** What list_sessions answers (every origin's sessions, as SessionService lists them). */
+  sessionsListed: SessionSummary[] = [];
   badges = new Map<number, string>();
   hosts: FakeHost[] = [];
   hostHandlers: Record<string, HostHandler> = {};

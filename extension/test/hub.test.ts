@@ -2,6 +2,7 @@ import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { Hub } from "../src/hub/index.js";
 import { EXTENSION_ID, NATIVE_PROTOCOL_VERSION, POPUP_PORT_NAME, SITES_CACHE_KEY, TRANSFER_PORT_NAME, type PopupState } from "../../sdk/src/protocol/bridge.js";
 import { CLIENT_NAME } from "../src/native-link.js";
+import type { SessionSummary } from "../src/sites.js";
 import { call, FakeChrome, HostFailure, NO_REPLY, settle, site, snapshot, start, type FakePort } from "./fake-chrome.js";
 
 const ORIGIN = "https://app.example";
@@ -442,6 +443,32 @@ describe("approval", () => {
     expect(r()).toBeUndefined();
   });
 
+  it("revoke: a page is unapproved before the services answer (they end its sessions first, and the page sees them end)", async () => {
+    startHub([ORIGIN]);
+    const p = await page();
+    chrome.hostHandlers.revoke_site = () => NO_REPLY;
+    const revoked = hub.revoke(ORIGIN);
+    await settle();
+    expect(sent("revoke_site")).toHaveLength(1);
+    const status = start(p, "status");
+    await settle(20);
+    expect(status()?.result).toMatchObject({ approved: false });
+    delete chrome.hostHandlers.revoke_site;
+    chrome.host.reply(sent("revoke_site")[0]!);
+    await revoked;
+    expect(hub.state().sites).toEqual([]);
+  });
+
+  it("a revoke the host refuses leaves the grant as the services have it", async () => {
+    startHub([ORIGIN]);
+    const p = await page();
+    chrome.hostHandlers.revoke_site = () => {
+      throw new HostFailure("CORE_UNAVAILABLE");
+    };
+    await expect(hub.revoke(ORIGIN)).rejects.toMatchObject({ code: "CORE_UNAVAILABLE" });
+    expect((await call(p, "status")).result).toMatchObject({ approved: true });
+  });
+
   it("browser start-up revokes loopback grants only", async () => {
     startHub([ORIGIN, "http://localhost:3000", "http://127.0.0.1:5173"]);
     chrome.runtime.onStartup.fire();
@@ -510,6 +537,21 @@ describe("provider and folder prompts", () => {
     await settle(20);
     expect(r()?.ok).toBe(true); // the fake host creates it either way; the services refuse a folder not granted
     expect(sent("grant_site").map((f) => (f.payload!.site as { folders: unknown }).folders)).toEqual(folders ? [folders] : []);
+    expect(sent("create_session")).toHaveLength(1);
+  });
+});
+
+describe("folders allowed once", () => {
+  it("the create that uses the folder up makes the next one ask again", async () => {
+    startHub([]);
+    chrome.services.set(ORIGIN, site(ORIGIN, { folders: [{ path: "/home/ann/proj", once: true }] }));
+    const p = await page();
+    expect((await call(p, "create_session", { workspace: { path: "/home/ann/proj" } })).ok).toBe(true);
+    expect(prompts()).toEqual([]);
+    const again = start(p, "create_session", { workspace: { path: "/home/ann/proj" } });
+    await settle(20);
+    expect(prompts()).toEqual([expect.objectContaining({ kind: "folder", folder: { path: "/home/ann/proj", shown: "~/proj" } })]);
+    expect(again()).toBeUndefined();
     expect(sent("create_session")).toHaveLength(1);
   });
 });
@@ -800,6 +842,26 @@ describe("popup state", () => {
     expect(s.sites.map((x) => x.origin)).toEqual([ORIGIN]);
     expect(s.activeOrigin).toBe(ORIGIN);
     expect(s.sessions).toEqual([{ sessionId: "thr_1", origin: ORIGIN, status: "idle", routes: 1, autoEndOnDisconnect: true }]);
+  });
+});
+
+describe("popup sessions", () => {
+  it("lists every web origin's open sessions from the services, also those no page here follows", async () => {
+    startHub([ORIGIN]);
+    const p = await page();
+    await createSession(p);
+    const listed = (sessionId: string, origin: string, status: SessionSummary["status"]): SessionSummary => ({ sessionId, origin, status, provider: "codex", effortLevel: "default", createdAt: 1, attachedRoutes: 0 });
+    chrome.sessionsListed = [listed("thr_1", ORIGIN, "running"), listed("thr_kept", ORIGIN, "idle"), listed("thr_cli", "cli", "idle"), listed("thr_old", ORIGIN, "ended")];
+    const popup = chrome.connectPopup();
+    popup.postMessage({ kind: "get_state" });
+    await settle(20);
+    expect(sent("list_sessions").map((f) => f.origin)).toEqual([OWN]);
+    const last = popup.of("state").at(-1)!.state as PopupState;
+    // thr_1 as this extension follows it (idle, one route); the kept one from the services; not the local caller's nor the ended one.
+    expect(last.sessions).toEqual([
+      { sessionId: "thr_1", origin: ORIGIN, status: "idle", routes: 1, autoEndOnDisconnect: true },
+      { sessionId: "thr_kept", origin: ORIGIN, status: "idle", routes: 0, autoEndOnDisconnect: false },
+    ]);
   });
 });
 

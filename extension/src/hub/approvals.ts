@@ -51,6 +51,8 @@ export class Approvals {
   /** list_sites answered in this browser session (else the next use asks). */
   #loaded = false;
   #loading: Promise<void> | null = null;
+  /** Origins whose revoke or block is in flight: no list_sites answer brings their grant back meanwhile. */
+  #withdrawn = new Set<string>();
   /** Rejected in this browser session: no new prompt. */
   #rejected = new Set<string>();
   #prompts = new Map<number, PendingPrompt>();
@@ -86,7 +88,7 @@ export class Approvals {
   refresh(): Promise<void> {
     this.#loading ??= siteRequest(this.#native, "list_sites", this.#ownOrigin, {})
       .then(async ({ sites }) => {
-        this.#sites = new Map(sites.map((s) => [s.origin, s]));
+        this.#sites = new Map(sites.filter((s) => !this.#withdrawn.has(s.origin)).map((s) => [s.origin, s]));
         this.#loaded = true;
         await this.#save();
       })
@@ -149,12 +151,16 @@ export class Approvals {
   async #withdrawing<T>(origin: string, request: () => Promise<T>): Promise<T> {
     const before = this.#sites.get(origin);
     this.#sites.delete(origin);
+    this.#withdrawn.add(origin);
     try {
       return await request();
     } catch (e) {
+      this.#withdrawn.delete(origin);
       if (before) this.#sites.set(origin, before);
       await this.refresh().catch(() => undefined);
       throw e;
+    } finally {
+      this.#withdrawn.delete(origin);
     }
   }
 
