@@ -8,11 +8,13 @@ import { spawn, spawnSync } from "node:child_process";
 import { chmodSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { chromium } from "playwright-core";
-import { agentsBin, artifacts, chromiumPath, POPUP_URL, repo, shot, startMock, toolCommand, until, writeCodexConfig } from "./harness.mjs";
+import { agentsBin, artifacts, chromiumPath, codexTool, POPUP_URL, repo, shot, startMock, until, writeCodexConfig } from "./harness.mjs";
 
 const debug = process.argv.includes("--debug");
 const bin = join(repo, debug ? "target/debug" : "target/release");
-const home = mkdtempSync("/tmp/pdl-try-");
+// Outside the temporary folder, as a user's home is: below full access codex's
+// own sandbox cannot start from a home under /tmp (docs/security.md, "Access levels").
+const home = mkdtempSync("/var/tmp/pdl-try-");
 const mock = await startMock();
 const agents = join(home, "agents");
 mkdirSync(agents);
@@ -56,7 +58,8 @@ try {
   await page.selectOption("#provider", "codex");
   await page.click("#create");
   await page.waitForFunction(() => document.getElementById("status")?.textContent === "idle");
-  await mock.script({ mode: "tool", command: toolCommand("update_counter", { delta: 3 }).replace(join(repo, "target/debug"), bin), final: "Done — the counter is now 3. ({output})" });
+  // The site's grant is the default level (edit): codex calls the page's tool natively.
+  await mock.script(codexTool("update_counter", { delta: 3 }, "Done — the counter is now 3. ({output})"));
   await page.fill("#prompt", "Please add 3 to the counter");
   await page.press("#prompt", "Enter");
   await page.waitForFunction(() => document.querySelector(".msg-row.assistant .bubble.done") && document.getElementById("status")?.textContent === "idle", null, { timeout: 120_000 });
