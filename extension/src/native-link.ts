@@ -44,7 +44,7 @@ type Queued = { type: NativeType; origin: string | undefined; payload: unknown }
 export const CLIENT_NAME = "pedelec-extension/0.1.0";
 
 export class NativeLink {
-  readonly state: HostState = { connected: false, hostVersion: null, protocolVersion: null, coreRunning: null, lastError: null };
+  readonly state: HostState = { connected: false, hostVersion: null, protocolVersion: null, coreRunning: null, userName: null, lastError: null };
   #api: ChromeApi;
   #listener: NativeListener;
   #port: Port | null = null;
@@ -93,7 +93,7 @@ export class NativeLink {
           clientProtocolVersion: NATIVE_PROTOCOL_VERSION,
         });
       }
-      Object.assign(this.state, { connected: true, hostVersion: hello.hostVersion, protocolVersion: hello.protocolVersion, coreRunning: hello.coreRunning, lastError: null });
+      Object.assign(this.state, { connected: true, hostVersion: hello.hostVersion, protocolVersion: hello.protocolVersion, coreRunning: hello.coreRunning, userName: hello.userName || null, lastError: null });
       this.#listener.stateChanged();
       this.#pump();
     })();

@@ -75,7 +75,9 @@ function heading(origin: string, asks: string): HTMLElement {
   return h;
 }
 
-function sitePrompt(p: ApprovalPrompt): HTMLElement {
+function sitePrompt(p: ApprovalPrompt, userName: string | null): HTMLElement {
+  // The account every agent runs as (the host's hello), else plain "you".
+  const account = userName ? `as ${userName}` : "as you";
   const card = el("div", undefined, { class: "prompt", "data-kind": "site", "data-origin": p.origin, "data-prompt": String(p.id) });
   card.append(heading(p.origin, "wants to use a coding agent on this computer"), asker(p));
 
@@ -85,7 +87,7 @@ function sitePrompt(p: ApprovalPrompt): HTMLElement {
     const label = el("label", undefined, { class: `level level-${level}` });
     const radio = el("input", undefined, { type: "radio", name: `access-${p.id}`, value: level });
     radio.checked = level === DEFAULT_ACCESS;
-    const title = level === "full" ? "Full access — run any command as you" : ACCESS_TEXT[level].title;
+    const title = level === "full" ? `Full access — run any command ${account}` : ACCESS_TEXT[level].title;
     const text = el("span");
     text.append(el("strong", title), el("br"), el("span", ACCESS_TEXT[level].sentence, { class: "hint" }));
     label.append(radio, text);
@@ -107,7 +109,7 @@ function sitePrompt(p: ApprovalPrompt): HTMLElement {
   }
   card.append(providers);
 
-  const warning = el("p", "Full access: the agent can run any command as you — read, change or delete any of your files, use your accounts and the network. Choose it only for a site you trust as much as a program you install.", {
+  const warning = el("p", `Full access: the agent can run any command ${account} — read, change or delete any of your files, use your accounts and the network. Choose it only for a site you trust as much as a program you install.`, {
     class: "full-warning warn",
   });
   warning.hidden = true;
@@ -184,7 +186,7 @@ function renderPrompts(state: PopupState): HTMLElement {
   }
   for (const p of state.prompts) {
     if (shownPrompts.has(p.id)) continue;
-    const card = p.kind === "site" ? sitePrompt(p) : questionPrompt(p);
+    const card = p.kind === "site" ? sitePrompt(p, state.host.userName) : questionPrompt(p);
     shownPrompts.set(p.id, card);
     box.append(card);
   }

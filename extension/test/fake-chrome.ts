@@ -209,7 +209,7 @@ function siteHandlers(chrome: FakeChrome): Record<string, HostHandler> {
 }
 
 const defaultHandlers: Record<string, HostHandler> = {
-  hello: () => ({ hostVersion: "0.1.0", protocolVersion: 2, capabilities: ["chunks"], coreRunning: true }),
+  hello: () => ({ hostVersion: "0.1.0", protocolVersion: 2, capabilities: ["chunks"], coreRunning: true, userName: "ada" }),
   ping: () => ({ pong: true, version: "0.1.0", protocolVersion: 2, coreRunning: true }),
   list_providers: () => ({ providers: [{ name: "Codex", code: "codex", available: true, isDefault: true, error: null }] }),
   get_settings: () => ({ defaultProvider: "codex" }),

@@ -190,7 +190,7 @@ describe("native port", () => {
   });
 
   it("a host answering hello with another protocolVersion is PROTOCOL_MISMATCH", async () => {
-    chrome.hostHandlers.hello = () => ({ hostVersion: "9", protocolVersion: 3, capabilities: [], coreRunning: true });
+    chrome.hostHandlers.hello = () => ({ hostVersion: "9", protocolVersion: 3, capabilities: [], coreRunning: true, userName: "ada" });
     const p = await page();
     expect((await call(p, "get_settings")).error.code).toBe("PROTOCOL_MISMATCH");
   });
@@ -838,7 +838,7 @@ describe("popup state", () => {
     const p = await page();
     await createSession(p);
     const s = hub.state(1);
-    expect(s.host).toMatchObject({ connected: true, hostVersion: "0.1.0", protocolVersion: 2, coreRunning: true });
+    expect(s.host).toMatchObject({ connected: true, hostVersion: "0.1.0", protocolVersion: 2, coreRunning: true, userName: "ada" });
     expect(s.sites.map((x) => x.origin)).toEqual([ORIGIN]);
     expect(s.activeOrigin).toBe(ORIGIN);
     expect(s.sessions).toEqual([{ sessionId: "thr_1", origin: ORIGIN, status: "idle", routes: 1, autoEndOnDisconnect: true }]);

@@ -359,6 +359,7 @@ impl Host {
                     "protocolVersion": p::PROTOCOL_VERSION,
                     "capabilities": p::CAPABILITIES,
                     "coreRunning": core.is_running().await,
+                    "userName": pedelec_common::process::user_name().unwrap_or_default(),
                 })
             }
             Request::Ping => json!({

@@ -1,20 +1,22 @@
 // Consent in the real browser: the approval prompt, blocking, the pages that
 // may not ask (plain http, frames), the provider and folder prompts, the badge,
-// revoking from the popup, and the settings page's Sites section. What
+// revoking from the popup, and the settings page's Sites section (screenshots
+// in target/e2e/; docs/img holds copies). What
 // docs/sdk-extension.md ("Approval") documents; the services enforce the same
 // grants (tests/tests/suite).
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
+import { execFileSync } from "node:child_process";
 import {
   answerPrompt,
   approvalUiOpen,
+  artifacts,
   checkBuilt,
   EXTENSION_ID,
   inPage,
   POPUP_URL,
-  repo,
   servePages,
   startMock,
   startWorld,
@@ -71,19 +73,19 @@ test("the approval prompt: three levels, edit by default, Approve held for a mom
     ["full", false],
   ]);
   const levels = await card.locator(".level strong").allTextContents();
-  assert.deepEqual(levels, ["Answer and use this page's tools", "Edit files in its workspace", "Full access — run any command as you"]);
+  assert.deepEqual(levels, ["Answer and use this page's tools", "Edit files in its workspace", `Full access — run any command as ${userName()}`]);
   assert.deepEqual(await card.locator("input[type=checkbox]:checked").evaluateAll((bs) => bs.map((b) => b.value)), ["codex"], "the user's default provider preselected");
   assert.match(await card.locator(".loopback").textContent(), /every program and every user on this computer.*this browser session/s);
   assert.match(await card.locator(".tab").textContent(), /127\.0\.0\.1/);
   await until("Approve enabled", async () => !(await approve.isDisabled()), 10_000);
-  await card.screenshot({ path: join(repo, "docs/img/approval-prompt.png") });
+  await card.screenshot({ path: join(artifacts, "approval-prompt.png") });
 
   // Full access: a warning, then a second confirmation; Back leaves nothing granted.
   await card.locator('input[type=radio][value="full"]').check();
   assert.equal(await card.locator(".full-warning").isVisible(), true);
   await approve.click();
   assert.equal(await card.locator(".confirm-full").isVisible(), true);
-  await card.screenshot({ path: join(repo, "docs/img/approval-prompt-full.png") });
+  await card.screenshot({ path: join(artifacts, "approval-prompt-full.png") });
   await card.locator('button[data-action="back"]').click();
   assert.equal(await page.evaluate(() => Promise.race([window.created, new Promise((r) => setTimeout(() => r("waiting"), 300))])), "waiting");
 
@@ -201,7 +203,12 @@ test("the badge counts a running turn; Revoke in the popup ends the site's sessi
   assert.equal(await card.locator("select[data-field=access]").inputValue(), "tools");
   assert.deepEqual(await card.locator("input[data-field=provider]:checked").evaluateAll((bs) => bs.map((b) => b.value).sort()), ["claude", "codex"]);
   assert.match(await card.locator("li[data-folder]").textContent(), new RegExp(folder.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")));
-  await card.screenshot({ path: join(repo, "docs/img/settings-sites.png") });
+  await card.screenshot({ path: join(artifacts, "settings-sites.png") });
   await card.locator('button[data-action="revoke"]').click();
   await options.locator("#sites-root").getByText("No site has asked yet.").waitFor({ timeout: STEP_MS });
 });
+
+/** The account the browser, the host and the agents run as (`id -un`). */
+function userName() {
+  return execFileSync("id", ["-un"], { encoding: "utf8" }).trim();
+}

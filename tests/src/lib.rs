@@ -194,9 +194,12 @@ impl TestEnv {
             std::fs::rename(&wrapper, &real).unwrap();
             std::fs::write(
                 &wrapper,
+                // `exec -a` keeps the program's own name as argv[0]: the
+                // release build's one executable picks its program by it.
                 format!(
-                    "#!/bin/sh\nprintf R >&0\n/bin/cat > '{dir}/secret.'$$\nexec '{real}' \"$@\" < '{dir}/secret.'$$\n",
+                    "#!/bin/bash\nprintf R >&0\n/bin/cat > '{dir}/secret.'$$\nexec -a '{name}' '{real}' \"$@\" < '{dir}/secret.'$$\n",
                     dir = dir.display(),
+                    name = wrapper.display(),
                     real = real.display()
                 ),
             )

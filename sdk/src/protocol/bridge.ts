@@ -243,6 +243,8 @@ export type HostState = {
   protocolVersion: number | null;
   /** From the last hello/ping; null when unknown or the host was lost. */
   coreRunning: boolean | null;
+  /** The account agents run as (hello's userName); null before hello or when the host did not know. */
+  userName: string | null;
   /** The last reason the host could not be used, if any. */
   lastError: string | null;
 };

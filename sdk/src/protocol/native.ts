@@ -498,6 +498,8 @@ export type HelloResult = {
   protocolVersion: number;
   capabilities: string[];
   coreRunning: boolean;
+  /** The login name of the account the host and every agent run as (the approval prompt's "run any command as <name>"); empty when unknown. */
+  userName: string;
 };
 
 export type ProviderInfo = {

@@ -19,6 +19,31 @@ pub fn uid() -> u32 {
     unsafe { libc::getuid() }
 }
 
+/// The login name of this process's real user, from the user database
+/// (`getpwuid_r`, so NSS sources count), else `$USER`; None when neither
+/// knows.
+pub fn user_name() -> Option<String> {
+    // SAFETY: all-zero is a valid `passwd` (null pointers, zero ids);
+    // getpwuid_r fills it only on success.
+    let mut entry: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut buf = vec![0 as libc::c_char; 16 * 1024];
+    let mut found: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: `entry`, `buf` (with its true length) and `found` are valid
+    // for writes for the whole call and outlive it.
+    let rc =
+        unsafe { libc::getpwuid_r(uid(), &mut entry, buf.as_mut_ptr(), buf.len(), &mut found) };
+    if rc == 0 && !found.is_null() && !entry.pw_name.is_null() {
+        // SAFETY: on success pw_name points at a NUL-terminated string in
+        // `buf`, which is still alive here.
+        let name = unsafe { std::ffi::CStr::from_ptr(entry.pw_name) };
+        let name = name.to_string_lossy().into_owned();
+        if !name.is_empty() {
+            return Some(name);
+        }
+    }
+    std::env::var("USER").ok().filter(|v| !v.is_empty())
+}
+
 /// Whether this process runs as root (effective uid 0).
 pub fn is_root() -> bool {
     // SAFETY: geteuid cannot fail and has no preconditions.

@@ -132,6 +132,8 @@ async fn every_host_message_matches_the_schema() {
         )
         .await;
     assert_eq!(hello["protocolVersion"], 2);
+    // The account the agents run as, for the approval prompt's full-access line.
+    assert_eq!(hello["userName"], whoami(), "{hello}");
     assert!(
         hello["capabilities"]
             .as_array()
@@ -467,4 +469,10 @@ fn the_sdk_knows_every_service_code() {
         .filter(|c| !ts.contains(&format!("\"{c}\"")))
         .collect();
     assert!(missing.is_empty(), "{} lacks {missing:?}", path.display());
+}
+
+/// The login name of the account running the tests, as `id -un` says.
+fn whoami() -> String {
+    let out = std::process::Command::new("id").arg("-un").output().unwrap();
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
