@@ -29,7 +29,9 @@ impl Thread {
     /// The thread's own assets folder: threads sharing a workspace never
     /// see each other's files.
     fn assets_root(&self) -> PathBuf {
-        self.workspace.join(".pedelec-runtime/assets").join(&self.id)
+        self.workspace
+            .join(".pedelec-runtime/assets")
+            .join(&self.id)
     }
 }
 

@@ -473,6 +473,9 @@ fn the_sdk_knows_every_service_code() {
 
 /// The login name of the account running the tests, as `id -un` says.
 fn whoami() -> String {
-    let out = std::process::Command::new("id").arg("-un").output().unwrap();
+    let out = std::process::Command::new("id")
+        .arg("-un")
+        .output()
+        .unwrap();
     String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
