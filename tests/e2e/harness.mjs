@@ -35,8 +35,12 @@ export const buildDir = resolve(process.env.PEDELEC_BIN_DIR ?? join(repo, "targe
 export const agentsBin = resolve(process.env.PEDELEC_AGENTS_BIN ?? join(repo, "tests/agents/node_modules/.bin"));
 export const chromiumPath = process.env.PEDELEC_CHROMIUM ?? "/usr/bin/chromium";
 export const artifacts = join(repo, "target/e2e");
-/** Where each world's codex home goes: outside the temporary folder (see startWorld). */
-const codexHomes = join(repo, "target/e2e-codex");
+/**
+ * Where each world's codex home goes: outside the temporary folder, wherever
+ * the checkout lies (codex makes no sandbox-helper aliases under $TMPDIR or
+ * /tmp, and then runs no command below full access; docs/security.md).
+ */
+const codexHomes = "/var/tmp/pedelec-e2e-codex";
 /**
  * The constants the page, the extension and the host agree on, from their one
  * home (sdk/src/protocol/bridge.ts) as the SDK's build has it; the demo this

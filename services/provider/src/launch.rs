@@ -355,6 +355,7 @@ impl View {
             .map(|p| std::env::split_paths(&p).collect())
             .unwrap_or_default();
         keep.extend(program.parent().map(Path::to_path_buf));
+        keep.extend(install_root(program));
         keep.retain(|p| p.is_absolute());
         View {
             access,
@@ -367,6 +368,20 @@ impl View {
                 .filter(|t| t.is_absolute() && t != Path::new(TMP)),
         }
     }
+}
+
+/// The folder a CLI is installed in, found through the symlinks to it: an
+/// npm-installed CLI is a link into its package tree and runs other files of
+/// that tree (codex's wrapper starts the platform package's binary), so the
+/// `node_modules` it lies in; else the resolved program's folder. Kept like
+/// PATH's folders, where the private /tmp would cover it.
+fn install_root(program: &Path) -> Option<PathBuf> {
+    let real = std::fs::canonicalize(program).ok()?;
+    let root = real
+        .ancestors()
+        .find(|a| a.file_name() == Some("node_modules".as_ref()))
+        .or_else(|| real.parent())?;
+    Some(root.to_path_buf())
 }
 
 /// Where each CLI keeps what it must write to work at all (logins, session

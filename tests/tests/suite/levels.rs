@@ -54,8 +54,8 @@ impl Levels {
         let codex_home = (cli == Cli::Codex).then(|| {
             let dir = tempfile::Builder::new()
                 .prefix("codex-home")
-                .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
-                .expect("a codex home outside /tmp");
+                .tempdir_in("/var/tmp")
+                .expect("a codex home outside the temporary folder, wherever the checkout lies");
             agents::write_codex_mock_config(dir.path(), mock.port).unwrap();
             env.extra_env
                 .insert("CODEX_HOME".into(), dir.path().display().to_string());
