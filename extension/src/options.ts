@@ -12,7 +12,7 @@ import {
 } from "../../sdk/src/protocol/bridge.js";
 import type { FullSettingsResult, KeyChange, MaskedKey, ProviderCode, ProviderInfo } from "../../sdk/src/protocol/native.js";
 import type { PageRuntime, Port } from "./chrome-api.js";
-import { ACCESS_LEVELS, ACCESS_TEXT, inputOf, isLoopback, showFolder, type Access, type Site } from "./sites.js";
+import { ACCESS_LEVELS, ACCESS_TEXT, embedderOrigin, inputOf, isLoopback, showFolder, withEmbedder, withoutEmbedder, type Access, type Site } from "./sites.js";
 import { EFFORT_LEVELS, availabilityText, formFromSettings, keyLabel, updateFromForm, type KeyName, type SettingsForm } from "./options-model.js";
 
 declare const chrome: { runtime: PageRuntime };
@@ -280,7 +280,7 @@ async function onSave(): Promise<void> {
   }
 }
 
-// ---- sites (the services' grants: change the level or agents, remove a folder, revoke) ----
+// ---- sites (the services' grants: change the level, agents or any model, remove a folder, allow or remove an embedding site, revoke) ----
 
 function when(ms: number | null): string {
   return ms === null ? "never" : new Date(ms).toLocaleString();
@@ -330,6 +330,12 @@ function renderSite(site: Site): HTMLElement {
   }
   card.append(agents);
 
+  const anyModel = el("label");
+  const anyBox = input({ type: "checkbox", "data-field": "any-model" }, "any-model");
+  anyBox.checked = site.anyModel;
+  anyModel.append(anyBox, " May choose any model (otherwise only the models in your profiles)");
+  card.append(anyModel);
+
   const folders = el("div");
   folders.append(el("span", site.folders.length === 0 ? "Folders: none besides its own workspaces" : "Folders:", { class: "key-title" }));
   const list = el("ul");
@@ -342,16 +348,47 @@ function renderSite(site: Site): HTMLElement {
   }
   folders.append(list);
   card.append(folders);
+  card.append(renderEmbedders(site));
 
   const save = el("button", "Save changes", { type: "button", "data-action": "save-site" });
   save.onclick = () => {
     const access = select.value as Access;
     if (access === "full" && site.access !== "full" && !window.confirm(`Give ${site.origin} full access? The agent can run any command as you.`)) return;
     const chosen = [...agents.querySelectorAll<HTMLInputElement>("input[data-field=provider]:checked")].map((b) => b.value);
-    void changeSite(site.origin, () => ask("grant_site", { site: { ...inputOf(site), access, providers: chosen } }), "Saved");
+    void changeSite(site.origin, () => ask("grant_site", { site: { ...inputOf(site), access, providers: chosen, anyModel: anyBox.checked } }), "Saved");
   };
   card.append(save);
   return card;
+}
+
+/** The sites this one may ask from inside (in a frame of their pages): listed with Remove, and one more can be added. */
+function renderEmbedders(site: Site): HTMLElement {
+  const box = el("div", undefined, { class: "embedders" });
+  box.append(el("span", site.embedders.length === 0 ? "Allowed inside these sites: none (it may ask only as the page you opened)" : "Allowed inside these sites:", { class: "key-title" }));
+  const list = el("ul");
+  for (const e of site.embedders) {
+    const li = el("li", undefined, { "data-embedder": e });
+    const remove = el("button", "Remove", { type: "button", "data-action": "remove-embedder" });
+    remove.onclick = () => void changeSite(site.origin, () => ask("grant_site", { site: withoutEmbedder(site, e) }), `No longer allowed inside ${e}`);
+    li.append(`${e} `, remove);
+    list.append(li);
+  }
+  box.append(list);
+  const add = el("div", undefined, { class: "key add-embedder" });
+  const field = input({ type: "text", "data-field": "embedder", placeholder: "https://example.com" }, "");
+  field.setAttribute("aria-label", `A site ${site.origin} may be used inside`);
+  const allow = el("button", "Allow inside this site", { type: "button", "data-action": "add-embedder" });
+  allow.onclick = () => {
+    const typed = embedderOrigin(field.value);
+    if ("error" in typed) {
+      setSitesStatus(`Not changed: ${typed.error}`, "INVALID_INPUT");
+      return;
+    }
+    void changeSite(site.origin, () => ask("grant_site", { site: withEmbedder(site, typed.origin) }), `Allowed inside ${typed.origin}`);
+  };
+  add.append(field, allow);
+  box.append(add);
+  return box;
 }
 
 async function changeSite(origin: string, change: () => Promise<unknown>, done: string): Promise<void> {

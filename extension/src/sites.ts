@@ -57,3 +57,34 @@ export function showFolder(path: string): string {
 export function inputOf(site: Site): SiteInput {
   return { origin: site.origin, access: site.access, providers: [...site.providers], folders: site.folders.map((f) => ({ ...f })), anyModel: site.anyModel, embedders: [...site.embedders], expiresAt: site.expiresAt };
 }
+
+/**
+ * What the user typed as a site that may embed this one, as an origin: an
+ * https:// address, or a loopback http:// one (any path is dropped). Anything
+ * else is refused with a sentence the settings page shows.
+ */
+export function embedderOrigin(text: string): { origin: string } | { error: string } {
+  const typed = text.trim();
+  let url: URL;
+  try {
+    url = new URL(typed);
+  } catch {
+    return { error: `"${typed}" is not a web address; write it like https://example.com` };
+  }
+  if (url.username || url.password) return { error: "A site's address has no user name or password in it." };
+  if (url.protocol === "https:" || (url.protocol === "http:" && isLoopback(url.origin))) return { origin: url.origin };
+  if (url.protocol === "http:") return { error: `${url.origin} is not secure: only https:// sites (or this computer's localhost) may embed this site.` };
+  return { error: `"${typed}" is not a website; write it like https://example.com` };
+}
+
+/** The grant input with `embedder` added (once). */
+export function withEmbedder(site: Site, embedder: string): SiteInput {
+  const input = inputOf(site);
+  if (!input.embedders.includes(embedder)) input.embedders.push(embedder);
+  return input;
+}
+
+/** The grant input without `embedder`. */
+export function withoutEmbedder(site: Site, embedder: string): SiteInput {
+  return { ...inputOf(site), embedders: site.embedders.filter((e) => e !== embedder) };
+}

@@ -2,7 +2,7 @@ import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { Hub } from "../src/hub/index.js";
 import { EXTENSION_ID, NATIVE_PROTOCOL_VERSION, POPUP_PORT_NAME, SITES_CACHE_KEY, TRANSFER_PORT_NAME, type PopupState } from "../../sdk/src/protocol/bridge.js";
 import { CLIENT_NAME } from "../src/native-link.js";
-import type { SessionSummary } from "../src/sites.js";
+import { embedderOrigin, withEmbedder, withoutEmbedder, type SessionSummary, type Site, type SiteInput } from "../src/sites.js";
 import { call, FakeChrome, HostFailure, NO_REPLY, settle, site, snapshot, start, type FakePort } from "./fake-chrome.js";
 
 const ORIGIN = "https://app.example";
@@ -408,6 +408,35 @@ describe("approval", () => {
       await settle();
       expect(prompts().find((x) => x.origin === origin)?.loopback).toBe(true);
     }
+  });
+
+  it("the settings page allows an embedding site and any model through grant_site; the framed page may then ask", async () => {
+    chrome.services.set(ORIGIN, site(ORIGIN));
+    const framed = () => chrome.connectPage(ORIGIN, undefined, { frameId: 3, tabUrl: "https://host.example/page" });
+    const before = framed();
+    await settle();
+    expect((await call(before, "list_providers")).error.code).toBe("FRAME_NOT_ALLOWED");
+    const options = chrome.connectOptions();
+    options.postMessage({ kind: "request", requestId: 1, method: "list_sites", params: {} });
+    await settle(20);
+    const listed = (options.of("response")[0] as { result: { sites: Site[] } }).result.sites.find((x) => x.origin === ORIGIN)!;
+    const embedder = embedderOrigin("https://host.example/some/page");
+    expect(embedder).toEqual({ origin: "https://host.example" });
+    options.postMessage({ kind: "request", requestId: 2, method: "grant_site", params: { site: { ...withEmbedder(listed, "https://host.example"), anyModel: true } } });
+    await settle(20);
+    expect(options.of("response")[1]).toMatchObject({ requestId: 2, ok: true, result: { site: { origin: ORIGIN, embedders: ["https://host.example"], anyModel: true, access: "edit", providers: ["codex"] } } });
+    expect(sent("grant_site").map((f) => [f.origin, (f.payload as { site: SiteInput }).site.embedders, (f.payload as { site: SiteInput }).site.anyModel])).toEqual([[OWN, ["https://host.example"], true]]);
+    expect(chrome.services.get(ORIGIN)).toMatchObject({ embedders: ["https://host.example"], anyModel: true });
+    const after = framed();
+    await settle();
+    expect((await call(after, "list_providers")).ok).toBe(true);
+    // Removing it refuses the frame again.
+    options.postMessage({ kind: "request", requestId: 3, method: "grant_site", params: { site: withoutEmbedder(chrome.services.get(ORIGIN)!, "https://host.example") } });
+    await settle(20);
+    expect(chrome.services.get(ORIGIN)).toMatchObject({ embedders: [], anyModel: true });
+    const again = framed();
+    await settle();
+    expect((await call(again, "list_providers")).error.code).toBe("FRAME_NOT_ALLOWED");
   });
 
   it("a frame is FRAME_NOT_ALLOWED, naming the site that embeds it, unless the grant lists that site; it never prompts", async () => {
