@@ -162,7 +162,7 @@ test("provider and folder prompts on createSession: yes adds to the grant; once 
   assert.ok((await created(page)).ok, "no prompt for a folder always allowed");
 });
 
-test("the badge counts a running turn; Revoke in the popup ends the site's sessions, also one kept after its page goes; the Sites section lists the grant", T, async (t) => {
+test("the badge counts a running turn; Revoke in the popup ends the site's sessions, also one kept after its page goes; the Sites section lists the grant, allows an embedding site and any model", T, async (t) => {
   const w = await startWorld(t, mock);
   await w.approve(site.origin);
   const page = await w.openDemo(site.origin);
@@ -203,7 +203,29 @@ test("the badge counts a running turn; Revoke in the popup ends the site's sessi
   assert.equal(await card.locator("select[data-field=access]").inputValue(), "tools");
   assert.deepEqual(await card.locator("input[data-field=provider]:checked").evaluateAll((bs) => bs.map((b) => b.value).sort()), ["claude", "codex"]);
   assert.match(await card.locator("li[data-folder]").textContent(), new RegExp(folder.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")));
+
+  // Allowed inside another site, and any model: saved with grant_site; the services hold them.
+  const status = options.locator("#sites-status");
+  assert.equal(await card.locator("input[data-field=any-model]").isChecked(), false);
+  await card.locator("input[data-field=embedder]").fill("http://host.example");
+  await card.locator('button[data-action="add-embedder"]').click();
+  await until("the refusal", async () => ((await status.textContent()).includes("not secure") ? "yes" : null));
+  await card.locator("input[data-field=embedder]").fill("https://host.example/some/page");
+  await card.locator('button[data-action="add-embedder"]').click();
+  await until("the embedder saved", async () => ((await status.textContent()) === `Allowed inside https://host.example: ${site.origin}` ? "yes" : null));
+  assert.deepEqual(await card.locator("li[data-embedder]").evaluateAll((ls) => ls.map((l) => l.dataset.embedder)), ["https://host.example"]);
+  await card.locator("input[data-field=any-model]").check();
+  await card.locator('button[data-action="save-site"]').click();
+  await until("the grant saved", async () => ((await status.textContent()) === `Saved: ${site.origin}` ? "yes" : null));
+  assert.equal(await card.locator("input[data-field=any-model]").isChecked(), true, "the reloaded card shows the services' answer");
+  const shown = w.cli("sites", "show", site.origin, "--json");
+  assert.equal(shown.status, 0, shown.stderr);
+  const held = JSON.parse(shown.stdout);
+  assert.deepEqual([held.access, held.providers.sort(), held.anyModel, held.embedders], ["tools", ["claude", "codex"], true, ["https://host.example"]]);
   await card.screenshot({ path: join(artifacts, "settings-sites.png") });
+  await card.locator('li[data-embedder="https://host.example"] button[data-action="remove-embedder"]').click();
+  await until("the embedder removed", async () => ((await status.textContent()) === `No longer allowed inside https://host.example: ${site.origin}` ? "yes" : null));
+  assert.deepEqual(JSON.parse(w.cli("sites", "show", site.origin, "--json").stdout).embedders, []);
   await card.locator('button[data-action="revoke"]').click();
   await options.locator("#sites-root").getByText("No site has asked yet.").waitFor({ timeout: STEP_MS });
 });
