@@ -1067,6 +1067,44 @@ async fn open_threads_per_origin_are_bounded() {
     h.create(false).await;
 }
 
+/// Reactivate opens an ended thread again, so it counts against the cap: an
+/// origin at its cap is refused with LIMIT_EXCEEDED and the thread stays
+/// ended; once another ends, the reactivation goes through.
+#[tokio::test]
+async fn reactivate_counts_against_the_open_thread_cap() {
+    let h = harness(|c| c.max_open_threads_per_origin = 2).await;
+    let ended = h.create(false).await;
+    h.sessions
+        .end(&ended, ORIGIN, pb::EndReason::Requested)
+        .await
+        .unwrap();
+    let open = [h.create(false).await, h.create(false).await];
+
+    let refused = h.sessions.reactivate(&ended, ORIGIN).await.unwrap_err();
+    assert_eq!(refused.code(), pedelec_common::Code::LIMIT_EXCEEDED);
+    assert!(refused.to_string().contains("2 open sessions"), "{refused}");
+    assert_eq!(h.status(&ended), pb::SessionStatus::Ended);
+    assert_eq!(
+        h.sessions
+            .list(Some(ORIGIN))
+            .unwrap()
+            .iter()
+            .filter(|s| s.status != pb::SessionStatus::Ended as i32)
+            .count(),
+        2
+    );
+
+    // Reactivating an open thread is not a new one: no refusal.
+    h.sessions.reactivate(&open[0], ORIGIN).await.unwrap();
+
+    h.sessions
+        .end(&open[1], ORIGIN, pb::EndReason::Requested)
+        .await
+        .unwrap();
+    h.sessions.reactivate(&ended, ORIGIN).await.unwrap();
+    assert_eq!(h.status(&ended), pb::SessionStatus::Idle);
+}
+
 /// An operation cancelled before its task ran, followed at once by the next
 /// operation, never starts an agent of its own: the task takes its stop
 /// signal when the operation starts, not when it first runs (by then the next

@@ -179,7 +179,7 @@ impl Sessions {
     /// `LIMIT_EXCEEDED` when `origin` already holds the most open threads
     /// allowed. Counted without holding the map lock across thread locks, so
     /// creates racing on other workers may pass together (by at most a few).
-    fn check_open_threads(&self, origin: &str) -> Result<(), SessionError> {
+    pub(super) fn check_open_threads(&self, origin: &str) -> Result<(), SessionError> {
         let all: Vec<SharedThread> = self.threads().values().cloned().collect();
         let open = all
             .iter()

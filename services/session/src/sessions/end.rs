@@ -119,7 +119,14 @@ impl Sessions {
         tokio::join!(release, drop);
     }
 
+    /// Reactivating an ended thread opens it again, so it counts against the
+    /// origin's open threads like a create (`LIMIT_EXCEEDED` at the cap, and
+    /// the thread stays ended).
     pub async fn reactivate(&self, id: &str, origin: &str) -> Result<pb::Snapshot, SessionError> {
+        let ended = lock(&self.thread(id, origin)?).record.status == Status::Ended;
+        if ended {
+            self.check_open_threads(origin)?;
+        }
         // On the copy in memory: reactivating an evicted copy would give its
         // tools to a thread nobody finds again.
         let (thread, snapshot) = self.live_thread(id, origin, |t| {
