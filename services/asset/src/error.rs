@@ -26,6 +26,9 @@ pub enum AssetError {
     SessionEnded(String),
     #[error("{0}")]
     InvalidInput(String),
+    /// A resource bound was reached (live tickets of one origin).
+    #[error("{0}")]
+    Limit(String),
     #[error("{0}")]
     PathInvalid(String),
     #[error("no asset at {0}")]
@@ -69,6 +72,7 @@ impl AssetError {
             AssetError::Common(e) => e.code(),
             AssetError::SessionEnded(_) => Code::SESSION_ENDED,
             AssetError::InvalidInput(_) | AssetError::SizeMismatch { .. } => Code::INVALID_INPUT,
+            AssetError::Limit(_) => Code::LIMIT_EXCEEDED,
             AssetError::PathInvalid(_) => Code::ASSET_PATH_INVALID,
             AssetError::NotFound(_) => Code::ASSET_NOT_FOUND,
             AssetError::TooLarge { .. } => Code::ASSET_TOO_LARGE,

@@ -3,7 +3,8 @@
 //! token. A ticket is single use and short lived, and bound to its thread, path,
 //! origin, kind and (for uploads) announced size.
 //!
-//! Live tickets are capped per thread and in total. They are indexed by expiry
+//! Live tickets are capped per thread, per origin (so one page cannot take
+//! every place in the total) and in total. They are indexed by expiry
 //! too, so sweeping the expired ones costs only what it removes. A spent or
 //! expired ticket's origin and kind are kept one more TTL, so its refusal still
 //! carries the CORS headers the page needs to read `ASSET_TICKET_INVALID`.
@@ -19,6 +20,9 @@ use crate::paths::AssetPath;
 
 /// Most live (unspent, unexpired) tickets one thread may hold.
 pub const MAX_TICKETS_PER_THREAD: usize = 64;
+/// Most live tickets one origin may hold over all its threads: one origin
+/// cannot take all [`MAX_TICKETS`] (`LIMIT_EXCEEDED`).
+pub const MAX_TICKETS_PER_ORIGIN: usize = 256;
 /// Most live tickets in all.
 pub const MAX_TICKETS: usize = 4096;
 /// Most spent/expired ticket ids remembered for CORS; the oldest go first.
@@ -77,6 +81,8 @@ struct Store {
     live_by_expiry: BTreeSet<(Instant, String)>,
     /// Live tickets per thread id.
     per_thread: HashMap<String, usize>,
+    /// Live tickets per origin.
+    per_origin: HashMap<String, usize>,
     spent: HashMap<String, Spent>,
     /// `(forget_at, id)` of every remembered ticket.
     spent_by_expiry: BTreeSet<(Instant, String)>,
@@ -110,6 +116,13 @@ impl Store {
             *n -= 1;
             if *n == 0 {
                 self.per_thread.remove(thread);
+            }
+        }
+        let origin = &entry.grant.origin;
+        if let Some(n) = self.per_origin.get_mut(origin) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_origin.remove(origin);
             }
         }
         if self.spent.len() >= MAX_REMEMBERED
@@ -171,7 +184,8 @@ impl Tickets {
 
     /// Issues a ticket, unless its thread already holds
     /// [`MAX_TICKETS_PER_THREAD`] live ones or [`MAX_TICKETS`] are live in all
-    /// (`INVALID_INPUT`, "too many open tickets").
+    /// (`INVALID_INPUT`, "too many open tickets"), or its origin already holds
+    /// [`MAX_TICKETS_PER_ORIGIN`] (`LIMIT_EXCEEDED`).
     pub fn issue(&self, grant: Grant) -> Result<Issued, AssetError> {
         self.issue_at(grant, Instant::now())
     }
@@ -192,6 +206,15 @@ impl Tickets {
                 self.ttl.as_secs()
             )));
         }
+        let origin_open = store.per_origin.get(&grant.origin).copied().unwrap_or(0);
+        if origin_open >= MAX_TICKETS_PER_ORIGIN {
+            return Err(AssetError::Limit(format!(
+                "too many open tickets: {} already holds {MAX_TICKETS_PER_ORIGIN} unused ones \
+                 over its threads; use them or let them expire ({} s)",
+                grant.origin,
+                self.ttl.as_secs()
+            )));
+        }
         if store.live.len() >= MAX_TICKETS {
             return Err(AssetError::InvalidInput(format!(
                 "too many open tickets: {MAX_TICKETS} unused ones in all; use them or let them \
@@ -206,6 +229,7 @@ impl Tickets {
             .per_thread
             .entry(grant.session_id.clone())
             .or_default() += 1;
+        *store.per_origin.entry(grant.origin.clone()).or_default() += 1;
         store.live_by_expiry.insert((expires, id.clone()));
         store.live.insert(
             id.clone(),
@@ -479,6 +503,49 @@ mod tests {
         }
     }
 
+    fn grant_of(origin: &str, thread: &str) -> Grant {
+        Grant {
+            origin: origin.into(),
+            ..grant_for(Kind::Upload, thread)
+        }
+    }
+
+    /// One origin, over many threads, cannot take every place in the total:
+    /// past MAX_TICKETS_PER_ORIGIN it is LIMIT_EXCEEDED, other origins still
+    /// get tickets, and spending one of its tickets frees a place.
+    #[test]
+    fn open_tickets_are_capped_per_origin() {
+        let t = Tickets::new(Duration::from_secs(60));
+        let t0 = Instant::now();
+        let hog = "https://hog.example";
+        let mut first = None;
+        for n in 0..MAX_TICKETS_PER_ORIGIN {
+            let thread = format!("thr_{}", n / MAX_TICKETS_PER_THREAD);
+            let i = t.issue_at(grant_of(hog, &thread), t0).unwrap();
+            first.get_or_insert(i);
+        }
+        // A fresh thread of the same origin: its thread cap is far away.
+        let err = t.issue_at(grant_of(hog, "thr_fresh"), t0).unwrap_err();
+        assert!(
+            matches!(&err, AssetError::Limit(m) if m.contains(hog)),
+            "{err:?}"
+        );
+        assert_eq!(err.coded().code, pedelec_common::Code::LIMIT_EXCEEDED);
+        assert_eq!(t.counts().0, MAX_TICKETS_PER_ORIGIN, "nothing issued");
+        // Another origin is not affected.
+        t.issue_at(grant_of("https://other.example", "thr_o"), t0)
+            .unwrap();
+        // Spending one frees a place, and only one.
+        let first = first.unwrap();
+        t.redeem_at(&first.id, Kind::Upload, Some(&first.token), None, t0)
+            .unwrap();
+        t.issue_at(grant_of(hog, "thr_fresh"), t0).unwrap();
+        assert!(t.issue_at(grant_of(hog, "thr_fresh"), t0).is_err());
+        // So does expiry.
+        t.issue_at(grant_of(hog, "thr_fresh"), t0 + Duration::from_secs(60))
+            .unwrap();
+    }
+
     #[test]
     fn open_tickets_are_capped_per_thread_and_in_total() {
         let t = Tickets::new(Duration::from_secs(60));
@@ -511,7 +578,8 @@ mod tests {
         // The total cap, over many threads.
         let t = Tickets::new(Duration::from_secs(60));
         for n in 0..MAX_TICKETS {
-            t.issue_at(grant_for(Kind::Upload, &format!("thr_{}", n / 32)), t0)
+            let origin = format!("https://o{}.example", n / MAX_TICKETS_PER_ORIGIN);
+            t.issue_at(grant_of(&origin, &format!("thr_{}", n / 32)), t0)
                 .unwrap();
         }
         let err = t
