@@ -73,10 +73,12 @@ pub async fn run_until(
     let server =
         ServiceServer::prepare(ServiceName::Provider, &config.runtime_dir, &config.data_dir)?;
     // Agents a crashed predecessor left running (their records survived it).
-    turns::reap_orphans(config.runtime_dir.path());
+    // Records are sealed with the service secret, so only ours are acted on.
+    let record_key = turns::RecordKey::new(config.service_secret.as_ref());
+    turns::reap_orphans(config.runtime_dir.path(), &record_key);
     let providers = Arc::new(
         Providers::new(config.data_dir.settings_file(), config.programs)
-            .with_turn_records(config.runtime_dir.path())
+            .with_turn_records(config.runtime_dir.path(), record_key)
             .with_agent_confinement(launch::Hidden {
                 runtime_dir: config.runtime_dir.path().to_path_buf(),
                 data_dir: config.data_dir.path().to_path_buf(),

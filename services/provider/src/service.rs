@@ -60,8 +60,12 @@ impl Providers {
     }
 
     /// Records running turns under `<runtime_dir>/turns/` (see `turns::reap_orphans`).
-    pub fn with_turn_records(mut self, runtime_dir: &std::path::Path) -> Self {
-        self.turns = self.turns.with_records(runtime_dir);
+    pub fn with_turn_records(
+        mut self,
+        runtime_dir: &std::path::Path,
+        key: crate::turns::RecordKey,
+    ) -> Self {
+        self.turns = self.turns.with_records(runtime_dir, key);
         self
     }
 

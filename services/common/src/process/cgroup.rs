@@ -50,6 +50,32 @@ fn cgroup2_mount() -> Option<PathBuf> {
     })
 }
 
+/// How every agent's cgroup is named: `<prefix><service pid>-<n>`.
+pub const AGENT_PREFIX: &str = "pedelec-agent-";
+
+/// `recorded` when it is an agent's cgroup folder directly under `parent`
+/// (named [`AGENT_PREFIX`]…): an absolute path without `..`, itself no
+/// symlink and through none (it is its own canonical form). Anything else a
+/// turn record names is refused, so a planted record cannot make a service
+/// write `cgroup.kill` elsewhere.
+pub fn agent_child(parent: &Path, recorded: &Path) -> Option<PathBuf> {
+    use std::path::Component;
+    let plain = recorded.is_absolute()
+        && recorded
+            .components()
+            .all(|c| matches!(c, Component::RootDir | Component::Normal(_)));
+    let name = recorded.file_name()?.to_str()?;
+    if !plain || name.len() <= AGENT_PREFIX.len() || !name.starts_with(AGENT_PREFIX) {
+        return None;
+    }
+    if !std::fs::symlink_metadata(recorded).ok()?.is_dir() {
+        return None;
+    }
+    let canonical = recorded.canonicalize().ok()?;
+    let parent = parent.canonicalize().ok()?;
+    (canonical == recorded && canonical.parent() == Some(parent.as_path())).then_some(canonical)
+}
+
 /// One agent's cgroup.
 #[derive(Debug)]
 pub struct Cgroup {
@@ -171,6 +197,45 @@ fn remove(dir: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_an_agent_cgroup_directly_under_the_parent_is_accepted() {
+        let root = tempfile::tempdir().unwrap();
+        let root = root.path().canonicalize().unwrap();
+        let parent = root.join("own");
+        let elsewhere = root.join("elsewhere");
+        let agent = parent.join("pedelec-agent-1-0");
+        for dir in [
+            &agent,
+            &elsewhere.join("pedelec-agent-2-0"),
+            &parent.join("other"),
+        ] {
+            std::fs::create_dir_all(dir).unwrap();
+        }
+        std::fs::create_dir_all(agent.join("pedelec-agent-3-0")).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, parent.join("pedelec-agent-link")).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, root.join("via")).unwrap();
+        assert_eq!(agent_child(&parent, &agent), Some(agent.clone()));
+        for refused in [
+            elsewhere.join("pedelec-agent-2-0"),
+            parent.join("other"),
+            parent.join("pedelec-agent-"),
+            agent.join("pedelec-agent-3-0"),
+            parent.join("pedelec-agent-link"),
+            root.join("via/pedelec-agent-2-0"),
+            parent.join("../elsewhere/pedelec-agent-2-0"),
+            parent.join("pedelec-agent-1-0/../pedelec-agent-1-0"),
+            PathBuf::from("own/pedelec-agent-1-0"),
+            parent.join("pedelec-agent-missing"),
+        ] {
+            assert_eq!(
+                agent_child(&parent, &refused),
+                None,
+                "{}",
+                refused.display()
+            );
+        }
+    }
 
     /// A process that left its group and session (setsid, its parent gone)
     /// is still killed with the cgroup. The tests run as root, where cgroups

@@ -44,7 +44,7 @@ mod terminate;
 pub use appserver::{AppServers, MIN_VERSION};
 pub use cli::MAX_ARG_BYTES;
 pub use orphans::reap_orphans;
-pub use record::TURN_RECORDS;
+pub use record::{RecordKey, TURN_RECORDS};
 pub use serve::OpencodeServers;
 pub use servers::MAX_RUNNING;
 
@@ -133,9 +133,10 @@ impl Turns {
     }
 
     /// Records each running turn's process group in `<runtime_dir>/turns/`
-    /// (see [`reap_orphans`]) and gives the agent `PEDELEC_RUNTIME_DIR`.
-    pub fn with_records(mut self, runtime_dir: &Path) -> Self {
-        self.records = Some(Records::new(runtime_dir));
+    /// sealed with `key` (see [`reap_orphans`]), and gives the agent
+    /// `PEDELEC_RUNTIME_DIR`.
+    pub fn with_records(mut self, runtime_dir: &Path, key: RecordKey) -> Self {
+        self.records = Some(Records::new(runtime_dir, key));
         self
     }
 

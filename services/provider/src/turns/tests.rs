@@ -622,7 +622,7 @@ async fn a_running_turn_is_recorded_and_the_record_goes_when_it_ends() {
     let mut f = fixture();
     f.turns = Turns::new(f.bin.env())
         .with_grace(Duration::from_millis(500))
-        .with_records(runtime.path());
+        .with_records(runtime.path(), super::RecordKey::new(None));
     let env = f.file("env");
     f.bin.script(
         "cursor-agent",
