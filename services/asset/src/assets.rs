@@ -28,6 +28,11 @@ const MAX_CONTENT_TYPE: usize = 255;
 pub struct Limits {
     pub max_asset_bytes: u64,
     pub ticket_ttl: Duration,
+    /// How long one HTTP upload's body may take in all: a body that trickles
+    /// (a byte now and then, never idle long enough for the idle timeout)
+    /// would otherwise hold its connection slot and temp file forever. 15
+    /// minutes by default: 100 MiB at about 115 KiB/s.
+    pub upload_deadline: Duration,
 }
 
 impl Default for Limits {
@@ -35,6 +40,7 @@ impl Default for Limits {
         Limits {
             max_asset_bytes: 100 * 1024 * 1024,
             ticket_ttl: Duration::from_secs(5 * 60),
+            upload_deadline: Duration::from_secs(15 * 60),
         }
     }
 }
@@ -541,6 +547,7 @@ mod tests {
             Limits {
                 max_asset_bytes: max,
                 ticket_ttl: Duration::from_secs(60),
+                ..Limits::default()
             },
             "http://127.0.0.1:1".into(),
         )

@@ -280,12 +280,26 @@ async fn upload(
     }
     let mut sink = assets.begin_upload(&workspace, &grant.path, grant.size)?;
     let mut body = req.into_body();
+    // A total deadline besides the idle timeout: a body that trickles would
+    // otherwise hold its slot forever. Dropping `sink` removes the temp file.
+    let deadline_after = assets.limits().upload_deadline;
+    let deadline = tokio::time::Instant::now() + deadline_after;
     loop {
-        let frame = match tokio::time::timeout(BODY_IDLE_TIMEOUT, body.frame()).await {
-            Err(_) => {
+        let idle = tokio::time::Instant::now() + BODY_IDLE_TIMEOUT;
+        let frame = match tokio::time::timeout_at(idle.min(deadline), body.frame()).await {
+            Err(_) if idle < deadline => {
                 return Err(AssetError::InvalidInput(format!(
                     "the upload stalled after {} bytes",
                     sink.written()
+                )));
+            }
+            Err(_) => {
+                return Err(AssetError::InvalidInput(format!(
+                    "the upload took longer than {} s (the most one upload may take) and was \
+                     dropped after {} of {} bytes",
+                    deadline_after.as_secs_f64(),
+                    sink.written(),
+                    grant.size
                 )));
             }
             Ok(None) => break,

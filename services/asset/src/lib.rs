@@ -36,6 +36,8 @@ pub struct Config {
     pub data_dir: DataDir,
     pub max_asset_bytes: u64,
     pub ticket_ttl: Duration,
+    /// How long one HTTP upload's body may take in all.
+    pub upload_deadline: Duration,
     /// Presented on the internal RPCs of the other services (AssetService
     /// serves none and calls none today: its hub carries it like every
     /// service's does).
@@ -65,6 +67,7 @@ pub async fn run_until(
     let limits = Limits {
         max_asset_bytes: config.max_asset_bytes,
         ticket_ttl: config.ticket_ttl,
+        upload_deadline: config.upload_deadline,
     };
     let assets = Arc::new(Assets::new(sessions, limits, format!("http://{addr}")));
     tracing::info!(%addr, max_asset_bytes = limits.max_asset_bytes, ticket_ttl_ms = limits.ticket_ttl.as_millis() as u64, "transfer server listening");

@@ -22,6 +22,10 @@ struct Args {
     /// How long a transfer ticket stays valid, in milliseconds.
     #[arg(long, env = env::ASSET_TICKET_TTL_MS, default_value_t = 5 * 60 * 1000)]
     ticket_ttl_ms: u64,
+    /// How long one HTTP upload's body may take in all, in milliseconds; a
+    /// body still arriving then is refused and its temp file removed.
+    #[arg(long, env = env::ASSET_UPLOAD_DEADLINE_MS, default_value_t = 15 * 60 * 1000)]
+    upload_deadline_ms: u64,
 }
 
 // #[inline]: compiled where it is called; in pedelec-multicall that is 1.4 MB
@@ -38,6 +42,7 @@ pub fn main() -> ExitCode {
                 data_dir,
                 max_asset_bytes: args.max_asset_bytes,
                 ticket_ttl: Duration::from_millis(args.ticket_ttl_ms),
+                upload_deadline: Duration::from_millis(args.upload_deadline_ms),
                 service_secret,
             })
         },

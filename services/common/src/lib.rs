@@ -112,6 +112,8 @@ pub mod env {
     pub const ASSET_MAX_BYTES: &str = "PEDELEC_ASSET_MAX_BYTES";
     /// AssetService: how long a transfer ticket lives.
     pub const ASSET_TICKET_TTL_MS: &str = "PEDELEC_ASSET_TICKET_TTL_MS";
+    /// AssetService: how long one HTTP upload's body may take in all.
+    pub const ASSET_UPLOAD_DEADLINE_MS: &str = "PEDELEC_ASSET_UPLOAD_DEADLINE_MS";
     /// ProviderService: `0` runs codex turns through `codex exec --json`
     /// even when the installed codex has a usable app-server.
     pub const CODEX_APP_SERVER: &str = "PEDELEC_CODEX_APP_SERVER";

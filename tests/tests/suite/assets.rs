@@ -197,7 +197,7 @@ async fn connect(url: &str) -> TcpStream {
     s
 }
 
-async fn read_response(mut s: TcpStream) -> HttpResponse {
+async fn read_response(mut s: impl tokio::io::AsyncRead + Unpin) -> HttpResponse {
     let mut raw = Vec::new();
     let mut buf = vec![0; 256 * 1024];
     let deadline = tokio::time::Instant::now() + PATIENCE;
@@ -599,6 +599,59 @@ async fn reused_and_wrong_tokens_are_refused() {
         200,
         "a refused method does not spend it"
     );
+}
+
+/// An upload that trickles (a byte, then one now and then, never idle long
+/// enough for the idle timeout) is cut off at the upload deadline: a clear
+/// INVALID_INPUT, nothing written, the temp file removed, and the slot free
+/// for the next upload.
+#[tokio::test]
+async fn a_trickling_upload_is_cut_off_at_the_deadline() {
+    let mut env = TestEnv::with_codex_stub();
+    env.extra_env
+        .insert("PEDELEC_ASSET_UPLOAD_DEADLINE_MS".into(), "1000".into());
+    let f = Fixture::start(env).await;
+    let t = f.thread().await;
+    let size = 1_000_000;
+    let ticket = f
+        .upload_ticket(&t, Some("/slow.bin"), "x", size)
+        .await
+        .unwrap();
+    let s = connect(&ticket.url).await;
+    let (reader, mut writer) = s.into_split();
+    let auth = format!("Bearer {}", ticket.token);
+    let head = request_head(
+        "PUT",
+        &ticket.url,
+        &[("authorization", &auth)],
+        Some(size as usize),
+    );
+    let trickle = tokio::spawn(async move {
+        if writer.write_all(&head).await.is_err() {
+            return;
+        }
+        // A byte at a time, far below any useful rate, until the server hangs up.
+        while writer.write_all(b"x").await.is_ok() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    let resp = read_response(reader).await;
+    trickle.abort();
+    assert_eq!(
+        (resp.status, resp.code().as_str()),
+        (400, "INVALID_INPUT"),
+        "{:?}",
+        String::from_utf8_lossy(&resp.body)
+    );
+    let message = resp.json()["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(message.contains("took longer than 1 s"), "{message}");
+    assert!(!t.assets_root().join("slow.bin").exists());
+    assert!(temp_files(&t.assets_root()).is_empty());
+    // An upload in time still goes through.
+    assert_eq!(f.put(&t, "/fast.bin", b"fast").await.status, 201);
 }
 
 #[tokio::test]
