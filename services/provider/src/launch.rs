@@ -290,7 +290,8 @@ impl Launch {
         let cgroup = match self.cgroup_parent().await {
             Some(parent) => {
                 let name = format!(
-                    "pedelec-agent-{}-{}",
+                    "{}{}-{}",
+                    pedelec_common::process::cgroup::AGENT_PREFIX,
                     std::process::id(),
                     self.next.fetch_add(1, Ordering::Relaxed)
                 );
