@@ -17,6 +17,7 @@ pub mod tools;
 
 use std::path::PathBuf;
 
+use pedelec_common::secret::Secret;
 use pedelec_common::{RuntimeDir, env};
 use serde_json::{Value as Json, json};
 use tokio::io::AsyncReadExt;
@@ -60,11 +61,11 @@ pub struct Args {
 pub struct Config {
     pub args: Args,
     pub endpoint: String,
-    pub ollama_key: Option<String>,
-    pub tavily_key: Option<String>,
+    pub ollama_key: Option<Secret>,
+    pub tavily_key: Option<Secret>,
     pub tavily_endpoint: String,
     pub thread_id: Option<String>,
-    pub tool_token: Option<String>,
+    pub tool_token: Option<Secret>,
     /// Where ToolBridgeService's socket is (page tools).
     pub runtime: RuntimeDir,
     pub ca_file: Option<PathBuf>,
@@ -82,12 +83,12 @@ impl Config {
         };
         Config {
             endpoint: var(env::OLLAMA_ENDPOINT).unwrap_or_else(|| DEFAULT_ENDPOINT.to_string()),
-            ollama_key: var(env::OLLAMA_API_KEY),
-            tavily_key: var(env::TAVILY_API_KEY),
+            ollama_key: var(env::OLLAMA_API_KEY).map(Secret::from),
+            tavily_key: var(env::TAVILY_API_KEY).map(Secret::from),
             tavily_endpoint: var(env::TAVILY_ENDPOINT)
                 .unwrap_or_else(|| tools::web::DEFAULT_ENDPOINT.to_string()),
             thread_id: var(env::THREAD_ID),
-            tool_token: var(env::TOOL_TOKEN),
+            tool_token: var(env::TOOL_TOKEN).map(Secret::from),
             runtime: RuntimeDir::from_env(),
             ca_file: var(env::AGENT_CA_FILE).map(PathBuf::from),
             args,
@@ -153,7 +154,7 @@ pub async fn run_turn(config: &Config, prompt: &str, out: &mut Output) -> Result
         })?;
     let page = match (thread, &config.tool_token) {
         (Some(thread), Some(token)) => {
-            Some(tools::page::PageTools::connect(&config.runtime, thread, token).await?)
+            Some(tools::page::PageTools::connect(&config.runtime, thread, token.expose()).await?)
         }
         _ => None,
     };
@@ -325,6 +326,29 @@ fn system_message(toolset: &tools::Toolset) -> Json {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn config_debug_shows_no_key_or_token() {
+        use clap::Parser;
+        let mut config = Config::from_env(Args::parse_from([
+            "pedelec-agent",
+            "--model",
+            "m",
+            "--workspace",
+            "/w",
+        ]));
+        config.ollama_key = Some("ollama-secret-value".into());
+        config.tavily_key = Some("tavily-secret-value".into());
+        config.tool_token = Some("tok-secret-value".into());
+        let shown = format!("{config:?}");
+        for secret in [
+            "ollama-secret-value",
+            "tavily-secret-value",
+            "tok-secret-value",
+        ] {
+            assert!(!shown.contains(secret), "{shown}");
+        }
+    }
 
     #[test]
     fn the_runtime_block_is_stripped_only_when_whole() {

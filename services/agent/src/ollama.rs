@@ -143,7 +143,7 @@ impl Round {
 pub struct Client {
     pub http: Http,
     pub endpoint: Endpoint,
-    pub api_key: Option<String>,
+    pub api_key: Option<pedelec_common::secret::Secret>,
     pub model: String,
 }
 
@@ -168,7 +168,12 @@ impl Client {
         };
         let mut resp = self
             .http
-            .post_json(&self.endpoint, "/api/chat", self.api_key.as_deref(), body)
+            .post_json(
+                &self.endpoint,
+                "/api/chat",
+                self.api_key.as_ref().map(|k| k.expose()),
+                body,
+            )
             .await
             .map_err(|e| match e {
                 HttpError::Connect(r) => unreachable(r),

@@ -306,3 +306,59 @@ mod tests {
         assert!(!shown.contains(&secret.0), "{shown}");
     }
 }
+
+/// A secret value held in a struct that derives `Debug` — a tool token, an
+/// API key. Its `Debug` prints `Secret([redacted])` and never the value, so a
+/// `{:?}` in a log line or a panic message cannot show it; serde reads and
+/// writes it as the plain string, so a serialized struct keeps its format.
+#[derive(Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Secret {
+        Secret(value.into())
+    }
+
+    /// The value itself, for where it must be sent or compared.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    pub fn into_inner(self) -> String {
+        self.0
+    }
+}
+
+impl From<String> for Secret {
+    fn from(value: String) -> Secret {
+        Secret(value)
+    }
+}
+
+impl From<&str> for Secret {
+    fn from(value: &str) -> Secret {
+        Secret(value.to_string())
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret([redacted])")
+    }
+}
+
+#[cfg(test)]
+mod secret_value_tests {
+    use super::Secret;
+
+    #[test]
+    fn debug_prints_nothing_of_the_value_and_serde_is_the_plain_string() {
+        let s = Secret::new("hunter2-value");
+        assert!(!format!("{s:?}").contains("hunter2"));
+        assert!(!format!("{:?}", Some(s.clone())).contains("hunter2"));
+        assert_eq!(serde_json::to_string(&s).unwrap(), "\"hunter2-value\"");
+        let back: Secret = serde_json::from_str("\"hunter2-value\"").unwrap();
+        assert_eq!(back.expose(), "hunter2-value");
+    }
+}

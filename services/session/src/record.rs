@@ -167,7 +167,7 @@ pub struct ThreadRecord {
     /// new one when its tools are registered again; the agents that held the
     /// old one ended with the restart.
     #[serde(skip)]
-    pub tool_token: Option<String>,
+    pub tool_token: Option<pedelec_common::secret::Secret>,
     #[serde(default)]
     pub active_operation: Option<OperationRecord>,
     /// Finished operations, oldest first, at most `RECENT_OPERATIONS`.
@@ -349,6 +349,13 @@ fn is_hidden(path: &Path) -> bool {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_records_debug_shows_no_tool_token() {
+        let mut r = sample("thr_1");
+        r.tool_token = Some("tok-secret-value".into());
+        assert!(!format!("{r:?}").contains("tok-secret-value"));
+    }
 
     #[test]
     fn error_source_is_journaled_as_from_provider() {

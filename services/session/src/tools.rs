@@ -10,6 +10,7 @@
 
 use pb::session_event::Event;
 use pb::tool_event::Event as ToolEvent;
+use pedelec_common::secret::Secret;
 use pedelec_common::{Code, json};
 use pedelec_proto::v1 as pb;
 use tonic::metadata::MetadataValue;
@@ -91,7 +92,7 @@ impl Sessions {
             (t.id().to_string(), t.record.tool_token.clone())
         };
         let registered_before = token.is_some();
-        let known = match token.as_deref().map(MetadataValue::try_from) {
+        let known = match token.as_ref().map(|t| MetadataValue::try_from(t.expose())) {
             Some(Ok(token)) => {
                 let mut probe = tonic::Request::new(pb::GetToolSpecRequest {
                     session_id,
@@ -169,13 +170,13 @@ impl Sessions {
                 Some(serde_json::Value::Object(m)) => (
                     t.id().to_string(),
                     json::to_struct(m),
-                    t.record.tool_token.clone().unwrap_or_default(),
+                    t.record.tool_token.clone().unwrap_or_default().into_inner(),
                 ),
                 _ => return Ok(()),
             }
         };
         let token = self.register_tools(&id, manifest, token).await?;
-        lock(thread).record.tool_token = token;
+        lock(thread).record.tool_token = token.map(Secret::from);
         Ok(())
     }
 

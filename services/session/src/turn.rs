@@ -169,7 +169,11 @@ fn turn_request(
         workspace: r.workspace_path.display().to_string(),
         prompt: String::new(),
         provider_session_id: r.provider_session_id.clone(),
-        tool_env: tool_env(sessions, &r.session_id, r.tool_token.as_deref()),
+        tool_env: tool_env(
+            sessions,
+            &r.session_id,
+            r.tool_token.as_ref().map(|t| t.expose()),
+        ),
         access: access as i32,
     };
     let wants_tool_block = !r.first_turn_done && r.manifest.is_some();

@@ -111,7 +111,7 @@ pub enum BridgeEvent {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Registered {
-    pub tool_token: String,
+    pub tool_token: pedelec_common::secret::Secret,
     pub tool_count: u32,
 }
 
@@ -231,7 +231,7 @@ impl ToolBridge {
         }
         tracing::debug!(session = session_id, tools = tool_count, "tools registered");
         Ok(Registered {
-            tool_token: token,
+            tool_token: token.into(),
             tool_count,
         })
     }
@@ -585,6 +585,15 @@ mod tests {
 
     const SID: &str = "thr_test";
 
+    #[test]
+    fn registered_debug_shows_no_tool_token() {
+        let reg = Registered {
+            tool_token: "tok-secret-value".into(),
+            tool_count: 1,
+        };
+        assert!(!format!("{reg:?}").contains("tok-secret-value"));
+    }
+
     fn bridge_with_tools() -> (Arc<ToolBridge>, String) {
         let bridge = Arc::new(ToolBridge::with_cli_path("/opt/bin/pedelec-cli".into()));
         let manifest = json!({
@@ -600,7 +609,7 @@ mod tests {
             .register(SID, manifest.as_object().unwrap(), "")
             .unwrap();
         assert_eq!(reg.tool_count, 2);
-        (bridge, reg.tool_token)
+        (bridge, reg.tool_token.into_inner())
     }
 
     fn call(tool: &str, args: Json, timeout_ms: Option<u32>) -> CallRequest {
@@ -993,11 +1002,11 @@ mod tests {
             .register(SID, m.as_object().unwrap(), &token)
             .unwrap();
         assert_eq!(
-            (kept.tool_token.as_str(), kept.tool_count),
+            (kept.tool_token.expose(), kept.tool_count),
             (token.as_str(), 0)
         );
         let renewed = bridge.register(SID, m.as_object().unwrap(), "").unwrap();
-        assert_ne!(renewed.tool_token, token);
+        assert_ne!(renewed.tool_token.expose(), token);
         assert!(bridge.tool_spec(Some(&token), SID, "echo").is_err());
         let err = bridge.register("", m.as_object().unwrap(), "").unwrap_err();
         assert_eq!(err.code(), Code::INVALID_INPUT);
@@ -1015,7 +1024,7 @@ mod tests {
         // A rejected manifest leaves the old registration alone.
         assert_eq!(
             bridge
-                .register(SID, m.as_object().unwrap(), &renewed.tool_token)
+                .register(SID, m.as_object().unwrap(), renewed.tool_token.expose())
                 .unwrap()
                 .tool_count,
             0

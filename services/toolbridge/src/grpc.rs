@@ -104,7 +104,7 @@ impl ToolBridgeService for ToolBridgeGrpc {
             register()?
         };
         Ok(Response::new(pb::RegisterToolsResponse {
-            tool_token: reg.tool_token,
+            tool_token: reg.tool_token.into_inner(),
             tool_count: reg.tool_count,
         }))
     }

@@ -17,7 +17,7 @@ const MAX_CONTENT: usize = 2000;
 pub struct WebSearch {
     pub http: Http,
     pub endpoint: String,
-    pub key: String,
+    pub key: pedelec_common::secret::Secret,
 }
 
 impl WebSearch {
@@ -37,7 +37,7 @@ impl WebSearch {
         let body = serde_json::to_vec(&body).map_err(|e| fail(e.to_string()))?;
         let mut resp = self
             .http
-            .post_json(&endpoint, "/search", Some(&self.key), body)
+            .post_json(&endpoint, "/search", Some(self.key.expose()), body)
             .await
             .map_err(|e| match e {
                 HttpError::Connect(r) | HttpError::Protocol(r) => fail(r),
