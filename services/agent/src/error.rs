@@ -11,6 +11,9 @@ pub enum AgentError {
     Usage(String),
     #[error("cannot reach the Ollama server at {endpoint}: {reason}")]
     Unreachable { endpoint: String, reason: String },
+    /// The Ollama key would travel in clear text (plain http, not loopback).
+    #[error("{0}")]
+    KeyOverPlainHttp(String),
     #[error("the Ollama server refused the API key (HTTP {status}): {message}")]
     AuthFailed { status: u16, message: String },
     #[error("the Ollama server does not know model {model:?} (HTTP 404): {message}")]
@@ -54,7 +57,9 @@ impl AgentError {
     pub fn code(&self) -> Code {
         match self {
             AgentError::Unreachable { .. } => Code::PROVIDER_UNREACHABLE,
-            AgentError::AuthFailed { .. } => Code::PROVIDER_AUTH_FAILED,
+            AgentError::AuthFailed { .. } | AgentError::KeyOverPlainHttp(_) => {
+                Code::PROVIDER_AUTH_FAILED
+            }
             AgentError::ModelNotFound { .. } => Code::PROVIDER_MODEL_NOT_FOUND,
             AgentError::RateLimited { .. } => Code::PROVIDER_RATE_LIMITED,
             AgentError::InvalidResponse(_) => Code::PROVIDER_INVALID_RESPONSE,

@@ -36,6 +36,17 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
+    /// Whether a key may be sent here: over https, or plain http only to a
+    /// loopback host (a local Ollama), where nothing crosses the network.
+    pub fn may_carry_key(&self) -> bool {
+        self.tls
+            || self.host.eq_ignore_ascii_case("localhost")
+            || self
+                .host
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback())
+    }
+
     pub fn parse(url: &str) -> Result<Endpoint, String> {
         let lower = url.to_ascii_lowercase();
         let (tls, rest) = if lower.starts_with("https://") {
@@ -94,6 +105,12 @@ pub enum HttpError {
     /// The connection broke or the server spoke something other than HTTP.
     #[error("{0}")]
     Protocol(String),
+    /// A key would go in clear text: plain `http://` to a host that is not
+    /// loopback. Refused before connecting, so nothing is sent.
+    #[error(
+        "{0}: refusing to send the API key over plain http to a host that is not loopback; use https://"
+    )]
+    KeyOverPlainHttp(String),
 }
 
 /// The client side of every request: the TLS trust for https endpoints.
@@ -139,6 +156,9 @@ impl Http {
         bearer: Option<&str>,
         body: Vec<u8>,
     ) -> Result<Response<Incoming>, HttpError> {
+        if bearer.is_some() && !endpoint.may_carry_key() {
+            return Err(HttpError::KeyOverPlainHttp(endpoint.url.clone()));
+        }
         let stream = connect(endpoint).await?;
         let mut req = Request::post(endpoint.target(path))
             .header(hyper::header::HOST, &endpoint.authority)
@@ -239,6 +259,18 @@ pub fn error_message(body: &[u8]) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_key_goes_only_over_https_or_to_loopback() {
+        let ok = |u: &str| super::Endpoint::parse(u).unwrap().may_carry_key();
+        assert!(ok("https://ollama.com"));
+        assert!(ok("http://localhost:11434"));
+        assert!(ok("http://127.0.0.1:11434"));
+        assert!(ok("http://[::1]:11434"));
+        assert!(!ok("http://ollama.example.com"));
+        assert!(!ok("http://10.0.0.5:11434"));
+        assert!(!ok("http://localhost.example.com"));
+    }
+
     use super::*;
     use std::path::PathBuf;
 
@@ -330,6 +362,54 @@ openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 
             String::from_utf8_lossy(&head).into_owned()
         });
         (port, task)
+    }
+
+    /// A listener on every address, reached as `http://0.0.0.0:<port>` (not
+    /// loopback by name): a request with a key is refused before connecting;
+    /// the first request that arrives is the one sent without a key.
+    #[tokio::test]
+    async fn a_key_is_never_sent_over_plain_http_to_a_host_that_is_not_loopback() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("0.0.0.0:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut head = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = s.read(&mut buf).await.unwrap();
+                if n == 0 {
+                    break;
+                }
+                head.extend_from_slice(&buf[..n]);
+            }
+            s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                .await
+                .unwrap();
+            String::from_utf8_lossy(&head).into_owned()
+        });
+        let endpoint = Endpoint::parse(&format!("http://0.0.0.0:{port}")).unwrap();
+        let http = Http::new(None).unwrap();
+        let err = http
+            .post_json(&endpoint, "/api/chat", Some("key-value"), b"{}".to_vec())
+            .await
+            .unwrap_err();
+        assert!(matches!(err, HttpError::KeyOverPlainHttp(_)), "{err}");
+        assert_eq!(
+            crate::error::AgentError::KeyOverPlainHttp(err.to_string()).code(),
+            pedelec_common::Code::PROVIDER_AUTH_FAILED
+        );
+        let resp = http
+            .post_json(&endpoint, "/api/chat", None, b"{}".to_vec())
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        let head = server.await.unwrap();
+        assert!(!head.contains("key-value"), "{head}");
+        assert!(
+            !head.to_ascii_lowercase().contains("authorization"),
+            "{head}"
+        );
     }
 
     #[tokio::test]

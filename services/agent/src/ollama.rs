@@ -178,6 +178,7 @@ impl Client {
             .map_err(|e| match e {
                 HttpError::Connect(r) => unreachable(r),
                 HttpError::Protocol(r) => AgentError::InvalidResponse(r),
+                e @ HttpError::KeyOverPlainHttp(_) => AgentError::KeyOverPlainHttp(e.to_string()),
             })?;
         let status = resp.status().as_u16();
         if !(200..300).contains(&status) {

@@ -41,6 +41,7 @@ impl WebSearch {
             .await
             .map_err(|e| match e {
                 HttpError::Connect(r) | HttpError::Protocol(r) => fail(r),
+                e @ HttpError::KeyOverPlainHttp(_) => fail(e.to_string()),
             })?;
         let status = resp.status().as_u16();
         let bytes = http::read_body(resp.body_mut(), MAX_BODY)
