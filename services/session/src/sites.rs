@@ -196,7 +196,6 @@ impl SiteRecord {
 /// A live grant as a request sees it.
 #[derive(Clone, Debug)]
 pub struct Grant {
-    pub level: Level,
     pub providers: Vec<String>,
     pub folders: Vec<FolderRecord>,
     pub any_model: bool,
@@ -456,33 +455,48 @@ impl Sites {
     /// The grant a request of `origin` acts under: None for a local caller,
     /// the live grant of a web origin (its use noted), else SITE_NOT_APPROVED.
     pub fn check(self: &Arc<Self>, origin: &str) -> Result<Option<Grant>, SessionError> {
+        self.use_grant(origin, |site| Grant {
+            providers: site.providers.clone(),
+            folders: site.folders.clone(),
+            any_model: site.any_model,
+        })
+    }
+
+    /// [`Sites::check`] for the requests that need only the yes: every
+    /// thread-scoped one, so nothing of the grant is copied on their path.
+    pub fn require(self: &Arc<Self>, origin: &str) -> Result<(), SessionError> {
+        self.use_grant(origin, |_| ()).map(drop)
+    }
+
+    /// Looks up `origin`'s live grant, notes its use (written at most every
+    /// [`LAST_USED_WRITE_EVERY`], off the caller's path) and reads `read` of it.
+    fn use_grant<R>(
+        self: &Arc<Self>,
+        origin: &str,
+        read: impl FnOnce(&SiteRecord) -> R,
+    ) -> Result<Option<R>, SessionError> {
         if !is_web_origin(origin) {
             return Ok(None);
         }
         let now = now_ms();
-        let (grant, write) = {
+        let (value, write) = {
             let mut state = self.lock();
             let Some(site) = state.sites.get_mut(origin).filter(|s| s.live(now)) else {
                 return Err(SessionError::SiteNotApproved(origin.to_string()));
             };
             site.last_used_at_ms = Some(now);
-            let grant = Grant {
-                level: site.access.expect("a live grant has a level"),
-                providers: site.providers.clone(),
-                folders: site.folders.clone(),
-                any_model: site.any_model,
-            };
+            let value = read(site);
             let written = state.written_use.get(origin).copied().unwrap_or(0);
             let due = now.saturating_sub(written) >= LAST_USED_WRITE_EVERY.as_millis() as u64;
             if due {
                 state.written_use.insert(origin.to_string(), now);
             }
-            (grant, due)
+            (value, due)
         };
         if write {
             self.write_use_later();
         }
-        Ok(Some(grant))
+        Ok(Some(value))
     }
 
     /// Writes the file off the request's path (a use is not worth a wait).
@@ -508,8 +522,10 @@ impl Sites {
     /// The level a turn of `origin` runs at: FULL for a local caller.
     pub fn level(self: &Arc<Self>, origin: &str) -> Result<pb::AccessLevel, SessionError> {
         Ok(self
-            .check(origin)?
-            .map_or(pb::AccessLevel::Full, |g| g.level.to_pb()))
+            .use_grant(origin, |site| {
+                site.access.expect("a live grant has a level")
+            })?
+            .map_or(pb::AccessLevel::Full, Level::to_pb))
     }
 
     /// Uses up a `once` folder grant of `origin` (CreateSession made its thread).
@@ -601,8 +617,10 @@ mod tests {
             .mode();
         assert_eq!(mode & 0o777, 0o600);
         let again = sites(dir.path());
-        let grant = again.check("https://a.example").unwrap().unwrap();
-        assert_eq!(grant.level, Level::Edit);
+        assert_eq!(
+            again.level("https://a.example").unwrap(),
+            pb::AccessLevel::Edit
+        );
         again.block("https://a.example").unwrap();
         assert!(again.check("https://a.example").is_err());
         assert!(sites(dir.path()).list()[0].blocked);

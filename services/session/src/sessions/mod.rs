@@ -315,7 +315,7 @@ impl Sessions {
         if origin.is_empty() {
             return Err(SessionError::InvalidInput("origin is empty".into()));
         }
-        self.inner.sites.check(origin)?;
+        self.inner.sites.require(origin)?;
         let thread = self
             .lookup(id)
             .ok_or_else(|| SessionError::ThreadNotFound(id.to_string()))?;
@@ -331,7 +331,7 @@ impl Sessions {
 
     pub fn list(&self, origin: Option<&str>) -> Result<Vec<pb::SessionSummary>, SessionError> {
         if let Some(origin) = origin {
-            self.inner.sites.check(origin)?;
+            self.inner.sites.require(origin)?;
         }
         let threads: Vec<SharedThread> = self.threads().values().cloned().collect();
         let mut out: Vec<pb::SessionSummary> = threads.iter().map(|t| lock(t).summary()).collect();
