@@ -98,31 +98,32 @@ pub fn is_loopback(origin: &str) -> bool {
             .is_ok_and(|ip| ip.is_loopback())
 }
 
-/// An access level as stored.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Level {
-    Tools,
-    Edit,
-    Full,
-}
+/// `sites.json` spells a level as the native protocol does
+/// (`wire::access_level`): `"tools"`, `"edit"`, `"full"`, or null.
+mod level_word {
+    use pedelec_common::wire;
+    use pedelec_proto::v1 as pb;
+    use serde::de::Error;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-impl Level {
-    fn from_pb(level: i32) -> Option<Level> {
-        match pb::AccessLevel::try_from(level).ok()? {
-            pb::AccessLevel::Tools => Some(Level::Tools),
-            pb::AccessLevel::Edit => Some(Level::Edit),
-            pb::AccessLevel::Full => Some(Level::Full),
-            pb::AccessLevel::Unspecified => None,
-        }
+    pub fn serialize<S: Serializer>(
+        level: &Option<pb::AccessLevel>,
+        out: S,
+    ) -> Result<S::Ok, S::Error> {
+        level
+            .and_then(|l| wire::access_level(l as i32))
+            .serialize(out)
     }
 
-    pub fn to_pb(self) -> pb::AccessLevel {
-        match self {
-            Level::Tools => pb::AccessLevel::Tools,
-            Level::Edit => pb::AccessLevel::Edit,
-            Level::Full => pb::AccessLevel::Full,
-        }
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        input: D,
+    ) -> Result<Option<pb::AccessLevel>, D::Error> {
+        Option::<String>::deserialize(input)?
+            .map(|word| {
+                wire::parse_access_level(&word)
+                    .ok_or_else(|| D::Error::custom(format!("unknown access level {word:?}")))
+            })
+            .transpose()
     }
 }
 
@@ -138,8 +139,9 @@ pub struct FolderRecord {
 #[serde(rename_all = "camelCase")]
 pub struct SiteRecord {
     pub origin: String,
-    /// None on a blocked site.
-    pub access: Option<Level>,
+    /// None on a blocked site; never Unspecified.
+    #[serde(default, with = "level_word")]
+    pub access: Option<pb::AccessLevel>,
     #[serde(default)]
     pub providers: Vec<String>,
     #[serde(default)]
@@ -171,9 +173,7 @@ impl SiteRecord {
         let ts = pedelec_common::ms_to_timestamp;
         pb::Site {
             origin: self.origin.clone(),
-            access: self
-                .access
-                .map_or(pb::AccessLevel::Unspecified, Level::to_pb) as i32,
+            access: self.access.unwrap_or(pb::AccessLevel::Unspecified) as i32,
             providers: self.providers.clone(),
             folders: self
                 .folders
@@ -332,9 +332,14 @@ impl Sites {
                 "a grant cannot be blocked; BlockSite blocks a site".into(),
             ));
         }
-        let access = Level::from_pb(site.access).ok_or_else(|| {
-            SessionError::InvalidInput("a grant needs an access level (tools, edit or full)".into())
-        })?;
+        let access = pb::AccessLevel::try_from(site.access)
+            .ok()
+            .filter(|l| *l != pb::AccessLevel::Unspecified)
+            .ok_or_else(|| {
+                SessionError::InvalidInput(
+                    "a grant needs an access level (tools, edit or full)".into(),
+                )
+            })?;
         let mut providers: Vec<String> = Vec::new();
         for code in &site.providers {
             if pedelec_settings::catalog::find(code).is_none() {
@@ -525,7 +530,7 @@ impl Sites {
             .use_grant(origin, |site| {
                 site.access.expect("a live grant has a level")
             })?
-            .map_or(pb::AccessLevel::Full, Level::to_pb))
+            .unwrap_or(pb::AccessLevel::Full))
     }
 
     /// Uses up a `once` folder grant of `origin` (CreateSession made its thread).
@@ -616,6 +621,10 @@ mod tests {
             .permissions()
             .mode();
         assert_eq!(mode & 0o777, 0o600);
+        // Levels are stored as the native protocol spells them.
+        let file: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.path().join("sites.json")).unwrap()).unwrap();
+        assert!(file.to_string().contains(r#""access":"edit""#), "{file}");
         let again = sites(dir.path());
         assert_eq!(
             again.level("https://a.example").unwrap(),
