@@ -46,7 +46,8 @@ impl Sessions {
                 path: canonical.display().to_string(),
             });
         }
-        if let Some(thread) = self.workspace_of_other_origin(&canonical, origin) {
+        let (other_origin, container) = self.workspace_conflicts(&canonical, origin);
+        if let Some(thread) = other_origin {
             return Err(SessionError::WorkspaceInUse {
                 path: canonical.display().to_string(),
                 thread,
@@ -54,7 +55,7 @@ impl Sessions {
         }
         // Sharing another thread's workspace is allowed; a folder
         // inside one is not: that thread's agent writes there.
-        if let Some(owner) = self.workspace_containing(&canonical) {
+        if let Some(owner) = container {
             return Err(SessionError::InvalidInput(format!(
                 "workspace_path {path:?} lies inside the workspace of thread {owner}"
             )));
@@ -62,41 +63,48 @@ impl Sessions {
         Ok(canonical)
     }
 
-    /// A thread of another origin (in memory or in the journal) whose
-    /// workspace is `path`, lies inside it or contains it.
-    fn workspace_of_other_origin(&self, path: &Path, origin: &str) -> Option<String> {
-        let overlaps = |ws: &Path, owner: &str| {
-            owner != origin && (path.starts_with(ws) || ws.starts_with(path))
+    /// The threads whose workspaces `path` may not join, looked up in
+    /// memory and then, unless memory already answered, in the journal read
+    /// once: the first of another origin whose workspace is `path`, lies
+    /// inside it or contains it; and the first of any origin whose workspace
+    /// strictly contains it.
+    fn workspace_conflicts(&self, path: &Path, origin: &str) -> (Option<String>, Option<String>) {
+        let (mut other_origin, mut container) = (None, None);
+        let mut see = |ws: &Path, owner: &str, id: &str, other_origin: &mut Option<String>| {
+            if other_origin.is_none()
+                && owner != origin
+                && (path.starts_with(ws) || ws.starts_with(path))
+            {
+                *other_origin = Some(id.to_string());
+            }
+            if container.is_none() && path != ws && path.starts_with(ws) {
+                container = Some(id.to_string());
+            }
         };
         let threads: Vec<SharedThread> = self.threads().values().cloned().collect();
         for t in &threads {
             let t = lock(t);
-            if overlaps(&t.record.workspace_path, &t.record.origin) {
-                return Some(t.id().to_string());
+            see(
+                &t.record.workspace_path,
+                &t.record.origin,
+                t.id(),
+                &mut other_origin,
+            );
+        }
+        // A conflict with another origin decides alone; only without one is
+        // the journal (ended threads too) read.
+        if other_origin.is_none() {
+            let (records, _) = self.inner.journal.load_all();
+            for r in &records {
+                see(
+                    &r.workspace_path,
+                    &r.origin,
+                    &r.session_id,
+                    &mut other_origin,
+                );
             }
         }
-        let (records, _) = self.inner.journal.load_all();
-        records
-            .into_iter()
-            .find(|r| overlaps(&r.workspace_path, &r.origin))
-            .map(|r| r.session_id)
-    }
-
-    /// A thread (in memory or in the journal) whose workspace strictly contains `path`.
-    fn workspace_containing(&self, path: &Path) -> Option<String> {
-        let inside = |ws: &Path| path != ws && path.starts_with(ws);
-        let threads: Vec<SharedThread> = self.threads().values().cloned().collect();
-        if let Some(t) = threads
-            .iter()
-            .find(|t| inside(&lock(t).record.workspace_path))
-        {
-            return Some(lock(t).id().to_string());
-        }
-        let (records, _) = self.inner.journal.load_all();
-        records
-            .into_iter()
-            .find(|r| inside(&r.workspace_path))
-            .map(|r| r.session_id)
+        (other_origin, container)
     }
 
     /// The snapshot of a thread whose workspace folder exists: made now if it
