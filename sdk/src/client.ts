@@ -3,7 +3,7 @@
 import { Connection, probeExtension, type BridgeWindow } from "./connection.js";
 import { PedelecError } from "./errors.js";
 import { DEFAULT_BRIDGE_TIMEOUT_MS, MIN_BRIDGE_TIMEOUT_MS, type WorkerToPage } from "./protocol/bridge.js";
-import type { CreateSessionPayload, EventFrame, ProviderCode, ProviderInfo as WireProviderInfo } from "./protocol/native.js";
+import type { CreateSessionPayload, EffortLevel, EventFrame, ProviderCode, ProviderInfo as WireProviderInfo } from "./protocol/native.js";
 import { PedelecSession, type SessionHost } from "./session.js";
 import type { Skills, ToolHandler } from "./tools.js";
 
@@ -26,7 +26,8 @@ export type PedelecSettings = { defaultProvider: ProviderCode | null };
 
 export type CreateSessionOptions = {
   provider?: ProviderCode | (string & {});
-  effortLevel?: string;
+  /** One of EFFORT_LEVELS; absent: "default" when a provider is named, else the desktop's choice. */
+  effortLevel?: EffortLevel | (string & {});
   skills?: Skills;
   /** Default true: the session ends when the last page connected to it goes. */
   autoEndOnDisconnect?: boolean;
@@ -120,11 +121,11 @@ export class Pedelec {
     this.#building++;
     try {
       const r = await connection.call("resume_session", { sessionId });
-      // The attach snapshot is lifecycle state, not the session record.
+      // The attach snapshot names the session's provider and effort level (empty: unknown).
       return this.#adopt(connection, {
         sessionId: r.sessionId,
-        provider: "",
-        effortLevel: undefined,
+        provider: r.snapshot.provider,
+        effortLevel: r.snapshot.effortLevel || undefined,
         snapshot: r.snapshot,
         toolOwner: r.toolOwner,
         inlineHandlers: new Map(),

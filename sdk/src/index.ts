@@ -1,8 +1,19 @@
 export { Pedelec } from "./client.js";
 export type { ApprovalStatus, CreateSessionOptions, PedelecOptions, PedelecSettings, ProviderInfo } from "./client.js";
 export { PedelecSession } from "./session.js";
-export type { AssetInfo, Disposer, EndedEventContext, ErrorEventContext, PedelecEventContext, ReadAs, SessionStatus } from "./session.js";
+export type {
+  AssetInfo,
+  CompletedOperation,
+  Disposer,
+  EndedEventContext,
+  ErrorEventContext,
+  PedelecEventContext,
+  PedelecOperation,
+  ReadAs,
+  SessionStatus,
+} from "./session.js";
 export { PedelecError, isPedelecError } from "./errors.js";
+export type { PedelecErrorOptions } from "./errors.js";
 export { defineTool } from "./tools.js";
 export type {
   ArgsSchemaNode,
@@ -19,5 +30,7 @@ export type {
   ToolDefinition,
   ToolHandler,
 } from "./tools.js";
+export { ErrorCodes } from "./protocol/codes.js";
 export type { ErrorCode, KnownErrorCode } from "./protocol/codes.js";
-export type { ProviderCode } from "./protocol/native.js";
+export { EFFORT_LEVELS, PROVIDER_CODES } from "./protocol/catalog.js";
+export type { EffortLevel, OperationKind, OperationOutcome, ProviderCode } from "./protocol/native.js";

@@ -5,8 +5,10 @@ import type { Connection } from "./connection.js";
 import { MAX_TOOL_RESULT_BYTES, MAX_TOOL_RESULT_DEPTH } from "./protocol/bridge.js";
 import type {
   Asset,
+  EffortLevel,
   EventFrame,
   Operation,
+  OperationKind,
   OperationOutcome,
   PendingToolRequest,
   SessionStatus,
@@ -32,7 +34,23 @@ export type Disposer = () => void;
 export type ReadAs = "text" | "json" | "file";
 export type AssetInfo = Asset;
 
-type Deferred = { resolve: () => void; reject: (e: PedelecError) => void };
+/**
+ * One operation of the session — a `sendText()` or a `prepare()`, of this page or of
+ * another page of the session — as this handle last learnt it.
+ */
+export type PedelecOperation = {
+  operationId: string;
+  kind: OperationKind;
+  /** null while it runs. */
+  outcome: OperationOutcome | null;
+  /** Why it failed or was cancelled, when the runtime said; null otherwise. */
+  error: PedelecError | null;
+};
+
+/** What `sendText()` and `prepare()` resolve with: the operation they ran, completed. */
+export type CompletedOperation = PedelecOperation & { outcome: "completed"; error: null };
+
+type Deferred = { resolve: (op: CompletedOperation) => void; reject: (e: PedelecError) => void };
 
 /**
  * What a session needs from its client. An ended handle stays registered with
@@ -45,7 +63,7 @@ export type SessionHost = {
 export type SessionInit = {
   sessionId: string;
   provider: string;
-  effortLevel: string | undefined;
+  effortLevel: EffortLevel | (string & {}) | undefined;
   snapshot: Snapshot;
   toolOwner: boolean;
   inlineHandlers: Map<string, ToolHandler>;
@@ -70,9 +88,10 @@ function jsonDepth(value: unknown, limit: number): number {
 
 export class PedelecSession {
   readonly sessionId: string;
-  /** "" on a handle built by resumeSession(): the attach snapshot is not the session record. */
+  /** The provider code; on a handle built by resumeSession(), the one the session's snapshot names ("" if it names none). */
   provider: string;
-  effortLevel: string | undefined;
+  /** The effort level the session runs at; undefined when not known. */
+  effortLevel: EffortLevel | (string & {}) | undefined;
   readonly usage = { totalTokens: 0 };
   /** When this browser-side handle was constructed (ms since the epoch). */
   readonly sessionCreatedAt: number = Date.now();
@@ -87,6 +106,10 @@ export class PedelecSession {
   /** The seq the current status reflects: an older status event arriving late must not undo it. */
   #stateSeq = 0;
   #toolOwner: boolean;
+  #activeOperation: PedelecOperation | null = null;
+  #lastOperation: PedelecOperation | null = null;
+  /** The seq the operations above reflect: an older snapshot must not undo them. */
+  #operationSeq = 0;
 
   #chat = new Set<(text: string, ctx: PedelecEventContext) => void>();
   #chatDelta = new Set<(delta: string, ctx: PedelecEventContext) => void>();
@@ -98,9 +121,9 @@ export class PedelecSession {
   #inlineTools: Map<string, ToolHandler>;
 
   /** Operations this handle started and waits for, by operationId. */
-  #waiting = new Map<string, Deferred>();
+  #waiting = new Map<string, { deferred: Deferred; kind: OperationKind }>();
   /** Recently finished operations, for a reply that arrives after its operation_finished. */
-  #finished = new Map<string, { outcome: OperationOutcome; error: EventError | null }>();
+  #finished = new Map<string, { outcome: OperationOutcome; error: EventError | null; kind: OperationKind | null }>();
   /** A sendText/prepare of this handle whose reply has not come yet. */
   #starting = false;
   #seenToolRequests = new Set<string>();
@@ -121,6 +144,16 @@ export class PedelecSession {
 
   getStatus(): SessionStatus {
     return this.#status;
+  }
+
+  /** The operation running now (this page's or another page's of the session), or null. */
+  get activeOperation(): PedelecOperation | null {
+    return this.#activeOperation;
+  }
+
+  /** The newest finished operation, with its outcome and error, or null before the first one. */
+  get lastOperation(): PedelecOperation | null {
+    return this.#lastOperation;
   }
 
   // ---- callbacks ----
@@ -212,18 +245,21 @@ export class PedelecSession {
     return null;
   }
 
-  /** Resolves when the operation this text starts completes; rejects with its error. */
-  sendText(text: string): Promise<void> {
+  /**
+   * Resolves with the operation this text started once it completed (its `operationId`,
+   * `outcome: "completed"`); rejects with its error (`error.operationId` names it).
+   */
+  sendText(text: string): Promise<CompletedOperation> {
     if (typeof text !== "string") return Promise.reject(new PedelecError("INVALID_INPUT", "sendText needs a string"));
     return this.#operation("send_text", { sessionId: this.sessionId, text });
   }
 
-  /** Runs the provider once so the first real turn starts faster. */
-  prepare(): Promise<void> {
+  /** Runs the provider once so the first real turn starts faster; resolves as sendText() does. */
+  prepare(): Promise<CompletedOperation> {
     return this.#operation("prepare", { sessionId: this.sessionId });
   }
 
-  async #operation(method: "send_text" | "prepare", params: { sessionId: string; text?: string }): Promise<void> {
+  async #operation(method: OperationKind, params: { sessionId: string; text?: string }): Promise<CompletedOperation> {
     const unusable = this.#usable();
     if (unusable) throw unusable;
     // This handle's own previous operation is still being accepted: Core would
@@ -237,28 +273,42 @@ export class PedelecSession {
     } finally {
       this.#starting = false;
     }
-    await new Promise<void>((resolve, reject) => {
+    // Started, and not yet seen finishing (its events may come before or after this reply).
+    if (!this.#finished.has(operationId) && this.#activeOperation?.operationId !== operationId) {
+      this.#activeOperation = { operationId, kind: method, outcome: null, error: null };
+    }
+    return await new Promise<CompletedOperation>((resolve, reject) => {
       const deferred = { resolve, reject };
       const done = this.#finished.get(operationId);
-      if (done) this.#settle(deferred, operationId, done.outcome, done.error);
-      else this.#waiting.set(operationId, deferred);
+      if (done) this.#settle(deferred, operationId, done.kind ?? method, done.outcome, done.error);
+      else this.#waiting.set(operationId, { deferred, kind: method });
     });
   }
 
-  #settle(d: Deferred, operationId: string, outcome: OperationOutcome, error: EventError | null): void {
-    if (outcome === "completed") d.resolve();
-    else if (error) d.reject(new PedelecError(error.code, error.message, error.details));
-    else d.reject(new PedelecError("CANCELLED", `operation ${operationId} was ${outcome}`, { operationId }));
+  #settle(d: Deferred, operationId: string, kind: OperationKind, outcome: OperationOutcome, error: EventError | null): void {
+    if (outcome === "completed") d.resolve({ operationId, kind, outcome, error: null });
+    else d.reject(operationError(operationId, outcome, error));
   }
 
-  #finish(operationId: string, outcome: OperationOutcome, error: EventError | null): void {
-    this.#finished.set(operationId, { outcome, error });
+  #finish(operationId: string, outcome: OperationOutcome, error: EventError | null, kind: OperationKind | null): void {
+    this.#finished.set(operationId, { outcome, error, kind });
     if (this.#finished.size > FINISHED_MEMORY) this.#finished.delete(this.#finished.keys().next().value as string);
-    const d = this.#waiting.get(operationId);
-    if (d) {
+    const waiting = this.#waiting.get(operationId);
+    if (waiting) {
       this.#waiting.delete(operationId);
-      this.#settle(d, operationId, outcome, error);
+      this.#settle(waiting.deferred, operationId, kind ?? waiting.kind, outcome, error);
     }
+  }
+
+  /** An operation_started / operation_finished event moves the active and last operation. */
+  #operationEvent(seq: number, op: Operation): void {
+    this.#operationSeq = seq;
+    if (op.outcome === null) {
+      this.#activeOperation = publicOperation(op);
+      return;
+    }
+    this.#lastOperation = publicOperation(op);
+    if (this.#activeOperation?.operationId === op.operationId) this.#activeOperation = null;
   }
 
   /** Interrupts the running operation (its sendText rejects with CANCELLED). */
@@ -444,6 +494,7 @@ export class PedelecSession {
         this.usage.totalTokens = e.totalTokens;
         return;
       case "operation_started":
+        this.#operationEvent(frame.seq, { operationId: e.operationId, kind: e.kind, outcome: null, error: null });
         return;
       case "operation_finished": {
         // Core emits operation_finished and then the status it moves to; the
@@ -454,7 +505,8 @@ export class PedelecSession {
         const next: SessionStatus | null =
           e.outcome === "completed" ? "idle" : e.outcome === "failed" ? "error" : e.error?.code === "SESSION_ENDED" ? null : "idle";
         if (next && !this.#ended) this.#setStatus(next, this.#ctx("status", frame));
-        this.#finish(e.operationId, e.outcome, e.error);
+        this.#operationEvent(frame.seq, { operationId: e.operationId, kind: e.kind, outcome: e.outcome, error: e.error });
+        this.#finish(e.operationId, e.outcome, e.error, e.kind);
         return;
       }
       case "error": {
@@ -496,7 +548,7 @@ export class PedelecSession {
     if (this.#detached) return;
     this.#detached = error;
     if (report) this.#sdkError(error);
-    for (const d of this.#waiting.values()) d.reject(error);
+    for (const { deferred } of this.#waiting.values()) deferred.reject(error);
     this.#waiting.clear();
     for (const id of [...this.#toolAborts.keys()]) this.#clearTool(id, "route disconnected");
   }
@@ -510,7 +562,7 @@ export class PedelecSession {
       this.#ended = true;
       for (const id of [...this.#toolAborts.keys()]) this.#clearTool(id, "session ended");
       // Core finishes every operation before it ends; anything still waiting missed it.
-      for (const [id, d] of this.#waiting) d.reject(new PedelecError("SESSION_ENDED", "the session ended", { operationId: id }));
+      for (const [id, { deferred }] of this.#waiting) deferred.reject(new PedelecError("SESSION_ENDED", "the session ended", { operationId: id }, { operationId: id }));
       this.#waiting.clear();
     }
     if (status !== "ended" && this.#ended) {
@@ -540,7 +592,16 @@ export class PedelecSession {
     if (s.usage) this.usage.totalTokens = s.usage.totalTokens; // a missing usage never resets it
     const finished: Operation[] = [...(s.recentOperations ?? [])];
     if (s.lastOperation) finished.push(s.lastOperation);
-    for (const op of finished) if (op.outcome) this.#finish(op.operationId, op.outcome, op.error);
+    for (const op of finished) if (op.outcome) this.#finish(op.operationId, op.outcome, op.error, op.kind);
+    if (s.lastSeq >= this.#operationSeq) {
+      this.#operationSeq = s.lastSeq;
+      this.#activeOperation = s.activeOperation ? publicOperation(s.activeOperation) : null;
+      if (s.lastOperation) this.#lastOperation = publicOperation(s.lastOperation);
+    }
+    // The snapshot names the session's provider and effort level; a handle built
+    // without them (resumeSession()) takes them, one that knows them keeps its own.
+    if (this.provider === "" && s.provider) this.provider = s.provider;
+    if (this.effortLevel === undefined && s.effortLevel) this.effortLevel = s.effortLevel;
     if (!emit) {
       // A handle built on an ended session never saw the transition: no onEnded.
       this.#status = s.status;
@@ -604,22 +665,30 @@ export class PedelecSession {
     else if (inline) run = () => inline(req.args, ctx);
     else if (generic) run = () => generic(req.tool, req.args, ctx);
 
-    let outcome: { result: unknown } | { error: { code: string; message: string; details?: unknown } };
+    // What the agent is told, and the same failure for the page's onError (source "sdk").
+    let outcome: { result: unknown } | { error: ToolFailure };
+    let cause: unknown;
     if (!run) {
-      outcome = { error: { code: "TOOL_HANDLER_NOT_FOUND", message: `No handler for ${req.tool}`, details: { tool: req.tool } } };
+      outcome = { error: toolFailure(req, "TOOL_HANDLER_NOT_FOUND", `No handler for ${req.tool} in the page`) };
     } else {
       try {
         const value = await run();
-        outcome = this.#checkResult(req, value === undefined ? null : value);
+        outcome = checkResult(req, value === undefined ? null : value);
       } catch (e) {
+        cause = e;
         const message = e instanceof Error ? e.message : String(e);
-        outcome = { error: { code: "TOOL_HANDLER_ERROR", message: `handler for ${req.tool} threw: ${message}`, details: { tool: req.tool } } };
+        outcome = { error: toolFailure(req, "TOOL_HANDLER_ERROR", `handler for ${req.tool} threw: ${message}`) };
       }
     }
     // Cleared (answered elsewhere, timed out, ended) or detached meanwhile: a
-    // result is never submitted for a request that is not pending, nor resubmitted.
+    // result is never submitted for a request that is not pending, nor resubmitted
+    // (and a handler that stopped on its aborted signal is no error of the page).
     if (abort.signal.aborted || this.#detached) return;
     this.#toolAborts.delete(req.toolRequestId);
+    if ("error" in outcome) {
+      const { code, message, details } = outcome.error;
+      this.#sdkError(new PedelecError(code, message, details, { operationId: req.operationId, cause }), req.operationId);
+    }
     try {
       await this.#host.connection.call("submit_tool_result", { sessionId: this.sessionId, toolRequestId: req.toolRequestId, ...outcome });
     } catch (e) {
@@ -628,36 +697,46 @@ export class PedelecSession {
       if (error.code !== "TOOL_REQUEST_NOT_PENDING") this.#sdkError(error, req.operationId);
     }
   }
+}
 
-  #checkResult(req: PendingToolRequest, value: unknown): { result: unknown } | { error: { code: string; message: string; details: unknown } } {
-    const refuse = (message: string, details: unknown) => {
-      const error = { code: "TOOL_HANDLER_ERROR", message, details };
-      this.#sdkError(new PedelecError(error.code, message, details), req.operationId);
-      return { error };
-    };
-    let text: string | undefined;
-    try {
-      text = JSON.stringify(value);
-    } catch (e) {
-      return refuse(`the result of ${req.tool} is not JSON-serialisable: ${(e as Error).message}`, { tool: req.tool });
-    }
-    if (text === undefined) return refuse(`the result of ${req.tool} is not JSON-serialisable`, { tool: req.tool });
-    const bytes = new TextEncoder().encode(text).length;
-    if (bytes > MAX_TOOL_RESULT_BYTES) {
-      return refuse(`the result of ${req.tool} is ${bytes} bytes, above the ${MAX_TOOL_RESULT_BYTES}-byte limit`, {
-        tool: req.tool,
-        sizeBytes: bytes,
-        limitBytes: MAX_TOOL_RESULT_BYTES,
-      });
-    }
-    const depth = jsonDepth(value, MAX_TOOL_RESULT_DEPTH);
-    if (depth > MAX_TOOL_RESULT_DEPTH) {
-      return refuse(`the result of ${req.tool} nests deeper than ${MAX_TOOL_RESULT_DEPTH} levels`, {
-        tool: req.tool,
-        limitDepth: MAX_TOOL_RESULT_DEPTH,
-      });
-    }
-    // Sent as parsed from its own JSON text: what the agent gets is exactly that.
-    return { result: JSON.parse(text) as unknown };
+/** The error a failed or cancelled operation rejects with (and shows as `lastOperation.error`). */
+function operationError(operationId: string, outcome: OperationOutcome, error: EventError | null): PedelecError {
+  if (error) return new PedelecError(error.code, error.message, error.details, { operationId });
+  return new PedelecError("CANCELLED", `operation ${operationId} was ${outcome}`, { operationId }, { operationId });
+}
+
+function publicOperation(op: Operation): PedelecOperation {
+  return {
+    operationId: op.operationId,
+    kind: op.kind,
+    outcome: op.outcome,
+    error: op.outcome === null || op.outcome === "completed" ? null : operationError(op.operationId, op.outcome, op.error),
+  };
+}
+
+/** A tool request's failure, as the agent gets it and the page's onError sees it (details name the tool and the request). */
+type ToolFailure = { code: string; message: string; details: { tool: string; toolRequestId: string; operationId: string; [k: string]: unknown } };
+
+function toolFailure(req: PendingToolRequest, code: string, message: string, extra: Record<string, unknown> = {}): ToolFailure {
+  return { code, message, details: { tool: req.tool, toolRequestId: req.toolRequestId, operationId: req.operationId, ...extra } };
+}
+
+/** A handler's value as it is sent (parsed from its own JSON text), or the limit it breaks. */
+function checkResult(req: PendingToolRequest, value: unknown): { result: unknown } | { error: ToolFailure } {
+  const refuse = (message: string, extra: Record<string, unknown> = {}) => ({ error: toolFailure(req, "TOOL_HANDLER_ERROR", message, extra) });
+  let text: string | undefined;
+  try {
+    text = JSON.stringify(value);
+  } catch (e) {
+    return refuse(`the result of ${req.tool} is not JSON-serialisable: ${(e as Error).message}`);
   }
+  if (text === undefined) return refuse(`the result of ${req.tool} is not JSON-serialisable`);
+  const bytes = new TextEncoder().encode(text).length;
+  if (bytes > MAX_TOOL_RESULT_BYTES) {
+    return refuse(`the result of ${req.tool} is ${bytes} bytes, above the ${MAX_TOOL_RESULT_BYTES}-byte limit`, { sizeBytes: bytes, limitBytes: MAX_TOOL_RESULT_BYTES });
+  }
+  const depth = jsonDepth(value, MAX_TOOL_RESULT_DEPTH);
+  if (depth > MAX_TOOL_RESULT_DEPTH) return refuse(`the result of ${req.tool} nests deeper than ${MAX_TOOL_RESULT_DEPTH} levels`, { limitDepth: MAX_TOOL_RESULT_DEPTH });
+  // Sent as parsed from its own JSON text: what the agent gets is exactly that.
+  return { result: JSON.parse(text) as unknown };
 }

@@ -222,7 +222,7 @@ describe("resumeSession", () => {
     expect(ext.calls).toEqual([]);
   });
 
-  it("reconciles the snapshot; provider metadata is not rehydrated", async () => {
+  it("reconciles the snapshot, provider and effort level included", async () => {
     ext.on("resume_session", (p) => ({
       sessionId: p.sessionId,
       snapshot: snapshot({
@@ -238,8 +238,9 @@ describe("resumeSession", () => {
     expect(session.sessionId).toBe("thr_9");
     expect(session.getStatus()).toBe("running");
     expect(session.usage.totalTokens).toBe(122);
-    expect(session.provider).toBe("");
-    expect(session.effortLevel).toBeUndefined();
+    expect(session.provider).toBe("codex");
+    expect(session.effortLevel).toBe("high");
+    expect(session.activeOperation).toEqual({ operationId: "op_7", kind: "send_text", outcome: null, error: null });
     // Events the snapshot reflects are duplicates; later ones are delivered.
     const chats: string[] = [];
     session.onChat((t) => chats.push(t));

@@ -4,7 +4,7 @@ import { describe, expect, it } from "vitest";
 import { generate, outputPath, schemaPath } from "../scripts/gen-protocol.mjs";
 // @ts-expect-error plain ESM scripts without types
 import { validate, validateHostMessage } from "../scripts/schema-check.mjs";
-import { ALL_CODES, BROWSER_CODES, Code, HOST_CODES, SERVICE_CODES } from "../src/protocol/codes.js";
+import { ALL_CODES, BROWSER_CODES, ErrorCodes, HOST_CODES, SERVICE_CODES } from "../src/protocol/codes.js";
 
 const schemaText = readFileSync(schemaPath as string, "utf8");
 const schema = JSON.parse(schemaText);
@@ -61,6 +61,8 @@ describe("the protocol module", () => {
     for (const c of ["PROTOCOL_MISMATCH", "TOOL_REQUEST_NOT_PENDING", "APPROVAL_TIMEOUT", "SDK_BRIDGE_TIMEOUT", "ASSET_INVALID_JSON", "CORE_RESTARTED"]) {
       expect(ALL_CODES).toContain(c);
     }
-    expect(Code.THREAD_NOT_FOUND).toBe("THREAD_NOT_FOUND");
+    expect(ErrorCodes.THREAD_NOT_FOUND).toBe("THREAD_NOT_FOUND");
+    expect(Object.keys(ErrorCodes)).toEqual([...ALL_CODES]);
+    expect(Object.isFrozen(ErrorCodes)).toBe(true);
   });
 });

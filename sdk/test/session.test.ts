@@ -112,7 +112,7 @@ describe("sendText", () => {
     expect(s.done).toBe(false);
     ev({ type: "operation_finished", operationId: "op_1", kind: "send_text", outcome: "completed", error: null });
     await settle();
-    expect(s).toMatchObject({ done: true, value: undefined });
+    expect(s).toMatchObject({ done: true, value: { operationId: "op_1", kind: "send_text", outcome: "completed", error: null } });
   });
 
   it("getStatus() right after it resolves is the status Core moves to; onStatus fires once", async () => {

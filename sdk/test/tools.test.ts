@@ -48,12 +48,12 @@ describe("tool dispatch", () => {
     ]);
   });
 
-  it("no handler at all: TOOL_HANDLER_NOT_FOUND is sent to the agent", async () => {
+  it("no handler at all: TOOL_HANDLER_NOT_FOUND is sent to the agent (and to the page's onError, test/diagnostics.test.ts)", async () => {
     await new Pedelec().createSession();
     toolRequest("tr_1", "missing");
     await settle();
     expect(ext.callsOf("submit_tool_result")).toEqual([
-      { sessionId: "thr_1", toolRequestId: "tr_1", error: { code: "TOOL_HANDLER_NOT_FOUND", message: "No handler for missing", details: { tool: "missing" } } },
+      { sessionId: "thr_1", toolRequestId: "tr_1", error: { code: "TOOL_HANDLER_NOT_FOUND", message: "No handler for missing in the page", details: { tool: "missing", toolRequestId: "tr_1", operationId: "op_1" } } },
     ]);
   });
 

@@ -85,5 +85,8 @@ export type ErrorCode = KnownErrorCode | (string & {});
 
 export const ALL_CODES: readonly KnownErrorCode[] = [...BROWSER_CODES, ...HOST_CODES, ...SERVICE_CODES];
 
-/** Shorthand so call sites name codes checked by the compiler. */
-export const Code = Object.fromEntries(ALL_CODES.map((c) => [c, c])) as { readonly [K in KnownErrorCode]: K };
+/**
+ * Every known code as a runtime constant, `ErrorCodes.SESSION_BUSY === "SESSION_BUSY"`, so an
+ * application compares `error.code` with a name the compiler checks. Exported by the SDK.
+ */
+export const ErrorCodes = Object.freeze(Object.fromEntries(ALL_CODES.map((c) => [c, c]))) as { readonly [K in KnownErrorCode]: K };
