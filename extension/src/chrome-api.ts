@@ -48,6 +48,7 @@ export type ChromeApi = {
     openPopup?(): Promise<void>;
     setBadgeText?(details: { text: string; tabId?: number }): Promise<void>;
     setBadgeBackgroundColor?(details: { color: string; tabId?: number }): Promise<void>;
+    setTitle?(details: { title: string; tabId?: number }): Promise<void>;
   };
   windows: {
     create(data: { url: string; type: "popup"; width?: number; height?: number; focused?: boolean }): Promise<{ id?: number } | undefined>;

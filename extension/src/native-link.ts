@@ -44,7 +44,7 @@ type Queued = { type: NativeType; origin: string | undefined; payload: unknown }
 export const CLIENT_NAME = "pedelec-extension/0.1.0";
 
 export class NativeLink {
-  readonly state: HostState = { connected: false, hostVersion: null, protocolVersion: null, coreRunning: null, userName: null, lastError: null };
+  readonly state: HostState = { connected: false, hostVersion: null, protocolVersion: null, coreRunning: null, userName: null, lastError: null, lastErrorCode: null };
   #api: ChromeApi;
   #listener: NativeListener;
   #port: Port | null = null;
@@ -79,7 +79,8 @@ export class NativeLink {
       port = this.#api.runtime.connectNative(NATIVE_HOST_NAME);
     } catch (e) {
       const error = new NativeError("NATIVE_HOST_UNAVAILABLE", `could not start the native host: ${(e as Error).message}`);
-      this.state.lastError = error.message;
+      Object.assign(this.state, { lastError: error.message, lastErrorCode: error.code });
+      this.#listener.stateChanged();
       return Promise.reject(error);
     }
     this.#port = port;
@@ -93,14 +94,14 @@ export class NativeLink {
           clientProtocolVersion: NATIVE_PROTOCOL_VERSION,
         });
       }
-      Object.assign(this.state, { connected: true, hostVersion: hello.hostVersion, protocolVersion: hello.protocolVersion, coreRunning: hello.coreRunning, userName: hello.userName || null, lastError: null });
+      Object.assign(this.state, { connected: true, hostVersion: hello.hostVersion, protocolVersion: hello.protocolVersion, coreRunning: hello.coreRunning, userName: hello.userName || null, lastError: null, lastErrorCode: null });
       this.#listener.stateChanged();
       this.#pump();
     })();
     this.#ready = ready;
     ready.catch((e: NativeError) => {
       // A failed hello (PROTOCOL_MISMATCH, refused caller): nothing may use this port.
-      this.state.lastError = e.message;
+      Object.assign(this.state, { lastError: e.message, lastErrorCode: e.code });
       if (this.#port === port) this.#drop(port, e);
     });
     return ready;
@@ -225,7 +226,7 @@ export class NativeLink {
     this.#chunks = [];
     this.#chunkId = null;
     const wasConnected = this.state.connected;
-    Object.assign(this.state, { connected: false, coreRunning: null, lastError: error.message });
+    Object.assign(this.state, { connected: false, coreRunning: null, lastError: error.message, lastErrorCode: error.code });
     try {
       port.disconnect();
     } catch {

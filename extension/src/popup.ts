@@ -1,8 +1,10 @@
 // The action popup and the approval window (same page): the prompts waiting for
 // the user (approve a site with a level and providers, add a provider, add a
 // folder), the site of the tab it was opened over, the sites with sessions
-// (End, Revoke), the desktop's state. Rendered with textContent only: origins,
-// tab titles and folders come from web pages.
+// (End, Revoke), the sites allowed, and Pedelec on this computer — with the
+// command to run when it is not installed or not running (popup-model.ts says
+// what in words). Rendered with textContent only: origins, tab titles and
+// folders come from web pages.
 import {
   APPROVE_DELAY_MS,
   POPUP_PORT_NAME,
@@ -13,10 +15,11 @@ import {
   type WorkerToPopup,
 } from "../../sdk/src/protocol/bridge.js";
 import type { PageRuntime } from "./chrome-api.js";
-import { ACCESS_LEVELS, ACCESS_TEXT, DEFAULT_ACCESS, isLive, showFolder, type Access, type Site } from "./sites.js";
+import { ACCESS_LEVELS, ACCESS_TEXT, DEFAULT_ACCESS, showFolder, type Access } from "./sites.js";
+import { activityByOrigin, activityText, hostAdvice, siteState, type Activity, type Command, type Platform } from "./popup-model.js";
 
 declare const chrome: {
-  runtime: PageRuntime & { openOptionsPage(): Promise<void> };
+  runtime: PageRuntime & { id: string; openOptionsPage(): Promise<void> };
   tabs?: { query(q: { active: boolean; currentWindow: boolean }): Promise<Array<{ id?: number }>> };
 };
 
@@ -196,91 +199,126 @@ function renderPrompts(state: PopupState): HTMLElement {
 
 // ---- the rest (re-rendered on every state) ----
 
-function siteLine(site: Site | undefined, rejected: boolean): string {
-  if (site?.blocked) return "Blocked";
-  if (isLive(site)) return `Allowed: ${ACCESS_TEXT[site.access].title.toLowerCase()}; agents: ${site.providers.join(", ") || "none"}`;
-  if (rejected) return "Rejected in this browser session";
-  return "Not allowed";
-}
-
-function renderActive(state: PopupState): HTMLElement | null {
-  const origin = state.activeOrigin;
-  if (!origin) return null;
-  const s = section("this-site", "This site");
-  const site = state.sites.find((x) => x.origin === origin);
-  const rejected = state.rejected.includes(origin);
-  const row = el("div", undefined, { class: "row", "data-origin": origin });
-  row.append(el("span", `${origin} — ${siteLine(site, rejected)}`));
-  if (site) row.append(button(site.blocked ? "Unblock" : "Revoke", "revoke", () => send({ kind: "revoke", origin })));
-  else if (rejected) row.append(button("Let it ask again", "forget-rejection", () => send({ kind: "forget_rejection", origin })));
-  s.append(row);
+function panel(id: string, title: string): HTMLElement {
+  const s = el("section", undefined, { id, class: "panel" });
+  s.append(el("h2", title));
   return s;
 }
 
-function renderSessions(state: PopupState): HTMLElement {
-  const s = section("sessions", "Sites with sessions");
-  const byOrigin = new Map<string, PopupState["sessions"]>();
-  for (const x of state.sessions) if (x.status !== "ended") byOrigin.set(x.origin, [...(byOrigin.get(x.origin) ?? []), x]);
-  if (byOrigin.size === 0) s.append(el("p", "None"));
-  for (const [origin, list] of byOrigin) {
-    const running = list.filter((x) => x.status === "running" || x.status === "waiting_tool_result").length;
-    const row = el("div", undefined, { class: "row", "data-origin": origin });
-    row.append(
-      el("span", `${origin} — ${list.length} session${list.length === 1 ? "" : "s"}${running ? `, ${running} working` : ""}`),
-      button("End", "end", () => send({ kind: "end_sessions", origin })),
-      button("Revoke", "revoke", () => send({ kind: "revoke", origin })),
+function chip(text: string, state: string): HTMLElement {
+  return el("span", text, { class: "chip", "data-state": state });
+}
+
+/** A command to run in a terminal, with what it does and a Copy button. */
+function command(c: Command): HTMLElement {
+  const box = el("div");
+  box.append(el("p", c.note, { class: "command-note" }));
+  const line = el("div", undefined, { class: "command" });
+  const code = el("code", c.command);
+  const copy = button("Copy", "copy", () => {
+    void navigator.clipboard?.writeText(c.command).then(
+      () => (copy.textContent = "Copied"),
+      () => undefined,
     );
+  });
+  line.append(code, copy);
+  box.append(line);
+  return box;
+}
+
+function renderActive(state: PopupState, activity: Map<string, Activity>): HTMLElement | null {
+  const origin = state.activeOrigin;
+  if (!origin) return null;
+  const s = panel("this-site", "This site");
+  const site = state.sites.find((x) => x.origin === origin);
+  const rejected = state.rejected.includes(origin);
+  const shown = siteState(site, rejected);
+  const head = el("div", undefined, { class: "site-head", "data-origin": origin });
+  head.append(el("h3", origin), chip(shown.chip, shown.chipState));
+  s.append(head, el("p", shown.sentence, { class: "small", id: "this-site-state" }));
+  const a = activity.get(origin);
+  if (a) s.append(el("p", activityText(a), { class: "small" }));
+  const actions = el("div", undefined, { class: "actions", "data-origin": origin });
+  if (a) actions.append(button("End its sessions", "end", () => send({ kind: "end_sessions", origin })));
+  if (site) actions.append(button(site.blocked ? "Unblock" : "Revoke", "revoke", () => send({ kind: "revoke", origin })));
+  else if (rejected) actions.append(button("Let it ask again", "forget-rejection", () => send({ kind: "forget_rejection", origin })));
+  if (actions.childElementCount) s.append(actions);
+  return s;
+}
+
+function renderSessions(activity: Map<string, Activity>): HTMLElement {
+  const s = panel("sessions", "Sites with sessions");
+  if (activity.size === 0) s.append(el("p", "No site has a session open.", { class: "empty" }));
+  for (const [origin, a] of activity) {
+    const row = el("div", undefined, { class: "row", "data-origin": origin });
+    const what = el("div", undefined, { class: "what" });
+    what.append(el("div", origin, { class: "origin" }), el("div", activityText(a), { class: "detail" }));
+    row.append(what);
+    if (a.waiting) row.append(chip("waiting", "waiting"));
+    else if (a.working) row.append(chip("working", "working"));
+    const revoke = button("Revoke", "revoke", () => send({ kind: "revoke", origin }));
+    revoke.classList.add("link", "danger");
+    revoke.title = "End its sessions and take back its permission";
+    row.append(button("End", "end", () => send({ kind: "end_sessions", origin })), revoke);
     s.append(row);
   }
   return s;
 }
 
 function renderSites(state: PopupState): HTMLElement {
-  const s = section("sites", "Allowed sites");
-  if (state.sites.length === 0) s.append(el("p", "None"));
+  const s = panel("sites", "Sites you allowed");
+  if (state.sites.length === 0 && state.rejected.length === 0) s.append(el("p", "None yet: a site asks the first time it needs an agent.", { class: "empty" }));
   for (const site of state.sites) {
+    const shown = siteState(site, false);
     const row = el("div", undefined, { class: "row", "data-origin": site.origin });
-    row.append(el("span", `${site.origin} — ${siteLine(site, false)}${site.folders.length ? `; folders: ${site.folders.map((f) => showFolder(f.path)).join(", ")}` : ""}`));
-    row.append(button(site.blocked ? "Unblock" : "Revoke", "revoke", () => send({ kind: "revoke", origin: site.origin })));
+    const what = el("div", undefined, { class: "what" });
+    const folders = site.folders.length ? ` Folders: ${site.folders.map((f) => showFolder(f.path)).join(", ")}.` : "";
+    what.append(el("div", site.origin, { class: "origin" }), el("div", `${shown.sentence}${folders}`, { class: "detail" }));
+    row.append(what, button(site.blocked ? "Unblock" : "Revoke", "revoke", () => send({ kind: "revoke", origin: site.origin })));
     s.append(row);
   }
   for (const origin of state.rejected) {
     if (state.sites.some((x) => x.origin === origin)) continue;
     const row = el("div", undefined, { class: "row", "data-origin": origin });
-    row.append(el("span", `${origin} — rejected in this browser session`), button("Let it ask again", "forget-rejection", () => send({ kind: "forget_rejection", origin })));
+    const what = el("div", undefined, { class: "what" });
+    what.append(el("div", origin, { class: "origin" }), el("div", siteState(undefined, true).sentence, { class: "detail" }));
+    row.append(what, button("Let it ask again", "forget-rejection", () => send({ kind: "forget_rejection", origin })));
     s.append(row);
   }
   return s;
 }
 
+const platform: Platform = /Mac/i.test(navigator.platform || navigator.userAgent) ? "mac" : "linux";
+
 function renderHost(state: PopupState): HTMLElement {
-  const host = section("host", "Desktop");
-  const h = state.host;
-  host.append(
-    el(
-      "p",
-      h.hostVersion === null ? "Native host not reached yet" : `Native host ${h.hostVersion} (protocol ${h.protocolVersion ?? "?"})${h.connected ? "" : ", idle"}`,
-      { id: "host-state" },
-    ),
-    el("p", h.coreRunning === null ? "Core: unknown" : h.coreRunning ? "Core: running" : "Core: not running", { id: "core-state" }),
-  );
-  if (h.lastError) host.append(el("p", h.lastError, { class: "error" }));
-  const settings = button("Settings…", "settings", () => void chrome.runtime.openOptionsPage());
-  settings.id = "open-settings";
-  host.append(settings);
-  return host;
+  const s = panel("host", "Pedelec on this computer");
+  const advice = hostAdvice(state.host, chrome.runtime.id, platform);
+  const head = el("div", undefined, { class: "host-head", id: "host-state", "data-state": advice.state });
+  const chipState = advice.state === "running" ? "ok" : advice.state === "idle" || advice.state === "checking" ? "none" : "bad";
+  const chipText = { running: "running", idle: "stopped", checking: "…", not_installed: "not installed", not_allowed: "not allowed", mismatch: "update needed", broken: "not reachable" }[advice.state];
+  head.append(el("strong", advice.title), chip(chipText, chipState));
+  s.append(head);
+  if (advice.text) s.append(el("p", advice.text, { class: "small" }));
+  for (const c of advice.commands) s.append(command(c));
+  return s;
 }
 
 function render(state: PopupState): void {
   const root = document.getElementById("root")!;
   const prompts = renderPrompts(state);
+  prompts.classList.add("panel");
   const parts: HTMLElement[] = [prompts];
   if (state.lastError) parts.push(el("p", state.lastError, { class: "error", id: "action-error" }));
-  const active = renderActive(state);
+  const activity = activityByOrigin(state.sessions);
+  const active = renderActive(state, activity);
   if (active) parts.push(active);
-  parts.push(renderSessions(state), renderSites(state), renderHost(state));
+  parts.push(renderSessions(activity), renderSites(state), renderHost(state));
   root.replaceChildren(...parts);
 }
+
+// Opened as the approval window (when the action popup could not open), not in the toolbar.
+document.body.classList.toggle("window", new URLSearchParams(location.search).has("approve"));
+document.getElementById("open-settings")!.onclick = () => void chrome.runtime.openOptionsPage();
 
 port.onMessage.addListener((m) => {
   const msg = m as WorkerToPopup;

@@ -247,6 +247,8 @@ export class FakeChrome implements ChromeApi {
   /** What list_sessions answers (every origin's sessions, as SessionService lists them). */
   sessionsListed: SessionSummary[] = [];
   badges = new Map<number, string>();
+  badgeColors = new Map<number, string>();
+  titles = new Map<number, string>();
   hosts: FakeHost[] = [];
   hostHandlers: Record<string, HostHandler> = {};
   /** false: connectNative's port closes at once ("host not found"). */
@@ -289,7 +291,8 @@ export class FakeChrome implements ChromeApi {
       if (this.openPopupFails) throw new Error("Could not find an active browser window.");
     },
     setBadgeText: async (d: { text: string; tabId?: number }) => void this.badges.set(d.tabId ?? -1, d.text),
-    setBadgeBackgroundColor: async () => undefined,
+    setBadgeBackgroundColor: async (d: { color: string; tabId?: number }) => void this.badgeColors.set(d.tabId ?? -1, d.color),
+    setTitle: async (d: { title: string; tabId?: number }) => void this.titles.set(d.tabId ?? -1, d.title),
   };
   windows = {
     create: async (data: { url: string }) => {

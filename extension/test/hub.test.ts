@@ -1,5 +1,5 @@
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { Hub } from "../src/hub/index.js";
+import { BADGE_COLORS, Hub } from "../src/hub/index.js";
 import { EXTENSION_ID, NATIVE_PROTOCOL_VERSION, POPUP_PORT_NAME, SITES_CACHE_KEY, TRANSFER_PORT_NAME, type PopupState } from "../../sdk/src/protocol/bridge.js";
 import { CLIENT_NAME } from "../src/native-link.js";
 import { embedderOrigin, withEmbedder, withoutEmbedder, type SessionSummary, type Site, type SiteInput } from "../src/sites.js";
@@ -176,6 +176,9 @@ describe("native port", () => {
     expect(r.error.code).toBe("NATIVE_HOST_UNAVAILABLE");
     expect(r.error.message).toContain("not found");
     expect(hub.native.state.lastError).toContain("not found");
+    expect(hub.native.state.lastErrorCode).toBe("NATIVE_HOST_UNAVAILABLE");
+    // The popup's state carries both, so it can say how to install Pedelec.
+    expect(hub.state().host).toMatchObject({ connected: false, hostVersion: null, lastErrorCode: "NATIVE_HOST_UNAVAILABLE" });
   });
 
   it("PROTOCOL_MISMATCH on hello fails the request and is not retried in a loop", async () => {
@@ -187,6 +190,7 @@ describe("native port", () => {
     expect(r.error.code).toBe("PROTOCOL_MISMATCH");
     await new Promise((res) => setTimeout(res, 40));
     expect(chrome.hosts).toHaveLength(1);
+    expect(hub.state().host.lastErrorCode).toBe("PROTOCOL_MISMATCH");
   });
 
   it("a host answering hello with another protocolVersion is PROTOCOL_MISMATCH", async () => {
@@ -598,6 +602,29 @@ describe("badge", () => {
     chrome.host.event(sessionId, 2, { type: "status", status: "idle" });
     await settle();
     expect(chrome.badges.get(7)).toBe("");
+  });
+
+  it("is blue while agents work and amber while one waits for the page; the icon's title says which in words", async () => {
+    startHub([ORIGIN]);
+    const p = chrome.connectPage(ORIGIN, undefined, { tabId: 7 });
+    await settle();
+    const a = await createSession(p);
+    const b = await createSession(p);
+    chrome.host.event(a, 1, { type: "status", status: "running" });
+    await settle();
+    expect([chrome.badges.get(7), chrome.badgeColors.get(7), chrome.titles.get(7)]).toEqual(["1", BADGE_COLORS.working, "Pedelec — 1 agent working"]);
+    chrome.host.event(b, 1, { type: "status", status: "waiting_tool_result" });
+    await settle();
+    expect([chrome.badges.get(7), chrome.badgeColors.get(7), chrome.titles.get(7)]).toEqual(["2", BADGE_COLORS.waiting, "Pedelec — 1 agent working, 1 agent waiting for this page"]);
+    chrome.host.event(a, 2, { type: "status", status: "idle" });
+    await settle();
+    expect([chrome.badges.get(7), chrome.badgeColors.get(7), chrome.titles.get(7)]).toEqual(["1", BADGE_COLORS.waiting, "Pedelec — 1 agent waiting for this page"]);
+    chrome.host.event(b, 2, { type: "status", status: "running" });
+    await settle();
+    expect([chrome.badges.get(7), chrome.badgeColors.get(7), chrome.titles.get(7)]).toEqual(["1", BADGE_COLORS.working, "Pedelec — 1 agent working"]);
+    chrome.host.event(b, 3, { type: "status", status: "idle" });
+    await settle();
+    expect([chrome.badges.get(7), chrome.titles.get(7)]).toEqual(["", "Pedelec"]);
   });
 });
 

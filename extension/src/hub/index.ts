@@ -38,7 +38,8 @@ export class Hub {
   #tickets = new TransferTickets();
   #calls: RouteCalls;
   #badgedTabs = new Set<number>();
-  #badgeText = new Map<number, string>();
+  /** What each tab's badge shows now (text, colour, title), so an unchanged one is not set again. */
+  #badgeShown = new Map<number, string>();
 
   constructor(api: ChromeApi, options: HubOptions = {}) {
     this.#api = api;
@@ -174,22 +175,45 @@ export class Hub {
     return [...followed, ...others];
   }
 
-  /** The action icon's badge, per tab: the sessions running a turn or waiting for a tool result. */
+  /**
+   * The action icon's badge, per tab: how many of the sessions its pages follow run a turn
+   * (the count), blue while they work, amber while one waits for the page (a tool result);
+   * the icon's title says the same in words. Nothing at none.
+   */
   #badge(): void {
     const action = this.#api.action;
     if (typeof action?.setBadgeText !== "function") return;
     const counts = this.#sessions.busyByTab();
-    for (const tabId of this.#badgedTabs) if (!counts.has(tabId)) counts.set(tabId, 0);
-    for (const [tabId, n] of counts) {
-      const text = n > 0 ? String(n) : "";
-      if (this.#badgeText.get(tabId) === text) continue;
-      this.#badgeText.set(tabId, text);
-      if (text === "") this.#badgedTabs.delete(tabId);
+    for (const tabId of this.#badgedTabs) if (!counts.has(tabId)) counts.set(tabId, { working: 0, waiting: 0 });
+    for (const [tabId, busy] of counts) {
+      const badge = badgeFor(busy);
+      const key = `${badge.text}|${badge.color}|${badge.title}`;
+      if (this.#badgeShown.get(tabId) === key) continue;
+      this.#badgeShown.set(tabId, key);
+      if (badge.text === "") this.#badgedTabs.delete(tabId);
       else this.#badgedTabs.add(tabId);
-      action.setBadgeText({ tabId, text }).catch(() => undefined); // the tab may be gone
-      if (text !== "") action.setBadgeBackgroundColor?.({ tabId, color: "#1a73e8" }).catch(() => undefined);
+      // The tab may be gone: nothing to show then.
+      action.setBadgeText({ tabId, text: badge.text }).catch(() => undefined);
+      if (badge.text !== "") action.setBadgeBackgroundColor?.({ tabId, color: badge.color }).catch(() => undefined);
+      action.setTitle?.({ tabId, title: badge.title }).catch(() => undefined);
     }
   }
+}
+
+/** The badge's colours: working (the extension's blue), waiting for the page (amber). */
+export const BADGE_COLORS = { working: "#2f6fde", waiting: "#b26b00" } as const;
+
+/** What the action icon shows for a tab whose pages' sessions are `busy`. */
+export function badgeFor(busy: { working: number; waiting: number }): { text: string; color: string; title: string } {
+  if (busy.working === 0) return { text: "", color: BADGE_COLORS.working, title: "Pedelec" };
+  const agents = (n: number) => `${n} agent${n === 1 ? "" : "s"}`;
+  const waiting = busy.waiting > 0 ? `${agents(busy.waiting)} waiting for this page` : "";
+  const working = busy.working - busy.waiting > 0 ? `${agents(busy.working - busy.waiting)} working` : "";
+  return {
+    text: String(busy.working),
+    color: busy.waiting > 0 ? BADGE_COLORS.waiting : BADGE_COLORS.working,
+    title: `Pedelec — ${[working, waiting].filter(Boolean).join(", ")}`,
+  };
 }
 
 function originOf(url: string): string | null {

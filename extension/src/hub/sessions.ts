@@ -83,19 +83,23 @@ export class Sessions {
     return route;
   }
 
-  /** For the action icon's badge: per tab, the sessions its pages follow that run a turn or wait for a tool result. */
-  busyByTab(): Map<number, number> {
-    const counts = new Map<number, Set<string>>();
+  /**
+   * For the action icon's badge: per tab, the sessions its pages follow that run a turn
+   * (`working`) and those of them waiting for a tool result from the page (`waiting`).
+   */
+  busyByTab(): Map<number, { working: number; waiting: number }> {
+    const byTab = new Map<number, { working: Set<string>; waiting: Set<string> }>();
     for (const route of this.#routes.values()) {
       if (route.tabId === null) continue;
-      const set = counts.get(route.tabId) ?? new Set<string>();
+      const tab = byTab.get(route.tabId) ?? { working: new Set<string>(), waiting: new Set<string>() };
       for (const id of route.sessions) {
         const status = this.#sessions.get(id)?.status;
-        if (status === "running" || status === "waiting_tool_result") set.add(id);
+        if (status === "running" || status === "waiting_tool_result") tab.working.add(id);
+        if (status === "waiting_tool_result") tab.waiting.add(id);
       }
-      counts.set(route.tabId, set);
+      byTab.set(route.tabId, tab);
     }
-    return new Map([...counts].map(([tab, set]) => [tab, set.size]));
+    return new Map([...byTab].map(([tab, s]) => [tab, { working: s.working.size, waiting: s.waiting.size }]));
   }
 
   /** The origin of the top-level page in `tabId` that has a route (null: none). */

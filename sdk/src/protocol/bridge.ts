@@ -247,6 +247,8 @@ export type HostState = {
   userName: string | null;
   /** The last reason the host could not be used, if any. */
   lastError: string | null;
+  /** Its code (NATIVE_HOST_UNAVAILABLE, PROTOCOL_MISMATCH, …), so the popup can say what to do. */
+  lastErrorCode: string | null;
 };
 
 export type PopupState = {

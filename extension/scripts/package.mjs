@@ -1,0 +1,53 @@
+#!/usr/bin/env node
+// `npm run package`: the zip to upload to the Chrome Web Store,
+// release/pedelec-extension-<version>.zip. The same build as dist/ but without
+// source maps (the store package does not ship src/) and with a manifest
+// without `key`: the store refuses a manifest that carries one and gives the
+// item its own id (docs/sdk-extension.md, "Packaging and the extension id").
+import { readFileSync, readdirSync, mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, relative } from "node:path";
+import { pathToFileURL } from "node:url";
+import { buildExtension, root } from "../build.mjs";
+import { writeZip } from "./zip.mjs";
+
+/** The manifest as the store takes it: everything but `key`. */
+export function storeManifest(manifest) {
+  const { key: _key, ...rest } = manifest;
+  return rest;
+}
+
+function filesUnder(dir) {
+  const out = [];
+  for (const entry of readdirSync(dir).sort()) {
+    const path = join(dir, entry);
+    if (statSync(path).isDirectory()) out.push(...filesUnder(path));
+    else out.push(path);
+  }
+  return out;
+}
+
+/** Builds the store zip into `outDir`; returns its path and the names it holds. */
+export async function packageExtension(outDir = join(root, "release")) {
+  const staging = mkdtempSync(join(tmpdir(), "pedelec-extension-"));
+  try {
+    await buildExtension(staging, { sourcemap: false });
+    const manifest = JSON.parse(readFileSync(join(staging, "manifest.json"), "utf8"));
+    const files = filesUnder(staging).map((path) => {
+      const name = relative(staging, path).split("\\").join("/");
+      const data = name === "manifest.json" ? Buffer.from(`${JSON.stringify(storeManifest(manifest), null, 2)}\n`) : readFileSync(path);
+      return { name, data };
+    });
+    mkdirSync(outDir, { recursive: true });
+    const zip = join(outDir, `pedelec-extension-${manifest.version}.zip`);
+    writeFileSync(zip, writeZip(files));
+    return { zip, names: files.map((f) => f.name) };
+  } finally {
+    rmSync(staging, { recursive: true, force: true });
+  }
+}
+
+if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
+  const { zip, names } = await packageExtension();
+  console.log(`${zip}: ${names.length} files, ${statSync(zip).size} bytes`);
+}
