@@ -126,7 +126,7 @@ pub fn run(command: AdminCommand) -> i32 {
 }
 
 fn execute(command: AdminCommand) -> Result<String, CliError> {
-    let clients = Clients::new(RuntimeDir::from_env());
+    let clients = Clients::new(RuntimeDir::from_env()?);
     // Secrets from stdin are read before connecting, like every other local check.
     let command = match command {
         AdminCommand::SettingsSet(change) => AdminCommand::SettingsSet(read_secret(change)?),

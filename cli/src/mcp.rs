@@ -213,7 +213,7 @@ fn serve(ctx: &ToolContext) -> Result<(), CliError> {
             env::TOOL_TOKEN
         ))
     })?;
-    let clients = Clients::new(ctx.runtime.clone())
+    let clients = Clients::new(ctx.runtime()?)
         .with_tool_token(token)
         .map_err(|_| {
             CliError::Usage(format!("{} is not a valid metadata value", env::TOOL_TOKEN))
@@ -286,7 +286,7 @@ mod tests {
         let ctx = ToolContext {
             thread_id: None,
             token: Some("t".into()),
-            runtime: RuntimeDir::at("/nonexistent"),
+            runtime: Ok(RuntimeDir::at("/nonexistent")),
             timeout_ms: None,
         };
         assert!(matches!(serve(&ctx), Err(CliError::NoThreadId)));

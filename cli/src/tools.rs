@@ -24,12 +24,19 @@ const DEADLINE_GRACE: Duration = Duration::from_secs(5);
 pub struct ToolContext {
     pub thread_id: Option<String>,
     pub token: Option<String>,
-    /// Where toolbridge.sock is.
-    pub runtime: RuntimeDir,
+    /// Where toolbridge.sock is; why there is none when the environment
+    /// names no runtime dir (reported as CORE_UNAVAILABLE when a command
+    /// needs it).
+    pub runtime: Result<RuntimeDir, String>,
     pub timeout_ms: Option<u32>,
 }
 
 impl ToolContext {
+    /// The runtime dir, or CORE_UNAVAILABLE saying why there is none.
+    pub fn runtime(&self) -> Result<RuntimeDir, CliError> {
+        self.runtime.clone().map_err(CliError::Unavailable)
+    }
+
     /// `thread_id` comes from the flag (clap already fell back to
     /// `$PEDELEC_THREAD_ID`); the token is read from the environment only, so
     /// it never shows up in a process listing.
@@ -39,7 +46,7 @@ impl ToolContext {
             token: std::env::var(env::TOOL_TOKEN)
                 .ok()
                 .filter(|t| !t.is_empty()),
-            runtime: RuntimeDir::from_env(),
+            runtime: RuntimeDir::from_env().map_err(|e| e.to_string()),
             timeout_ms,
         }
     }
@@ -97,7 +104,7 @@ fn execute(ctx: &ToolContext, command: ToolCommand) -> Result<Json, CliError> {
         ToolCommand::Spec { .. } => None,
     };
     let thread_id = ctx.thread_id.clone().ok_or(CliError::NoThreadId)?;
-    let mut clients = Clients::new(ctx.runtime.clone());
+    let mut clients = Clients::new(ctx.runtime()?);
     if let Some(token) = &ctx.token {
         clients = clients.with_tool_token(token).map_err(|_| {
             CliError::Usage(format!("{} is not a valid metadata value", env::TOOL_TOKEN))
@@ -204,7 +211,7 @@ mod tests {
         let ctx = ToolContext {
             thread_id: None,
             token: None,
-            runtime: RuntimeDir::at("/nonexistent"),
+            runtime: Ok(RuntimeDir::at("/nonexistent")),
             timeout_ms: None,
         };
         let e = execute(&ctx, ToolCommand::Spec { tool: "t".into() }).unwrap_err();
@@ -216,7 +223,7 @@ mod tests {
         let ctx = ToolContext {
             thread_id: Some("thr_1".into()),
             token: None,
-            runtime: RuntimeDir::at("/nonexistent"),
+            runtime: Ok(RuntimeDir::at("/nonexistent")),
             timeout_ms: None,
         };
         let e = execute(&ctx, ToolCommand::Spec { tool: "t".into() }).unwrap_err();

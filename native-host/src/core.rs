@@ -182,26 +182,42 @@ impl Core {
 
     /// One health check, bounded by `HEALTH_TIMEOUT`.
     async fn serving(&self, service: ServiceName) -> bool {
-        let socket = self.runtime().socket(service);
-        tokio::time::timeout(HEALTH_TIMEOUT, uds::is_serving(&socket, service))
-            .await
-            .unwrap_or(false)
+        matches!(self.health(service).await, Ok(true))
     }
 
-    /// The services of `needed` that do not answer their health check.
-    async fn not_serving(&self, needed: &[ServiceName]) -> Vec<ServiceName> {
+    /// One health check, bounded by `HEALTH_TIMEOUT`; the reason when the
+    /// socket was refused before anything was sent (`uds::health`).
+    async fn health(&self, service: ServiceName) -> Result<bool, String> {
+        let socket = self.runtime().socket(service);
+        match tokio::time::timeout(HEALTH_TIMEOUT, uds::health(&socket, service)).await {
+            Ok(Ok(serving)) => Ok(serving),
+            Ok(Err(refused)) => Err(refused.to_string()),
+            Err(_) => Ok(false),
+        }
+    }
+
+    /// The services of `needed` that do not answer their health check; the
+    /// reason when one of their sockets was refused (not this user's folder
+    /// or server), which starting `pedelecd` would not change.
+    async fn not_serving(&self, needed: &[ServiceName]) -> Result<Vec<ServiceName>, String> {
         let mut checks = tokio::task::JoinSet::new();
         for &s in needed {
             let core = self.clone();
-            checks.spawn(async move { (s, core.serving(s).await) });
+            checks.spawn(async move { (s, core.health(s).await) });
         }
         let mut down = Vec::new();
+        let mut refused = None;
         while let Some(r) = checks.join_next().await {
-            if let Ok((s, false)) = r {
-                down.push(s);
+            match r {
+                Ok((s, Ok(false))) => down.push(s),
+                Ok((_, Err(why))) => refused = Some(why),
+                _ => {}
             }
         }
-        down
+        match refused {
+            Some(why) => Err(why),
+            None => Ok(down),
+        }
     }
 
     /// Makes sure the services of `needed` serve. One start attempt runs at a
@@ -210,7 +226,12 @@ impl Core {
     /// attempt, not one each.
     pub async fn ensure_up(&self, needed: &[ServiceName]) -> Result<(), HostError> {
         let asked = Instant::now();
-        if self.not_serving(needed).await.is_empty() {
+        if self
+            .not_serving(needed)
+            .await
+            .map_err(HostError::CoreUnavailable)?
+            .is_empty()
+        {
             self.mark(needed, true);
             return Ok(());
         }
@@ -221,7 +242,12 @@ impl Core {
             return Err(HostError::CoreUnavailable(why.clone()));
         }
         // Someone else's attempt may have brought them up meanwhile.
-        if self.not_serving(needed).await.is_empty() {
+        if self
+            .not_serving(needed)
+            .await
+            .map_err(HostError::CoreUnavailable)?
+            .is_empty()
+        {
             self.mark(needed, true);
             return Ok(());
         }
@@ -278,7 +304,7 @@ impl Core {
             }
         }
         loop {
-            let down = self.not_serving(needed).await;
+            let down = self.not_serving(needed).await?;
             if down.is_empty() {
                 tracing::info!(
                     elapsed_ms = started.elapsed().as_millis() as u64,
@@ -309,7 +335,7 @@ impl Core {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        let down = self.not_serving(needed).await;
+        let down = self.not_serving(needed).await?;
         let why = reason.unwrap_or_else(|| {
             format!(
                 "pedelecd runs but {} never became healthy",

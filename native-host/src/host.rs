@@ -60,22 +60,19 @@ pub fn is_allowed(origin: Option<&str>, allowed: &[String]) -> bool {
 }
 
 /// What the host does with the extension that started it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Admission {
-    /// One of the extensions this host was installed for: serve it.
-    Serve,
-    /// Any other caller: answer every request with NATIVE_HOST_UNAVAILABLE and exit.
-    Refuse,
+    /// One of the extensions this host was installed for: serve it through
+    /// the services behind `Core`.
+    Serve(Core),
+    /// Answer every request with this error and exit: a caller this host
+    /// was not installed for (NATIVE_HOST_UNAVAILABLE), or no runtime dir
+    /// could be chosen (CORE_UNAVAILABLE).
+    Refuse(HostError),
 }
 
 /// Serves stdin/stdout until stdin ends, as `admission` says.
-pub async fn run<R, W>(
-    stdin: R,
-    stdout: W,
-    core: Core,
-    extension_origin: String,
-    admission: Admission,
-) where
+pub async fn run<R, W>(stdin: R, stdout: W, extension_origin: String, admission: Admission)
+where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
 {
@@ -88,9 +85,9 @@ pub async fn run<R, W>(
     let mut reader = FrameReader::new(stdin);
     pedelec_common::memory::spawn_trimmer();
     match admission {
-        Admission::Serve => serve(&mut reader, core, out, extension_origin).await,
-        Admission::Refuse => {
-            refuse(&mut reader, &out, &extension_origin).await;
+        Admission::Serve(core) => serve(&mut reader, core, out, extension_origin).await,
+        Admission::Refuse(error) => {
+            refuse(&mut reader, &out, &error).await;
             drop(out);
         }
     }
@@ -106,11 +103,8 @@ pub async fn run<R, W>(
 async fn refuse<R: AsyncRead + Unpin>(
     reader: &mut FrameReader<R>,
     out: &mpsc::Sender<String>,
-    origin: &str,
+    error: &HostError,
 ) {
-    let error = HostError::NotAllowed {
-        origin: origin.to_string(),
-    };
     // Wait a while for the extension's first request so it learns why; then
     // answer whatever else is already on its way and leave.
     let mut wait = Duration::from_secs(5);
@@ -126,7 +120,7 @@ async fn refuse<R: AsyncRead + Unpin>(
             },
             Inbound::BadLength(_) => Value::Null,
         };
-        let _ = out.send(p::error_reply(&id, &error)).await;
+        let _ = out.send(p::error_reply(&id, error)).await;
         wait = REFUSAL_LINGER;
     }
 }

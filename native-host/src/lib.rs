@@ -22,27 +22,33 @@ pub async fn main(extension_origin: Option<String>) {
     let config = pedelec_common::install::HostConfig::beside_current_exe();
     let installed = config.as_ref().ok().and_then(Option::as_ref);
     let runtime = pedelec_common::install::runtime_dir(installed);
-    let log_file = log::init(&runtime);
+    let log_file = log::init(runtime.as_ref().ok());
     if let Err(why) = &config {
         tracing::warn!(error = %why, "ignoring an unreadable host config");
     }
     let allowed_ids = pedelec_common::install::allowed_ids(installed);
-    let admission = if host::is_allowed(extension_origin.as_deref(), &allowed_ids) {
-        host::Admission::Serve
-    } else {
-        host::Admission::Refuse
-    };
-    let origin = extension_origin.unwrap_or_default();
-    if admission == host::Admission::Serve {
-        tracing::info!(extension = %origin, pid = std::process::id(), runtime = %runtime.path().display(), "native host started");
-    } else {
+    let origin = extension_origin.clone().unwrap_or_default();
+    let admission = if !host::is_allowed(extension_origin.as_deref(), &allowed_ids) {
         tracing::warn!(extension = %origin, allowed = ?allowed_ids, "refusing an extension this host was not installed for");
-    }
-    let core = core::Core::new(runtime, installed, log_file);
+        host::Admission::Refuse(HostError::NotAllowed {
+            origin: origin.clone(),
+        })
+    } else {
+        match runtime {
+            Ok(runtime) => {
+                tracing::info!(extension = %origin, pid = std::process::id(), runtime = %runtime.path().display(), "native host started");
+                host::Admission::Serve(core::Core::new(runtime, installed, log_file))
+            }
+            // No folder for the sockets: nothing can be reached or started.
+            Err(why) => {
+                tracing::error!(error = %why, "no runtime dir; refusing every request");
+                host::Admission::Refuse(HostError::CoreUnavailable(why.to_string()))
+            }
+        }
+    };
     host::run(
         pedelec_common::stdio::stdin(),
         pedelec_common::stdio::stdout(),
-        core,
         origin,
         admission,
     )

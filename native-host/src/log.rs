@@ -42,8 +42,22 @@ impl<'a> MakeWriter<'a> for Tee {
     }
 }
 
+/// The log file in the runtime dir. A runtime dir that does not exist yet is
+/// made (0700, as `pedelecd` makes it); one that exists is only checked, as
+/// every client checks it ([`pedelec_common::paths::check_private_dir`]), and
+/// never changed: when it is not this user's own and private the host writes
+/// no log there (stderr only) and every request that needs the services is
+/// refused, before anything is sent, with the reason.
 fn open_log(runtime: &RuntimeDir) -> Option<(PathBuf, File)> {
-    runtime.ensure().ok()?;
+    match pedelec_common::paths::check_private_dir(runtime.path()) {
+        Ok(()) => {}
+        Err(pedelec_common::CommonError::Io { source, .. })
+            if source.kind() == std::io::ErrorKind::NotFound =>
+        {
+            runtime.ensure().ok()?;
+        }
+        Err(_) => return None,
+    }
     let dir = runtime.path().join("logs");
     pedelec_common::paths::ensure_private_dir(&dir).ok()?;
     let path = dir.join("native-host.log");
@@ -60,9 +74,9 @@ fn open_log(runtime: &RuntimeDir) -> Option<(PathBuf, File)> {
 }
 
 /// Installs the subscriber (filter `PEDELEC_LOG`, else `RUST_LOG`, else info);
-/// returns the log file when one could be opened.
-pub fn init(runtime: &RuntimeDir) -> Option<PathBuf> {
-    let opened = open_log(runtime);
+/// returns the log file when one could be opened (never without a runtime dir).
+pub fn init(runtime: Option<&RuntimeDir>) -> Option<PathBuf> {
+    let opened = runtime.and_then(open_log);
     let (path, file) = match opened {
         Some((p, f)) => (Some(p), Some(Arc::new(Mutex::new(f)))),
         None => (None, None),

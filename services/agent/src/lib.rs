@@ -66,8 +66,10 @@ pub struct Config {
     pub tavily_endpoint: String,
     pub thread_id: Option<String>,
     pub tool_token: Option<Secret>,
-    /// Where ToolBridgeService's socket is (page tools).
-    pub runtime: RuntimeDir,
+    /// Where ToolBridgeService's socket is (page tools); why there is none
+    /// when the environment names no runtime dir (ProviderService always
+    /// sets `PEDELEC_RUNTIME_DIR`).
+    pub runtime: Result<RuntimeDir, String>,
     pub ca_file: Option<PathBuf>,
 }
 
@@ -89,7 +91,7 @@ impl Config {
                 .unwrap_or_else(|| tools::web::DEFAULT_ENDPOINT.to_string()),
             thread_id: var(env::THREAD_ID),
             tool_token: var(env::TOOL_TOKEN).map(Secret::from),
-            runtime: RuntimeDir::from_env(),
+            runtime: RuntimeDir::from_env().map_err(|e| e.to_string()),
             ca_file: var(env::AGENT_CA_FILE).map(PathBuf::from),
             args,
         }
@@ -154,7 +156,11 @@ pub async fn run_turn(config: &Config, prompt: &str, out: &mut Output) -> Result
         })?;
     let page = match (thread, &config.tool_token) {
         (Some(thread), Some(token)) => {
-            Some(tools::page::PageTools::connect(&config.runtime, thread, token.expose()).await?)
+            let runtime = config
+                .runtime
+                .as_ref()
+                .map_err(|why| AgentError::ToolBridge(why.clone()))?;
+            Some(tools::page::PageTools::connect(runtime, thread, token.expose()).await?)
         }
         _ => None,
     };

@@ -47,7 +47,8 @@ impl SecretArgs {
 #[derive(Clone, Debug, Default, clap::Args)]
 pub struct DirArgs {
     /// Folder of the sockets, tokens and logs [default: $PEDELEC_RUNTIME_DIR, else
-    /// $XDG_RUNTIME_DIR/pedelec, else /tmp/pedelec-<uid> (under $TMPDIR when set)]
+    /// $XDG_RUNTIME_DIR/pedelec, else $XDG_STATE_HOME/pedelec/run, else
+    /// ~/.local/state/pedelec/run]
     #[arg(long, global = true, value_name = "DIR")]
     pub runtime_dir: Option<PathBuf>,
     /// Folder of the state: settings.json, the session journal, managed workspaces
@@ -57,18 +58,20 @@ pub struct DirArgs {
 }
 
 impl DirArgs {
-    /// The flag's runtime dir, else the one the environment names.
-    pub fn runtime(&self) -> RuntimeDir {
+    /// The flag's runtime dir, else the one the environment names (an error
+    /// when it names none).
+    pub fn runtime(&self) -> Result<RuntimeDir, CommonError> {
         self.runtime_dir
             .clone()
-            .map_or_else(RuntimeDir::from_env, RuntimeDir::at)
+            .map_or_else(RuntimeDir::from_env, |p| Ok(RuntimeDir::at(p)))
     }
 
-    /// The flag's data dir, else the one the environment names.
-    pub fn data(&self) -> DataDir {
+    /// The flag's data dir, else the one the environment names (an error
+    /// when it names none).
+    pub fn data(&self) -> Result<DataDir, CommonError> {
         self.data_dir
             .clone()
-            .map_or_else(DataDir::from_env, DataDir::at)
+            .map_or_else(DataDir::from_env, |p| Ok(DataDir::at(p)))
     }
 }
 
@@ -98,8 +101,12 @@ where
     let program = service.binary();
     crate::runtime::block_on(program, async {
         crate::telemetry::init(program);
-        let served = match args.secret.read() {
-            Ok(secret) => serve(args.dirs.runtime(), args.dirs.data(), secret)
+        let ready = args
+            .secret
+            .read()
+            .and_then(|secret| Ok((args.dirs.runtime()?, args.dirs.data()?, secret)));
+        let served = match ready {
+            Ok((runtime, data, secret)) => serve(runtime, data, secret)
                 .await
                 .map_err(|e| e.to_string()),
             Err(e) => Err(e.to_string()),
@@ -128,8 +135,11 @@ mod tests {
     #[test]
     fn flags_win_over_the_environment() {
         let cli = Cli::parse_from(["x", "--runtime-dir", "/r", "--data-dir", "/d"]);
-        assert_eq!(cli.dirs.runtime().path(), std::path::Path::new("/r"));
-        assert_eq!(cli.dirs.data().path(), std::path::Path::new("/d"));
+        assert_eq!(
+            cli.dirs.runtime().unwrap().path(),
+            std::path::Path::new("/r")
+        );
+        assert_eq!(cli.dirs.data().unwrap().path(), std::path::Path::new("/d"));
     }
 
     #[test]
@@ -154,7 +164,7 @@ mod tests {
         for needle in [
             "$PEDELEC_RUNTIME_DIR",
             "$XDG_RUNTIME_DIR/pedelec",
-            "/tmp/pedelec-<uid>",
+            "~/.local/state/pedelec/run",
             "$PEDELEC_HOME",
         ] {
             assert!(help.contains(needle), "help lacks {needle}:\n{help}");

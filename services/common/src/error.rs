@@ -18,6 +18,20 @@ pub enum CommonError {
         "{path} is writable by every user (mode {mode:04o}), so someone else may have left files in it; refusing to use it: check what is in it, then remove it or `chmod 700` it"
     )]
     WritableByOthers { path: PathBuf, mode: u32 },
+    #[error(
+        "{path} is writable by its group (mode {mode:04o}), so another user may have left files in it; refusing to use it: check what is in it, then `chmod 700` it"
+    )]
+    WritableByGroup { path: PathBuf, mode: u32 },
+    #[error("cannot choose Pedelec's {what}: none of {set} is set; set one of them or pass {flag}")]
+    NoDir {
+        what: &'static str,
+        set: &'static str,
+        flag: &'static str,
+    },
+    /// A client refused a socket before sending anything: its folder is not
+    /// this user's own and private, or its server runs as another user.
+    #[error("refusing to talk to {}: {why}", socket.display())]
+    Untrusted { socket: PathBuf, why: String },
     #[error("{path} is not a directory")]
     NotADirectory { path: PathBuf },
     #[error("socket path {path} is {len} bytes; keep the runtime dir short (limit {limit})")]
@@ -51,7 +65,9 @@ impl CommonError {
 
     pub fn code(&self) -> Code {
         match self {
-            CommonError::Connect { .. } => Code::CORE_UNAVAILABLE,
+            CommonError::Connect { .. }
+            | CommonError::Untrusted { .. }
+            | CommonError::NoDir { .. } => Code::CORE_UNAVAILABLE,
             CommonError::InvalidToolToken => Code::INVALID_INPUT,
             CommonError::ServiceAccessDenied { .. } => Code::SERVICE_ACCESS_DENIED,
             _ => Code::INTERNAL,

@@ -102,11 +102,11 @@ impl HostConfig {
 }
 
 /// The runtime dir: `$PEDELEC_RUNTIME_DIR`, else the config's, else the
-/// environment's default ([`RuntimeDir::from_env`]).
-pub fn runtime_dir(config: Option<&HostConfig>) -> RuntimeDir {
+/// environment's default ([`RuntimeDir::from_env`], which may name none).
+pub fn runtime_dir(config: Option<&HostConfig>) -> Result<RuntimeDir, crate::CommonError> {
     let set = std::env::var_os(crate::env::RUNTIME_DIR).is_some_and(|v| !v.is_empty());
     match config {
-        Some(c) if !set => RuntimeDir::at(&c.runtime_dir),
+        Some(c) if !set => Ok(RuntimeDir::at(&c.runtime_dir)),
         _ => RuntimeDir::from_env(),
     }
 }

@@ -57,22 +57,91 @@ pub fn ensure_private_dir(path: &Path) -> Result<(), CommonError> {
     Ok(())
 }
 
+/// What a client checks of the folder a socket lies in before it connects
+/// ([`crate::uds`]), without changing anything: a directory (not a symlink),
+/// owned by this user, that no other user may write to. Read and search bits
+/// for others are accepted: nobody but the owner can put anything in such a
+/// folder, and the runtime dir an agent sees in its bubblewrap view is a fresh
+/// tmpfs of mode 0755 (docs/security.md, "Filesystem view"). A missing folder
+/// is the `Io` error NotFound, as connecting would be.
+pub fn check_private_dir(path: &Path) -> Result<(), CommonError> {
+    let meta = std::fs::symlink_metadata(path).map_err(|e| CommonError::io(path, e))?;
+    if !meta.is_dir() {
+        return Err(CommonError::NotADirectory { path: path.into() });
+    }
+    let me = crate::process::uid();
+    if meta.uid() != me {
+        return Err(CommonError::NotOwned {
+            path: path.into(),
+            owner: meta.uid(),
+            me,
+        });
+    }
+    if meta.mode() & 0o002 != 0 {
+        return Err(CommonError::WritableByOthers {
+            path: path.into(),
+            mode: meta.mode() & 0o7777,
+        });
+    }
+    if meta.mode() & 0o020 != 0 {
+        return Err(CommonError::WritableByGroup {
+            path: path.into(),
+            mode: meta.mode() & 0o7777,
+        });
+    }
+    Ok(())
+}
+
+/// Reads one environment variable: the process's, or a test's.
+type Vars<'a> = &'a dyn Fn(&str) -> Option<std::ffi::OsString>;
+
+/// The process's environment.
+fn process_env(name: &str) -> Option<std::ffi::OsString> {
+    std::env::var_os(name)
+}
+
+/// A non-empty variable, if set.
+fn var(vars: Vars, name: &str) -> Option<PathBuf> {
+    vars(name).filter(|v| !v.is_empty()).map(PathBuf::from)
+}
+
+/// An `XDG_*` base directory: only an absolute path counts (the XDG Base
+/// Directory specification says to ignore a relative one).
+fn xdg(vars: Vars, name: &str) -> Option<PathBuf> {
+    var(vars, name).filter(|p| p.is_absolute())
+}
+
 /// Where sockets live: `$PEDELEC_RUNTIME_DIR`, else `$XDG_RUNTIME_DIR/pedelec`,
-/// else `<tmp>/pedelec-<uid>` (`/tmp` unless `$TMPDIR` says otherwise).
-/// `pedelecd paths` prints it.
+/// else `pedelec/run` in the user's state dir (`$XDG_STATE_HOME`, else
+/// `~/.local/state`): never a name in a shared temporary folder, where another
+/// user could make the folder first. `pedelecd paths` prints it.
 #[derive(Clone, Debug)]
 pub struct RuntimeDir(PathBuf);
 
 impl RuntimeDir {
-    pub fn from_env() -> Self {
-        let path = match std::env::var_os(crate::env::RUNTIME_DIR) {
-            Some(p) if !p.is_empty() => PathBuf::from(p),
-            _ => match std::env::var_os("XDG_RUNTIME_DIR") {
-                Some(p) if !p.is_empty() => PathBuf::from(p).join("pedelec"),
-                _ => std::env::temp_dir().join(format!("pedelec-{}", crate::process::uid())),
-            },
-        };
-        RuntimeDir(path)
+    /// The runtime dir the environment names; an error saying what to set
+    /// when it names none (no `XDG_RUNTIME_DIR`, `XDG_STATE_HOME` or `HOME`).
+    pub fn from_env() -> Result<Self, CommonError> {
+        Self::from_vars(&process_env)
+    }
+
+    fn from_vars(vars: Vars) -> Result<Self, CommonError> {
+        if let Some(p) = var(vars, crate::env::RUNTIME_DIR) {
+            return Ok(RuntimeDir(p));
+        }
+        if let Some(p) = xdg(vars, "XDG_RUNTIME_DIR") {
+            return Ok(RuntimeDir(p.join("pedelec")));
+        }
+        let state = xdg(vars, "XDG_STATE_HOME")
+            .or_else(|| var(vars, "HOME").map(|h| h.join(".local/state")));
+        match state {
+            Some(state) => Ok(RuntimeDir(state.join("pedelec/run"))),
+            None => Err(CommonError::NoDir {
+                what: "runtime dir (sockets, logs)",
+                set: "PEDELEC_RUNTIME_DIR, XDG_RUNTIME_DIR, XDG_STATE_HOME or HOME",
+                flag: "--runtime-dir",
+            }),
+        }
     }
 
     pub fn at(path: impl Into<PathBuf>) -> Self {
@@ -110,26 +179,34 @@ impl RuntimeDir {
 
 /// Where state lives: `$PEDELEC_HOME`, else the platform data dir
 /// (`$XDG_DATA_HOME/pedelec` or `~/.local/share/pedelec`;
-/// `~/Library/Application Support/Pedelec` on macOS).
+/// `~/Library/Application Support/Pedelec` on macOS); never a temporary folder.
 #[derive(Clone, Debug)]
 pub struct DataDir(PathBuf);
 
 impl DataDir {
-    pub fn from_env() -> Self {
-        if let Some(p) = std::env::var_os(crate::env::HOME).filter(|p| !p.is_empty()) {
-            return DataDir(PathBuf::from(p));
+    /// The data dir the environment names; an error saying what to set when
+    /// it names none (no `XDG_DATA_HOME` or `HOME`).
+    pub fn from_env() -> Result<Self, CommonError> {
+        Self::from_vars(&process_env)
+    }
+
+    fn from_vars(vars: Vars) -> Result<Self, CommonError> {
+        if let Some(p) = var(vars, crate::env::HOME) {
+            return Ok(DataDir(p));
         }
-        let home = std::env::var_os("HOME")
-            .map(PathBuf::from)
-            .unwrap_or_else(std::env::temp_dir);
-        if cfg!(target_os = "macos") {
-            return DataDir(home.join("Library/Application Support/Pedelec"));
-        }
-        let base = std::env::var_os("XDG_DATA_HOME")
-            .filter(|p| !p.is_empty())
-            .map(PathBuf::from)
-            .unwrap_or_else(|| home.join(".local/share"));
-        DataDir(base.join("pedelec"))
+        let home = var(vars, "HOME");
+        let base = if cfg!(target_os = "macos") {
+            home.map(|h| h.join("Library/Application Support/Pedelec"))
+        } else {
+            xdg(vars, "XDG_DATA_HOME")
+                .or_else(|| home.map(|h| h.join(".local/share")))
+                .map(|b| b.join("pedelec"))
+        };
+        base.map(DataDir).ok_or(CommonError::NoDir {
+            what: "data dir (settings, sessions, workspaces)",
+            set: "PEDELEC_HOME, XDG_DATA_HOME or HOME",
+            flag: "--data-dir",
+        })
     }
 
     pub fn at(path: impl Into<PathBuf>) -> Self {
@@ -325,6 +402,122 @@ mod tests {
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o775)).unwrap();
         ensure_private_dir(&dir).unwrap();
         assert_eq!(std::fs::metadata(&dir).unwrap().mode() & 0o777, 0o700);
+    }
+
+    /// The environment of a test: `pairs` set, nothing else.
+    fn vars(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<std::ffi::OsString> {
+        let pairs: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |name| pairs.iter().find(|(k, _)| k == name).map(|(_, v)| v.into())
+    }
+
+    #[test]
+    fn the_runtime_dir_is_never_a_shared_temporary_folder() {
+        let runtime = |pairs: &[(&str, &str)]| {
+            RuntimeDir::from_vars(&vars(pairs)).map(|r| r.path().to_path_buf())
+        };
+        let tmp = [("TMPDIR", "/tmp")];
+        assert_eq!(
+            runtime(&[("PEDELEC_RUNTIME_DIR", "/r"), ("XDG_RUNTIME_DIR", "/x")]).unwrap(),
+            Path::new("/r")
+        );
+        assert_eq!(
+            runtime(&[("XDG_RUNTIME_DIR", "/run/user/7"), ("HOME", "/h")]).unwrap(),
+            Path::new("/run/user/7/pedelec")
+        );
+        // Without XDG_RUNTIME_DIR (a relative one does not count): the state dir.
+        for pairs in [
+            &[("HOME", "/h"), tmp[0]][..],
+            &[
+                ("HOME", "/h"),
+                ("XDG_RUNTIME_DIR", "run"),
+                ("PEDELEC_RUNTIME_DIR", ""),
+            ][..],
+        ] {
+            assert_eq!(
+                runtime(pairs).unwrap(),
+                Path::new("/h/.local/state/pedelec/run")
+            );
+        }
+        assert_eq!(
+            runtime(&[("HOME", "/h"), ("XDG_STATE_HOME", "/s")]).unwrap(),
+            Path::new("/s/pedelec/run")
+        );
+        // Nothing to go by: refused, saying what to set; no /tmp name.
+        let err = runtime(&tmp).unwrap_err();
+        assert_eq!(err.code(), crate::Code::CORE_UNAVAILABLE);
+        let said = err.to_string();
+        assert!(
+            said.contains("XDG_RUNTIME_DIR") && said.contains("--runtime-dir"),
+            "{said}"
+        );
+    }
+
+    #[test]
+    fn the_data_dir_never_falls_back_to_a_temporary_folder() {
+        let data = |pairs: &[(&str, &str)]| {
+            DataDir::from_vars(&vars(pairs)).map(|d| d.path().to_path_buf())
+        };
+        assert_eq!(
+            data(&[("PEDELEC_HOME", "/p"), ("HOME", "/h")]).unwrap(),
+            Path::new("/p")
+        );
+        if !cfg!(target_os = "macos") {
+            assert_eq!(
+                data(&[("HOME", "/h")]).unwrap(),
+                Path::new("/h/.local/share/pedelec")
+            );
+            assert_eq!(
+                data(&[("HOME", "/h"), ("XDG_DATA_HOME", "/d")]).unwrap(),
+                Path::new("/d/pedelec")
+            );
+        }
+        let err = data(&[("TMPDIR", "/tmp"), ("XDG_DATA_HOME", "relative")]).unwrap_err();
+        assert!(err.to_string().contains("--data-dir"), "{err}");
+    }
+
+    #[test]
+    fn clients_accept_only_a_folder_of_their_own_that_no_one_else_writes() {
+        let tmp = tempfile::tempdir().unwrap();
+        for (mode, ok) in [
+            (0o700, true),
+            (0o755, true),
+            (0o770, false),
+            (0o777, false),
+            (0o1777, false),
+            (0o703, false),
+        ] {
+            let dir = tmp.path().join(format!("rt{mode:o}"));
+            std::fs::create_dir(&dir).unwrap();
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).unwrap();
+            let checked = check_private_dir(&dir);
+            assert_eq!(checked.is_ok(), ok, "{mode:o}: {checked:?}");
+            if let Err(e) = checked {
+                assert!(e.to_string().contains(&format!("mode {mode:04o}")), "{e}");
+            }
+            // Only checked, never changed.
+            assert_eq!(std::fs::metadata(&dir).unwrap().mode() & 0o7777, mode);
+        }
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink(tmp.path().join("rt700"), &link).unwrap();
+        assert!(matches!(
+            check_private_dir(&link),
+            Err(CommonError::NotADirectory { .. })
+        ));
+        assert!(matches!(
+            check_private_dir(&tmp.path().join("missing")),
+            Err(CommonError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound
+        ));
+        if crate::process::is_root() {
+            let theirs = tmp.path().join("theirs");
+            std::fs::create_dir(&theirs).unwrap();
+            std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o700)).unwrap();
+            std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+            let err = check_private_dir(&theirs).unwrap_err();
+            assert!(err.to_string().contains("owned by uid 65534"), "{err}");
+        }
     }
 
     #[test]

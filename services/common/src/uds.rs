@@ -227,13 +227,84 @@ fn connector(
     tower::service_fn(move |_: Uri| {
         let path = path.clone();
         async move {
-            let stream = UnixStream::connect(path).await?;
+            let stream = connect_trusted(&path).await?;
             Ok::<_, std::io::Error>(TokioIo::new(CoalescedWrites::connected(stream)))
         }
     })
 }
 
-/// Connects now; fails at once when nobody serves on `path`.
+/// Every client connection of every Pedelec program starts here: before a
+/// byte is sent, the socket's folder must be this user's own and closed to
+/// other users' writes ([`crate::paths::check_private_dir`]), and the process
+/// serving it must run as this user (SO_PEERCRED). Otherwise the connection
+/// is dropped unused and the error (kind PermissionDenied) carries a
+/// [`CommonError::Untrusted`] saying why: someone else may have made the
+/// folder, or put a socket there, to receive what Pedelec's clients send
+/// (settings keys, prompts, tool results).
+async fn connect_trusted(socket: &Path) -> std::io::Result<UnixStream> {
+    let folder = match socket.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    match crate::paths::check_private_dir(folder) {
+        Ok(()) => {}
+        // Missing or unreadable: connecting would fail the same way.
+        Err(CommonError::Io { source, .. }) => return Err(source),
+        Err(why) => return Err(untrusted(socket, why.to_string())),
+    }
+    let stream = UnixStream::connect(socket).await?;
+    let me = crate::process::uid();
+    match stream.peer_cred() {
+        Ok(cred) if cred.uid() == me => Ok(stream),
+        Ok(cred) => Err(untrusted(
+            socket,
+            format!(
+                "it is served by a process of uid {}, not of this user (uid {me}), so it is not \
+                 this user's Pedelec; find out who made it, stop that process and remove the socket",
+                cred.uid()
+            ),
+        )),
+        Err(e) => Err(untrusted(
+            socket,
+            format!("the process serving it cannot be identified ({e})"),
+        )),
+    }
+}
+
+fn untrusted(socket: &Path, why: String) -> std::io::Error {
+    tracing::warn!(socket = %socket.display(), %why, "refused to connect");
+    std::io::Error::new(
+        std::io::ErrorKind::PermissionDenied,
+        CommonError::Untrusted {
+            socket: socket.into(),
+            why,
+        },
+    )
+}
+
+/// The [`CommonError::Untrusted`] somewhere in `e`'s causes (a failed
+/// connect, a call's status), if a client refused the socket.
+pub fn untrusted_cause(e: &(dyn std::error::Error + 'static)) -> Option<CommonError> {
+    let mut cur = Some(e);
+    while let Some(e) = cur {
+        let inner = e
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+            .and_then(|inner| inner.downcast_ref::<CommonError>());
+        if let Some(CommonError::Untrusted { socket, why }) = inner.or_else(|| e.downcast_ref()) {
+            return Some(CommonError::Untrusted {
+                socket: socket.clone(),
+                why: why.clone(),
+            });
+        }
+        cur = e.source();
+    }
+    None
+}
+
+/// Connects now; fails at once when nobody serves on `path`, and with
+/// [`CommonError::Untrusted`] when the socket is refused (see
+/// [`connect_trusted`]).
 ///
 /// Message size limits are per generated client, not per channel: get
 /// clients from [`crate::clients::Clients`], which sets them.
@@ -241,32 +312,44 @@ pub async fn connect(path: &Path) -> Result<Channel, CommonError> {
     endpoint()
         .connect_with_connector(connector(path.to_path_buf()))
         .await
-        .map_err(|e| CommonError::Connect {
-            path: path.into(),
-            reason: source_chain(&e),
+        .map_err(|e| {
+            untrusted_cause(&e).unwrap_or_else(|| CommonError::Connect {
+                path: path.into(),
+                reason: source_chain(&e),
+            })
         })
 }
 
 /// A channel that connects on first use and reconnects after the peer restarts,
 /// for services that talk to each other under the launcher. Get clients from
-/// [`crate::clients::Clients`], which sets the message size limits.
+/// [`crate::clients::Clients`], which sets the message size limits. Each
+/// connection is checked as [`connect`]'s is.
 pub fn connect_lazy(path: &Path) -> Channel {
     endpoint().connect_with_connector_lazy(connector(path.to_path_buf()))
 }
 
 /// Whether the service on `path` answers its health check with SERVING.
 pub async fn is_serving(path: &Path, service: ServiceName) -> bool {
-    let Ok(channel) = connect(path).await else {
-        return false;
+    matches!(health(path, service).await, Ok(true))
+}
+
+/// Whether the service on `path` answers its health check with SERVING;
+/// [`CommonError::Untrusted`] when the socket was refused before anything
+/// was sent (so starting the services would not help).
+pub async fn health(path: &Path, service: ServiceName) -> Result<bool, CommonError> {
+    let channel = match connect(path).await {
+        Ok(channel) => channel,
+        Err(e @ CommonError::Untrusted { .. }) => return Err(e),
+        Err(_) => return Ok(false),
     };
     let mut client = HealthClient::new(channel);
     let request = HealthCheckRequest {
         service: service.grpc_name().to_string(),
     };
-    matches!(
+    Ok(matches!(
         client.check(request).await,
         Ok(resp) if resp.get_ref().status == WireStatus::Serving as i32
-    )
+    ))
 }
 
 /// An error and its causes, joined: tonic's transport errors say little on their own.
@@ -299,6 +382,55 @@ mod tests {
         let _again = bind(&path).unwrap();
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
+    }
+
+    /// A socket whose folder another user may write to is refused before
+    /// any connection is made (the listener never sees one), with a reason
+    /// naming the folder and its mode; in a private folder the same socket
+    /// is connected to.
+    #[tokio::test]
+    async fn a_socket_in_a_folder_others_may_write_is_refused_before_connecting() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("rt");
+        std::fs::create_dir(&dir).unwrap();
+        let path = dir.join("s.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        listener.set_nonblocking(true).unwrap();
+        for mode in [0o770, 0o777, 0o1777] {
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).unwrap();
+            let err = connect(&path).await.unwrap_err();
+            assert!(matches!(err, CommonError::Untrusted { .. }), "{err:?}");
+            assert_eq!(err.code(), crate::Code::CORE_UNAVAILABLE);
+            let said = err.to_string();
+            assert!(
+                said.contains(&path.display().to_string())
+                    && said.contains(&format!("mode {mode:04o}")),
+                "{said}"
+            );
+            assert!(matches!(
+                health(&path, ServiceName::Session).await,
+                Err(CommonError::Untrusted { .. })
+            ));
+            assert!(!is_serving(&path, ServiceName::Session).await);
+            // The lazy channel's calls fail the same way, with the reason.
+            let status = HealthClient::new(connect_lazy(&path))
+                .check(HealthCheckRequest::default())
+                .await
+                .unwrap_err();
+            assert!(
+                status.message().contains("refusing to talk to"),
+                "{status:?}"
+            );
+            assert!(untrusted_cause(&status).is_some(), "{status:?}");
+            assert_eq!(
+                listener.accept().unwrap_err().kind(),
+                std::io::ErrorKind::WouldBlock,
+                "mode {mode:o}: a connection was made"
+            );
+        }
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let _stream = connect_trusted(&path).await.unwrap();
+        assert!(listener.accept().is_ok(), "connected in a private folder");
     }
 
     /// A call that never ends (health Watch, like Attach or RunTurn) must not

@@ -25,7 +25,8 @@ const START_POLL: Duration = Duration::from_millis(1);
 const AFTER_HELP: &str = "\
 WHERE THINGS ARE
   Sockets and logs: --runtime-dir, else $PEDELEC_RUNTIME_DIR, else
-  $XDG_RUNTIME_DIR/pedelec, else /tmp/pedelec-<uid> (under $TMPDIR when set).
+  $XDG_RUNTIME_DIR/pedelec, else $XDG_STATE_HOME/pedelec/run, else
+  ~/.local/state/pedelec/run (never a shared temporary folder).
   State: --data-dir, else $PEDELEC_HOME, else $XDG_DATA_HOME/pedelec, else
   ~/.local/share/pedelec. `pedelecd paths` prints them all, e.g.
   RT=$(pedelecd paths runtime-dir).
@@ -120,9 +121,12 @@ pub enum PathName {
 /// Runs a subcommand and returns the process exit code; errors are printed
 /// here, once, on stderr.
 pub async fn run(cli: Cli) -> u8 {
-    let dirs = Dirs {
-        runtime: cli.dirs.runtime(),
-        data: cli.dirs.data(),
+    let dirs = match (cli.dirs.runtime(), cli.dirs.data()) {
+        (Ok(runtime), Ok(data)) => Dirs { runtime, data },
+        (Err(e), _) | (_, Err(e)) => {
+            eprintln!("{e}");
+            return exit::FAILURE;
+        }
     };
     let result = match cli.command {
         Command::Up => daemon::up(&dirs).await,
@@ -563,7 +567,7 @@ mod tests {
         for needle in [
             "$PEDELEC_RUNTIME_DIR",
             "$XDG_RUNTIME_DIR/pedelec",
-            "/tmp/pedelec-<uid>",
+            "~/.local/state/pedelec/run",
             "pedelecd paths",
             "4 already running",
         ] {

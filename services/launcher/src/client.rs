@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use pedelec_common::clients::SupervisorClient;
-use pedelec_common::{Clients, RuntimeDir, ServiceName, process};
+use pedelec_common::{Clients, CommonError, RuntimeDir, ServiceName, process};
 use pedelec_proto::v1::{
     RestartServiceRequest, ServiceStatus, SupervisorStatus, SupervisorStatusRequest,
 };
@@ -21,10 +21,15 @@ async fn client(runtime: &RuntimeDir) -> Result<SupervisorClient, LauncherError>
         return Err(LauncherError::NotRunning);
     }
     let clients = Clients::new(runtime.clone());
+    // A socket refused before anything was sent (not this user's folder or
+    // server) says so; anything else is nothing running.
     clients
         .connect(ServiceName::Launcher)
         .await
-        .map_err(|_| LauncherError::NotRunning)?;
+        .map_err(|e| match e {
+            CommonError::Untrusted { .. } => LauncherError::Common(e),
+            _ => LauncherError::NotRunning,
+        })?;
     Ok(clients.supervisor())
 }
 

@@ -177,8 +177,22 @@ pub async fn run(layout: &Layout, dirs: &Dirs) -> Vec<Check> {
     }
     let manager = record.as_ref().and_then(|r| r.service_manager);
     checks.push(login_start(layout, manager, installed));
-    let status = crate::client::status(&dirs.runtime).await.ok();
-    checks.push(services(status.as_ref(), manager, layout));
+    let status = crate::client::status(&dirs.runtime).await;
+    checks.push(match &status {
+        // Refused before anything was sent: the folder or its server is not this user's.
+        Err(crate::LauncherError::Common(e @ pedelec_common::CommonError::Untrusted { .. })) => {
+            Check::fail(
+                "services",
+                e.to_string(),
+                format!(
+                    "check what is in {} and who made it; stop what serves it, remove it (or `chmod 700` it if it is yours), then pedelecd start",
+                    dirs.runtime.path().display()
+                ),
+            )
+        }
+        _ => services(status.as_ref().ok(), manager, layout),
+    });
+    let status = status.ok();
     checks.extend(permissions(dirs));
     if let Some(c) = &config {
         checks.push(agreement(c, dirs, status.as_ref(), &reinstall));

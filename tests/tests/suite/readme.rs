@@ -1,8 +1,9 @@
 //! The README's shell examples, run verbatim (extracted from README.md, so
 //! they cannot drift) as a new user would: no XDG_RUNTIME_DIR, no
 //! PEDELEC_RUNTIME_DIR or PEDELEC_HOME, a fresh HOME, `target/release/` holding
-//! the binaries, grpcurl on PATH. TMPDIR points into the test's folder, so the
-//! `/tmp/pedelec-<uid>` fallback lands there and never meets a real instance.
+//! the binaries, grpcurl on PATH. HOME is in the test's folder, so the runtime
+//! dir's fallback (`~/.local/state/pedelec/run`) lands there and never meets a
+//! real instance.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -117,13 +118,12 @@ async fn every_readme_shell_example_runs_verbatim_without_xdg_runtime_dir() {
     // What start.sh does, detached: the examples need the services up.
     shell.run("target/release/pedelecd start");
     let _stop = Stop(&shell);
-    // The fallback the README names, under this test's TMPDIR.
+    // The fallback the README names, under this test's HOME (never TMPDIR).
     let paths = shell.run("target/release/pedelecd paths runtime-dir");
-    let uid = pedelec_common::process::uid();
     assert_eq!(
         String::from_utf8_lossy(&paths.stdout).trim(),
         root.path()
-            .join(format!("tmp/pedelec-{uid}"))
+            .join("home/.local/state/pedelec/run")
             .display()
             .to_string()
     );
