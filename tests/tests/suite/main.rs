@@ -12,6 +12,7 @@ mod agent;
 mod agents_real;
 mod assets;
 mod backbone;
+mod client_checks;
 mod confinement;
 mod grpc_clients;
 mod grpcurl;
