@@ -1,9 +1,23 @@
 // The Pedelec demo: one page that uses every part of @pedelec/sdk a web app
-// needs — approval, providers, a streamed chat, status and usage, cancel, end
-// and resume (same handle, and by saved id after a reload), an explicit
-// workspace, two page tools the agent can call, and session files.
-// Plain DOM, rendered with textContent only (agent text is untrusted).
-import { Pedelec, PedelecError, defineTool, isPedelecError, type AssetInfo, type PedelecSession, type ProviderInfo, type SessionStatus } from "@pedelec/sdk";
+// needs — approval, providers and effort levels, a streamed chat, status and
+// usage, cancel, end and resume (same handle, and by saved id after a reload),
+// an explicit workspace, two page tools the agent can call, and session files;
+// and, without the extension, how to install it.
+// Plain DOM: textContent everywhere, and the agent's Markdown through
+// markdown.ts, which makes elements and text nodes only (agent text is untrusted).
+import {
+  EFFORT_LEVELS,
+  Pedelec,
+  PedelecError,
+  defineTool,
+  isPedelecError,
+  type AssetInfo,
+  type EffortLevel,
+  type PedelecSession,
+  type ProviderInfo,
+  type SessionStatus,
+} from "@pedelec/sdk";
+import { renderMarkdown } from "./markdown.js";
 
 const STORAGE_KEY = "pedelec-demo-session";
 
@@ -19,7 +33,10 @@ const ui = {
   approval: $<HTMLSpanElement>("approval"),
   connect: $<HTMLButtonElement>("connect"),
   errors: $<HTMLDivElement>("errors"),
+  install: $<HTMLElement>("install"),
+  checkAgain: $<HTMLButtonElement>("check-again"),
   provider: $<HTMLSelectElement>("provider"),
+  effort: $<HTMLSelectElement>("effort"),
   providerNote: $<HTMLDivElement>("provider-note"),
   workspace: $<HTMLInputElement>("workspace"),
   persistent: $<HTMLInputElement>("persistent"),
@@ -32,6 +49,7 @@ const ui = {
   forgetSaved: $<HTMLButtonElement>("forget-saved"),
   status: $<HTMLSpanElement>("status"),
   sessionId: $<HTMLElement>("session-id"),
+  agent: $<HTMLElement>("session-agent"),
   usage: $<HTMLElement>("usage"),
   chat: $<HTMLDivElement>("chat"),
   composer: $<HTMLFormElement>("composer"),
@@ -57,8 +75,8 @@ const state = {
   todos: [] as string[],
   busy: false,
   providers: [] as ProviderInfo[],
-  /** The assistant bubble being streamed into, per operation. */
-  streaming: new Map<string, HTMLDivElement>(),
+  /** The assistant bubble being streamed into, per operation, with the Markdown received so far. */
+  streaming: new Map<string, { bubble: HTMLDivElement; text: string }>(),
   errors: [] as { code: string; message: string }[],
 };
 let disposers: (() => void)[] = [];
@@ -101,6 +119,8 @@ async function guarded<T>(where: string, f: () => Promise<T>): Promise<T | undef
 
 async function refreshApproval(): Promise<void> {
   const s = await pedelec.getApprovalStatus();
+  // Without the extension nothing else can work: say how to install it.
+  ui.install.hidden = s.installed;
   if (!s.installed) setChip(ui.approval, "missing", "Extension not installed");
   else if (!s.approved) setChip(ui.approval, "pending", "Not approved for this site");
   else setChip(ui.approval, "approved", s.appConnected ? "Approved · app running" : "Approved · app not running");
@@ -241,7 +261,11 @@ function bubble(kind: "user" | "assistant" | "tool" | "system", text: string): H
   row.className = `msg-row ${kind}`;
   const b = document.createElement("div");
   b.className = "bubble";
-  b.textContent = text;
+  // The agent writes Markdown; everything else is shown as typed.
+  if (kind === "assistant") {
+    b.classList.add("md");
+    renderMarkdown(b, text);
+  } else b.textContent = text;
   row.append(b);
   appendToChat(row);
   return b;
@@ -253,25 +277,27 @@ function chatNote(kind: "tool" | "system", text: string): void {
 
 function onDelta(delta: string, operationId: string | undefined): void {
   const key = operationId ?? "?";
-  let b = state.streaming.get(key);
-  if (!b) {
-    b = bubble("assistant", "");
+  let stream = state.streaming.get(key);
+  if (!stream) {
+    const b = bubble("assistant", "");
     b.classList.add("streaming");
     b.dataset.operationId = key;
-    state.streaming.set(key, b);
+    stream = { bubble: b, text: "" };
+    state.streaming.set(key, stream);
   }
   const atBottom = ui.chat.scrollHeight - ui.chat.scrollTop - ui.chat.clientHeight < 40;
-  b.textContent += delta;
+  stream.text += delta;
+  renderMarkdown(stream.bubble, stream.text);
   if (atBottom) ui.chat.scrollTop = ui.chat.scrollHeight;
 }
 
 function onChat(text: string, operationId: string | undefined): void {
   // The completed message replaces the streamed text (deltas are best-effort).
   const key = operationId ?? "?";
-  const b = state.streaming.get(key);
+  const b = state.streaming.get(key)?.bubble;
   state.streaming.delete(key);
   if (b && !b.classList.contains("done")) {
-    b.textContent = text;
+    renderMarkdown(b, text);
     b.classList.remove("streaming");
     b.classList.add("done");
   } else {
@@ -291,6 +317,7 @@ function render(): void {
   const status: SessionStatus | "none" | "detached" = s ? (s.detached ? "detached" : s.getStatus()) : "none";
   setChip(ui.status, status, s ? (status === "waiting_tool_result" ? "waiting for a tool" : status) : "no session");
   ui.sessionId.textContent = s?.sessionId ?? "—";
+  ui.agent.textContent = s ? `${s.provider || "unknown"}${s.effortLevel ? ` · ${s.effortLevel}` : ""}` : "—";
   ui.usage.textContent = s && s.usage.totalTokens > 0 ? s.usage.totalTokens.toLocaleString("en") : "—";
   const live = !!s && !s.detached && status !== "ended";
   ui.send.disabled = !live || state.busy;
@@ -340,12 +367,15 @@ function adopt(session: PedelecSession): void {
 
 async function createSession(): Promise<void> {
   const provider = ui.provider.value;
+  const effortLevel = ui.effort.value as EffortLevel;
   const workspace = ui.workspace.value.trim();
   const persistent = ui.persistent.checked;
   ui.create.disabled = true;
   try {
     const session = await pedelec.createSession({
       ...(provider ? { provider } : {}),
+      // "default" is what a session without a level gets; name the others.
+      ...(effortLevel !== "default" ? { effortLevel } : {}),
       autoEndOnDisconnect: !persistent,
       ...(workspace ? { workspace: { path: workspace } } : {}),
       skills: {
@@ -358,7 +388,7 @@ async function createSession(): Promise<void> {
       localStorage.setItem(STORAGE_KEY, JSON.stringify(record));
     }
     ui.chat.replaceChildren();
-    chatNote("system", `Session ${session.sessionId} started with ${session.provider || "the default provider"}${workspace ? ` in ${workspace}` : ""}.`);
+    chatNote("system", `Session ${session.sessionId} started with ${session.provider || "the default provider"} at effort ${session.effortLevel ?? "default"}${workspace ? ` in ${workspace}` : ""}.`);
     adopt(session);
     ui.prompt.focus();
   } catch (e) {
@@ -374,7 +404,8 @@ async function resumeSaved(): Promise<void> {
   if (!saved) return;
   const session = await guarded("Resume saved", () => pedelec.resumeSession(saved.sessionId));
   if (!session) return;
-  chatNote("system", `Resumed ${session.sessionId} (${saved.provider || "provider unknown"}) — status ${session.getStatus()}.`);
+  // The session's snapshot names its provider; the saved record is the fallback.
+  chatNote("system", `Resumed ${session.sessionId} (${session.provider || saved.provider || "provider unknown"}) — status ${session.getStatus()}.`);
   adopt(session);
 }
 
@@ -395,7 +426,7 @@ async function send(): Promise<void> {
   } finally {
     state.busy = false;
     // A stream cut off (cancel, error) keeps what arrived, without the cursor.
-    for (const b of state.streaming.values()) b.classList.remove("streaming");
+    for (const { bubble: b } of state.streaming.values()) b.classList.remove("streaming");
     render();
   }
 }
@@ -489,6 +520,8 @@ async function upload(): Promise<void> {
 // ---- wiring ----
 
 ui.connect.addEventListener("click", () => void guarded("Connect", loadProviders));
+ui.checkAgain.addEventListener("click", () => void guarded("Extension", refreshApproval));
+for (const level of EFFORT_LEVELS) ui.effort.append(option(level, level === "default" ? "default (the desktop's profile)" : level));
 ui.provider.addEventListener("change", describeProvider);
 ui.create.addEventListener("click", () => void createSession());
 ui.end.addEventListener("click", () => void guarded("End", async () => (await state.session?.end(), render())));
