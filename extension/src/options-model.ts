@@ -4,6 +4,7 @@
 // only those fields and a change made elsewhere meanwhile (pedelec-cli, another
 // options tab) is kept. Keys never reach the page: they are shown masked and
 // change only by an explicit replace or clear.
+import { EFFORT_LEVELS } from "../../sdk/src/protocol/catalog.js";
 import type {
   EffortLevel,
   FullSettingsResult,
@@ -15,9 +16,97 @@ import type {
   UpdateSettingsPayload,
 } from "../../sdk/src/protocol/native.js";
 
-/** The order the page shows the levels in; a Record, so the compiler notices a level missing here. */
-const LEVEL_ORDER = { default: 0, low: 1, medium: 2, high: 3 } satisfies Record<EffortLevel, number>;
-export const EFFORT_LEVELS = (Object.keys(LEVEL_ORDER) as EffortLevel[]).sort((a, b) => LEVEL_ORDER[a] - LEVEL_ORDER[b]);
+/** The levels in the order the page shows them (the SDK's list, which the schema checks). */
+export { EFFORT_LEVELS };
+
+/**
+ * The values each CLI takes for its effort setting — what the page offers as a
+ * choice: codex's `model_reasoning_effort`, Claude Code's `--effort`, opencode's
+ * `--variant` (model-specific; the common ones), as the pinned CLIs document them.
+ * Cursor, Antigravity and Ollama have no effort setting: ProviderService passes
+ * none, so the page offers none. A stored value outside the list is kept and shown.
+ */
+export const EFFORT_CHOICES: Record<ProviderCode, readonly string[]> = {
+  codex: ["minimal", "low", "medium", "high", "xhigh"],
+  claude: ["low", "medium", "high", "xhigh", "max"],
+  opencode: ["minimal", "low", "medium", "high", "max"],
+  cursor: [],
+  antigravity: [],
+  ollama: [],
+};
+
+/** Providers whose turns cannot run without a model (ProviderService's MODEL_REQUIRED): Pedelec's own agent for Ollama. */
+export const NEEDS_MODEL: readonly ProviderCode[] = ["ollama"];
+
+/** The effort choices a level's row offers: "" (what an empty value means), the CLI's values, and a stored value outside them. */
+export function effortOptions(provider: ProviderCode, level: EffortLevel, stored: string): Array<{ value: string; label: string }> {
+  // What an empty effort means (ProviderService): none at the default level, the level's own name at the others;
+  // a CLI without an effort setting gets none either way.
+  const empty = EFFORT_CHOICES[provider].length === 0 ? "— (no effort setting)" : level === "default" ? "(the CLI's own)" : `(${level})`;
+  const options = [{ value: "", label: empty }, ...EFFORT_CHOICES[provider].map((v) => ({ value: v, label: v }))];
+  if (stored !== "" && !options.some((o) => o.value === stored)) options.push({ value: stored, label: `${stored} (set elsewhere)` });
+  return options;
+}
+
+/** Model names to suggest for a provider: those its profiles already use, then those `listed` (e.g. Ollama's /api/tags), each once. */
+export function modelSuggestions(form: ProfileForm | undefined, listed: readonly string[] = []): string[] {
+  const used = form ? EFFORT_LEVELS.map((level) => form[level].model.trim()).filter(Boolean) : [];
+  return [...new Set([...listed, ...used])];
+}
+
+/** The model names an Ollama server's /api/tags answer lists (anything else: none). */
+export function ollamaModels(answer: unknown): string[] {
+  const models = (answer as { models?: unknown } | null)?.models;
+  if (!Array.isArray(models)) return [];
+  return models.map((m) => (m as { name?: unknown; model?: unknown })?.name ?? (m as { model?: unknown })?.model).filter((n): n is string => typeof n === "string" && n !== "");
+}
+
+/** Where the page asks Ollama for its models: the endpoint as typed, else Ollama's default; null for what is no http(s) address. */
+export function ollamaTagsUrl(endpoint: string): string | null {
+  const base = (endpoint.trim() || "http://127.0.0.1:11434").replace(/\/+$/, "");
+  return /^https?:\/\/[^/]/i.test(base) ? `${base}/api/tags` : null;
+}
+
+export type FormProblem = { provider: ProviderCode; level: EffortLevel; message: string };
+
+/** What the services would refuse or could never run, said before anything is sent. */
+export function formProblems(form: SettingsForm, names: Partial<Record<ProviderCode, string>> = {}): FormProblem[] {
+  const problems: FormProblem[] = [];
+  for (const code of NEEDS_MODEL) {
+    const profile = form.profiles[code];
+    const name = names[code] ?? code;
+    if (form.defaultProvider === code && !profile?.default.model.trim()) {
+      problems.push({ provider: code, level: "default", message: `${name} needs a model for its default level before it can be the default agent.` });
+    }
+    for (const level of EFFORT_LEVELS) {
+      const row = profile?.[level];
+      if (row && row.effort.trim() !== "" && row.model.trim() === "") problems.push({ provider: code, level, message: `${name}'s ${level} level needs a model.` });
+    }
+  }
+  return problems;
+}
+
+/** What a save changed, in words: "the default agent is now Ollama; Ollama's effort levels; …". */
+export function describeUpdate(update: UpdateSettingsPayload, names: Partial<Record<ProviderCode, string>> = {}): string {
+  const name = (code: string) => names[code as ProviderCode] ?? code;
+  const parts: string[] = [];
+  if (update.defaultProvider !== undefined) parts.push(update.defaultProvider === null ? "no default agent" : `the default agent is now ${name(update.defaultProvider)}`);
+  const profiles = Object.keys(update.profiles ?? {}).map((c) => `${name(c)}'s`);
+  if (profiles.length) parts.push(`${listed(profiles)} effort levels`);
+  if (update.ollamaEndpoint !== undefined) parts.push(update.ollamaEndpoint === "" ? "Ollama's address (back to the default)" : `Ollama's address (${update.ollamaEndpoint})`);
+  const key = (change: KeyChange | undefined, what: string) => {
+    if (change?.action === "replace") parts.push(`the new ${what}`);
+    if (change?.action === "clear") parts.push(`${what} removed`);
+  };
+  key(update.ollamaApiKey, "Ollama key");
+  key(update.tavilyApiKey, "web search key");
+  if (update.shellToolsOnly !== undefined) parts.push("which agents call the page's tools through commands only");
+  return parts.length ? `Saved: ${parts.join("; ")}.` : "Nothing to save.";
+}
+
+function listed(items: string[]): string {
+  return items.length <= 1 ? (items[0] ?? "") : `${items.slice(0, -1).join(", ")} and ${items[items.length - 1]}`;
+}
 
 /** One provider's profiles as the form holds them: every level, empty strings where unset. */
 export type ProfileForm = Record<EffortLevel, { model: string; effort: string }>;
@@ -41,7 +130,7 @@ function emptyProfile(): ProfileForm {
 }
 
 function isEffortLevel(level: string): level is EffortLevel {
-  return Object.hasOwn(LEVEL_ORDER, level);
+  return (EFFORT_LEVELS as readonly string[]).includes(level);
 }
 
 /** The form for `settings`, with a row for each of `providers` (and any provider the settings name). */
@@ -122,4 +211,9 @@ export function keyLabel(key: MaskedKey): string {
 /** The availability line of a provider row: list_providers' `error` when it is unavailable. */
 export function availabilityText(provider: ProviderInfo): string {
   return provider.available ? "available" : `unavailable: ${provider.error ?? "no reason given"}`;
+}
+
+/** A refusal from the services, in the status line: the message first, its code after. */
+export function refusalText(what: string, error: { code: string; message: string }): string {
+  return `${what}: ${error.message} (${error.code})`;
 }

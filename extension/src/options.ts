@@ -1,7 +1,9 @@
 // The options page (the extension's settings page): every setting, edited in
 // place and saved through the worker, which asks the native host with the
-// extension's own origin (get_full_settings / update_settings). Keys are shown
-// masked; the page can replace or clear them but never reads them.
+// extension's own origin (get_full_settings / update_settings), and the Sites
+// section (the grants). Keys are shown masked; the page can replace or clear
+// them but never reads them. The logic without the DOM is options-model.ts;
+// the look is static/pedelec.css, the popup's.
 import {
   OPTIONS_PORT_NAME,
   type BridgeError,
@@ -10,10 +12,27 @@ import {
   type OptionsToWorker,
   type WorkerToOptions,
 } from "../../sdk/src/protocol/bridge.js";
-import type { FullSettingsResult, KeyChange, MaskedKey, ProviderCode, ProviderInfo } from "../../sdk/src/protocol/native.js";
+import type { EffortLevel, FullSettingsResult, KeyChange, MaskedKey, ProviderCode, ProviderInfo } from "../../sdk/src/protocol/native.js";
 import type { PageRuntime, Port } from "./chrome-api.js";
 import { ACCESS_LEVELS, ACCESS_TEXT, embedderOrigin, inputOf, isLoopback, showFolder, withEmbedder, withoutEmbedder, type Access, type Site } from "./sites.js";
-import { EFFORT_LEVELS, availabilityText, formFromSettings, keyLabel, updateFromForm, type KeyName, type SettingsForm } from "./options-model.js";
+import {
+  EFFORT_CHOICES,
+  EFFORT_LEVELS,
+  NEEDS_MODEL,
+  availabilityText,
+  describeUpdate,
+  effortOptions,
+  formFromSettings,
+  formProblems,
+  keyLabel,
+  modelSuggestions,
+  ollamaModels,
+  ollamaTagsUrl,
+  refusalText,
+  updateFromForm,
+  type KeyName,
+  type SettingsForm,
+} from "./options-model.js";
 
 declare const chrome: { runtime: PageRuntime };
 
@@ -62,6 +81,8 @@ let saved: FullSettingsResult | null = null;
 let providers: ProviderInfo[] = [];
 /** Key edits in progress (the rest of the form is read from the inputs). */
 const keyEdits: Record<KeyName, KeyChange> = { ollamaApiKey: { action: "keep" }, tavilyApiKey: { action: "keep" } };
+/** What the Ollama server at the endpoint last said about its models. */
+let ollamaListing: { endpoint: string; models: string[]; error: string | null } | null = null;
 
 function el<K extends keyof HTMLElementTagNameMap>(tag: K, text?: string, attrs: Record<string, string> = {}): HTMLElementTagNameMap[K] {
   const node = document.createElement(tag);
@@ -76,6 +97,13 @@ function input(attrs: Record<string, string>, value: string): HTMLInputElement {
   return node;
 }
 
+function panel(id: string, title: string, hint?: string): HTMLElement {
+  const section = el("section", undefined, { id, class: "panel" });
+  section.append(el("h2", title));
+  if (hint) section.append(el("p", hint, { class: "hint small" }));
+  return section;
+}
+
 function setStatus(state: "loading" | "saving" | "saved" | "unchanged" | "error", text: string, code = ""): void {
   const status = document.getElementById("status")!;
   status.textContent = text;
@@ -87,62 +115,94 @@ function providerCodes(): ProviderCode[] {
   return providers.map((p) => p.code);
 }
 
+function providerNames(): Partial<Record<ProviderCode, string>> {
+  return Object.fromEntries(providers.map((p) => [p.code, p.name]));
+}
+
 // ---- rendering ----
 
 function renderProviders(form: SettingsForm): HTMLElement {
-  const section = el("section", undefined, { id: "providers" });
-  section.append(el("h2", "Providers"));
+  const section = panel(
+    "providers",
+    "Agents",
+    "Each agent runs at one of four effort levels; a page chooses the level (or gets “default”). For each level, the model and the CLI's own effort setting; empty fields leave the choice to the CLI.",
+  );
   const none = el("label", undefined, { class: "default-none" });
   const noneRadio = input({ type: "radio", name: "default-provider", value: "" }, "");
   noneRadio.checked = form.defaultProvider === null;
-  none.append(noneRadio, " No default provider (a page must name one)");
+  none.append(noneRadio, " No default agent (a page must name one)");
   section.append(none);
   const known = new Set(providerCodes());
   const rows: Array<{ code: ProviderCode; name: string; info: ProviderInfo | null }> = providers.map((p) => ({ code: p.code, name: p.name, info: p }));
   // A provider the settings name but the service did not list (should not happen; shown, not dropped).
   for (const code of Object.keys(form.profiles) as ProviderCode[]) if (!known.has(code)) rows.push({ code, name: code, info: null });
   const cards = el("div", undefined, { class: "cards" });
-  for (const { code, name, info } of rows) {
-    const card = el("div", undefined, { class: "provider", "data-provider": code });
-    const head = el("div", undefined, { class: "provider-head" });
-    head.append(el("h3", `${name} (${code})`));
-    const available = info?.available ?? false;
-    head.append(el("span", info ? availabilityText(info) : "unavailable: not listed by the provider service", { class: `availability ${available ? "ok" : "unavailable"}`, "data-available": String(available) }));
-    const def = el("label", undefined, { class: "default" });
-    const radio = input({ type: "radio", name: "default-provider", value: code }, code);
-    radio.checked = form.defaultProvider === code;
-    def.append(radio, " Default");
-    head.append(def);
-    card.append(head);
-
-    const table = el("table", undefined, { class: "levels" });
-    const header = el("tr");
-    header.append(el("th", "Effort level"), el("th", "Model"), el("th", "Effort"));
-    table.append(header);
-    const profile = form.profiles[code];
-    for (const level of EFFORT_LEVELS) {
-      const row = el("tr", undefined, { "data-level": level });
-      const values = profile?.[level] ?? { model: "", effort: "" };
-      // What an empty field means (ProviderService, docs/decisions.md): the CLI's own model; no
-      // effort at the default level, the level's name at the others (no fallback to "default").
-      const model = input({ type: "text", "data-field": "model", placeholder: "the CLI's default model" }, values.model);
-      const effort = input({ type: "text", "data-field": "effort", placeholder: level === "default" ? "none" : level }, values.effort);
-      const cells = [el("td", level), el("td"), el("td")];
-      cells[1]!.append(model);
-      cells[2]!.append(effort);
-      row.append(...cells);
-      table.append(row);
-    }
-    card.append(table);
-    const shell = el("label", undefined, { class: "shell-tools-only" });
-    const box = input({ type: "checkbox", "data-field": "shell-tools-only" }, "");
-    box.checked = form.shellToolsOnly.includes(code);
-    shell.append(box, " Page tools only through pedelec-cli shell commands (no MCP)");
-    card.append(shell);
-    cards.append(card);
-  }
+  for (const { code, name, info } of rows) cards.append(renderProvider(form, code, name, info));
   section.append(cards);
   return section;
+}
+
+function renderProvider(form: SettingsForm, code: ProviderCode, name: string, info: ProviderInfo | null): HTMLElement {
+  const card = el("div", undefined, { class: "card provider", "data-provider": code });
+  const head = el("div", undefined, { class: "card-head" });
+  const title = el("div", undefined, { class: "card-title" });
+  title.append(el("h3", name), el("span", code, { class: "mono muted" }));
+  const available = info?.available ?? false;
+  const availability = el("span", info ? availabilityText(info) : "unavailable: not listed by the provider service", {
+    class: `availability ${available ? "ok" : "unavailable"}`,
+    "data-available": String(available),
+  });
+  const def = el("label", undefined, { class: "default" });
+  const radio = input({ type: "radio", name: "default-provider", value: code }, code);
+  radio.checked = form.defaultProvider === code;
+  def.append(radio, " Default");
+  head.append(title, def);
+  card.append(head, availability);
+
+  const needsModel = NEEDS_MODEL.includes(code);
+  const hasEffort = (EFFORT_CHOICES[code] ?? []).length > 0;
+  const profile = form.profiles[code];
+  const suggestions = el("datalist", undefined, { id: `models-${code}` });
+  for (const model of modelSuggestions(profile, code === "ollama" ? ollamaListing?.models : [])) suggestions.append(el("option", undefined, { value: model }));
+  card.append(suggestions);
+
+  const table = el("table", undefined, { class: "levels" });
+  const header = el("tr");
+  header.append(el("th", "Level"), el("th", needsModel ? "Model (required)" : "Model"), el("th", "Effort"));
+  table.append(header);
+  for (const level of EFFORT_LEVELS) {
+    const row = el("tr", undefined, { "data-level": level });
+    const values = profile?.[level] ?? { model: "", effort: "" };
+    const model = input(
+      { type: "text", "data-field": "model", list: suggestions.id, spellcheck: "false", autocomplete: "off", placeholder: needsModel ? "required, e.g. llama3.2" : "the CLI's default model" },
+      values.model,
+    );
+    model.setAttribute("aria-label", `${name}, ${level} level: model`);
+    const effort = el("select", undefined, { "data-field": "effort" });
+    effort.setAttribute("aria-label", `${name}, ${level} level: effort`);
+    for (const option of effortOptions(code, level, values.effort)) {
+      const o = el("option", option.label, { value: option.value });
+      o.selected = option.value === values.effort;
+      effort.append(o);
+    }
+    if (!hasEffort && values.effort === "") {
+      effort.disabled = true;
+      effort.title = `${name} has no effort setting`;
+    }
+    const cells = [el("td", level, { class: "level" }), el("td"), el("td")];
+    cells[1]!.append(model);
+    cells[2]!.append(effort);
+    row.append(...cells);
+    table.append(row);
+  }
+  card.append(table);
+  if (needsModel) card.append(el("p", "A level without a model cannot be used: a page asking for it gets MODEL_REQUIRED.", { class: "hint small" }));
+  const shell = el("label", undefined, { class: "shell-tools-only small" });
+  const box = input({ type: "checkbox", "data-field": "shell-tools-only" }, "");
+  box.checked = form.shellToolsOnly.includes(code);
+  shell.append(box, " Call the page's tools through pedelec-cli commands only (no MCP)");
+  card.append(shell);
+  return card;
 }
 
 function renderKey(name: KeyName, title: string, stored: MaskedKey): HTMLElement {
@@ -172,19 +232,21 @@ function renderKey(name: KeyName, title: string, stored: MaskedKey): HTMLElement
 }
 
 function renderOllama(form: SettingsForm, stored: FullSettingsResult): HTMLElement {
-  const section = el("section", undefined, { id: "ollama" });
-  section.append(el("h2", "Ollama (pedelec-agent)"));
-  const label = el("label", "Endpoint ", { for: "ollama-endpoint" });
-  section.append(label, input({ type: "text", id: "ollama-endpoint", placeholder: "http://127.0.0.1:11434 (default)" }, form.ollamaEndpoint));
-  section.append(renderKey("ollamaApiKey", "API key (for hosted models)", stored.ollamaApiKey));
+  const section = panel("ollama", "Ollama", "Pedelec's own agent runs Ollama models. Its models are chosen in the Ollama card above.");
+  const row = el("div", undefined, { class: "key" });
+  row.append(el("label", "Address", { for: "ollama-endpoint", class: "key-title" }));
+  const endpoint = input({ type: "text", id: "ollama-endpoint", spellcheck: "false", autocomplete: "off", placeholder: "http://127.0.0.1:11434 (the default)" }, form.ollamaEndpoint);
+  endpoint.onchange = () => void listOllamaModels(endpoint.value);
+  row.append(endpoint);
+  section.append(row);
+  section.append(el("p", ollamaNote(), { class: "hint small", id: "ollama-models" }));
+  section.append(renderKey("ollamaApiKey", "API key (for a hosted Ollama)", stored.ollamaApiKey));
   return section;
 }
 
 function renderTavily(stored: FullSettingsResult): HTMLElement {
-  const section = el("section", undefined, { id: "tavily" });
-  section.append(el("h2", "Web search (Tavily)"));
-  section.append(el("p", "With a key, pedelec-agent offers the model a web-search tool; without one the tool is not offered.", { class: "hint" }));
-  section.append(renderKey("tavilyApiKey", "API key", stored.tavilyApiKey));
+  const section = panel("tavily", "Web search", "With a Tavily key, Pedelec's agent can search the web for Ollama models; without one it cannot.");
+  section.append(renderKey("tavilyApiKey", "Tavily API key", stored.tavilyApiKey));
   return section;
 }
 
@@ -200,7 +262,7 @@ function readForm(): SettingsForm {
       const row = card.querySelector(`tr[data-level="${level}"]`)!;
       form[level] = {
         model: row.querySelector<HTMLInputElement>('[data-field="model"]')!.value,
-        effort: row.querySelector<HTMLInputElement>('[data-field="effort"]')!.value,
+        effort: row.querySelector<HTMLSelectElement>('[data-field="effort"]')!.value,
       };
     }
     profiles[code] = form;
@@ -219,18 +281,7 @@ function readForm(): SettingsForm {
 function render(form: SettingsForm): void {
   const root = document.getElementById("root")!;
   if (!saved) return;
-  const actions = el("div", undefined, { class: "actions" });
-  const save = el("button", "Save", { id: "save", type: "button" });
-  save.onclick = () => void onSave();
-  const revert = el("button", "Discard changes", { id: "revert", type: "button" });
-  revert.onclick = () => {
-    keyEdits.ollamaApiKey = { action: "keep" };
-    keyEdits.tavilyApiKey = { action: "keep" };
-    render(formFromSettings(saved!, providerCodes()));
-    setStatus("unchanged", "Changes discarded");
-  };
-  actions.append(save, revert);
-  root.replaceChildren(renderProviders(form), renderOllama(form, saved), renderTavily(saved), actions);
+  root.replaceChildren(renderProviders(form), renderOllama(form, saved), renderTavily(saved));
 }
 
 /** Re-renders keeping what was typed (a key button changes the key's block). */
@@ -238,11 +289,49 @@ function rerender(): void {
   render(readForm());
 }
 
+/** What the page learnt from Ollama about its models, in a sentence. */
+function ollamaNote(): string {
+  if (!ollamaListing) return "";
+  if (ollamaListing.error) return `Could not ask ${ollamaListing.endpoint} for its models (${ollamaListing.error}); type a model's name.`;
+  if (ollamaListing.models.length === 0) return `${ollamaListing.endpoint} has no models yet: “ollama pull llama3.2” adds one.`;
+  return `Models on this Ollama, offered in the Ollama card: ${ollamaListing.models.join(", ")}.`;
+}
+
+/** Shows a new listing without re-rendering the form (the user may be typing). */
+function showOllamaListing(): void {
+  const note = document.getElementById("ollama-models");
+  if (note) note.textContent = ollamaNote();
+  const list = document.getElementById("models-ollama");
+  const card = document.querySelector<HTMLElement>('.provider[data-provider="ollama"]');
+  if (!list || !card) return;
+  const typed = readForm().profiles.ollama;
+  list.replaceChildren(...modelSuggestions(typed, ollamaListing?.models).map((model) => el("option", undefined, { value: model })));
+}
+
+/** Asks the Ollama server at `endpoint` which models it has (the extension may fetch 127.0.0.1). */
+async function listOllamaModels(endpoint: string): Promise<void> {
+  const url = ollamaTagsUrl(endpoint);
+  if (url === null) {
+    ollamaListing = { endpoint: endpoint.trim(), models: [], error: "not an http:// or https:// address" };
+    showOllamaListing();
+    return;
+  }
+  const shown = url.replace(/\/api\/tags$/, "");
+  try {
+    const response = await fetch(url, { signal: AbortSignal.timeout(3000), credentials: "omit", cache: "no-store" });
+    if (!response.ok) throw new Error(`HTTP ${response.status}`);
+    ollamaListing = { endpoint: shown, models: ollamaModels(await response.json()), error: null };
+  } catch (e) {
+    ollamaListing = { endpoint: shown, models: [], error: e instanceof Error && e.name === "TimeoutError" ? "no answer" : e instanceof Error ? e.message : String(e) };
+  }
+  showOllamaListing();
+}
+
 // ---- loading and saving ----
 
 function showError(e: unknown, what: string): void {
   const error = e instanceof OptionsError ? e.error : { code: "INTERNAL", message: String(e), details: null };
-  setStatus("error", `${what}: ${error.code}: ${error.message}`, error.code);
+  setStatus("error", refusalText(what, error), error.code);
 }
 
 async function load(): Promise<void> {
@@ -252,17 +341,33 @@ async function load(): Promise<void> {
     saved = settings;
     providers = list.providers;
     render(formFromSettings(settings, providerCodes()));
-    setStatus("unchanged", "Loaded");
+    setStatus("unchanged", "");
+    void listOllamaModels(settings.ollamaEndpoint);
   } catch (e) {
     showError(e, "Could not load the settings");
   }
 }
 
+/** Marks the fields of `problems` (and only those) as invalid. */
+function markProblems(problems: ReturnType<typeof formProblems>): void {
+  for (const field of document.querySelectorAll('[aria-invalid="true"]')) field.removeAttribute("aria-invalid");
+  for (const p of problems) {
+    document.querySelector(`.provider[data-provider="${p.provider}"] tr[data-level="${p.level as EffortLevel}"] [data-field="model"]`)?.setAttribute("aria-invalid", "true");
+  }
+}
+
 async function onSave(): Promise<void> {
   if (!saved) return;
-  const update = updateFromForm(saved, readForm());
+  const form = readForm();
+  const problems = formProblems(form, providerNames());
+  markProblems(problems);
+  if (problems.length > 0) {
+    setStatus("error", `Not saved: ${problems.map((p) => p.message).join(" ")}`, "MODEL_REQUIRED");
+    return;
+  }
+  const update = updateFromForm(saved, form);
   if (Object.keys(update).length === 0) {
-    setStatus("unchanged", "Nothing to save");
+    setStatus("unchanged", "Nothing to save: nothing was changed.");
     return;
   }
   setStatus("saving", "Saving…");
@@ -273,12 +378,22 @@ async function onSave(): Promise<void> {
     // Availability can follow a change (e.g. the Ollama endpoint); ask again.
     providers = (await ask("list_providers", {})).providers;
     render(formFromSettings(saved, providerCodes()));
-    setStatus("saved", `Saved (${Object.keys(update).join(", ")})`);
+    setStatus("saved", describeUpdate(update, providerNames()));
+    if (update.ollamaEndpoint !== undefined) void listOllamaModels(saved.ollamaEndpoint);
   } catch (e) {
     // The form keeps what was typed, so the user can fix it.
     showError(e, "Not saved");
   }
 }
+
+document.getElementById("save")!.onclick = () => void onSave();
+document.getElementById("revert")!.onclick = () => {
+  if (!saved) return;
+  keyEdits.ollamaApiKey = { action: "keep" };
+  keyEdits.tavilyApiKey = { action: "keep" };
+  render(formFromSettings(saved, providerCodes()));
+  setStatus("unchanged", "Changes discarded: the page shows the saved settings.");
+};
 
 // ---- sites (the services' grants: change the level, agents or any model, remove a folder, allow or remove an embedding site, revoke) ----
 
@@ -286,102 +401,110 @@ function when(ms: number | null): string {
   return ms === null ? "never" : new Date(ms).toLocaleString();
 }
 
-function setSitesStatus(text: string, code = ""): void {
+function setSitesStatus(text: string, code = "", state: "saved" | "error" | "" = ""): void {
   const status = document.getElementById("sites-status")!;
   status.textContent = text;
   status.dataset.code = code;
+  status.dataset.state = state;
 }
 
 function renderSite(site: Site): HTMLElement {
-  const card = el("div", undefined, { class: "provider site", "data-origin": site.origin });
-  const head = el("div", undefined, { class: "provider-head" });
-  head.append(el("h3", site.origin));
-  const revoke = el("button", site.blocked ? "Unblock" : "Revoke", { type: "button", "data-action": "revoke" });
-  revoke.onclick = () => void changeSite(site.origin, () => ask("revoke_site", { origin: site.origin }), site.blocked ? "Unblocked" : "Revoked");
-  head.append(revoke);
+  const card = el("div", undefined, { class: "card site", "data-origin": site.origin });
+  const head = el("div", undefined, { class: "card-head" });
+  const title = el("div", undefined, { class: "card-title" });
+  title.append(el("h3", site.origin));
+  title.append(el("span", site.blocked ? "blocked" : "allowed", { class: "chip", "data-state": site.blocked ? "bad" : "ok" }));
+  const revoke = el("button", site.blocked ? "Unblock" : "Revoke", { type: "button", "data-action": "revoke", class: site.blocked ? "" : "danger" });
+  revoke.title = site.blocked ? "Let this site ask again" : "End its sessions and take back its permission";
+  revoke.onclick = () => void changeSite(site.origin, () => ask("revoke_site", { origin: site.origin }), site.blocked ? "Unblocked" : "Revoked; its sessions ended");
+  head.append(title, revoke);
   card.append(head);
   if (site.blocked) {
-    card.append(el("p", "Blocked: this site cannot ask to use Pedelec.", { class: "hint" }));
+    card.append(el("p", "Blocked: this site cannot ask to use Pedelec.", { class: "hint small" }));
     return card;
   }
   const ends = site.expiresAt === null ? "" : ` Ends ${when(site.expiresAt)}${isLoopback(site.origin) ? " or when the browser closes, whichever comes first" : ""}.`;
-  const facts = el("p", `Allowed on ${when(site.grantedAt)}; last used ${site.lastUsedAt === null ? "never" : when(site.lastUsedAt)}.${ends}`, { class: "hint" });
-  card.append(facts);
+  card.append(el("p", `Allowed on ${when(site.grantedAt)}; last used ${site.lastUsedAt === null ? "never" : when(site.lastUsedAt)}.${ends}`, { class: "hint small" }));
 
-  const level = el("label");
+  const grid = el("div", undefined, { class: "site-fields" });
   const select = el("select", undefined, { "data-field": "access" });
   for (const a of ACCESS_LEVELS) {
     const option = el("option", a === "full" ? "Full access — run any command as you" : ACCESS_TEXT[a].title, { value: a });
     option.selected = site.access === a;
     select.append(option);
   }
-  level.append("What the agent may do: ", select);
-  card.append(level);
+  const level = el("label", undefined, { class: "field" });
+  level.append(el("span", "What the agent may do"), select);
+  grid.append(level);
 
-  const agents = el("div", undefined, { class: "key agents" });
-  agents.append(el("span", "Agents it may use:", { class: "key-title" }));
+  const agents = el("div", undefined, { class: "field agents" });
+  agents.append(el("span", "Agents it may use"));
+  const choices = el("div", undefined, { class: "choices" });
   const codes = new Set([...providers.map((p) => p.code as string), ...site.providers]);
   for (const code of codes) {
-    const label = el("label");
+    const label = el("label", undefined, { class: "choice" });
     const box = input({ type: "checkbox", "data-field": "provider", value: code }, code);
     box.checked = site.providers.includes(code);
     label.append(box, ` ${providers.find((p) => p.code === code)?.name ?? code}`);
-    agents.append(label);
+    choices.append(label);
   }
-  card.append(agents);
+  agents.append(choices);
+  grid.append(agents);
+  card.append(grid);
 
-  const anyModel = el("label");
+  const anyModel = el("label", undefined, { class: "check small" });
   const anyBox = input({ type: "checkbox", "data-field": "any-model" }, "any-model");
   anyBox.checked = site.anyModel;
   anyModel.append(anyBox, " May choose any model (otherwise only the models in your profiles)");
   card.append(anyModel);
 
-  const folders = el("div");
-  folders.append(el("span", site.folders.length === 0 ? "Folders: none besides its own workspaces" : "Folders:", { class: "key-title" }));
-  const list = el("ul");
-  for (const f of site.folders) {
-    const li = el("li", undefined, { "data-folder": f.path });
-    const remove = el("button", "Remove", { type: "button", "data-action": "remove-folder" });
-    remove.onclick = () => void changeSite(site.origin, () => ask("grant_site", { site: { ...inputOf(site), folders: site.folders.filter((x) => x.path !== f.path) } }), "Folder removed");
-    li.append(`${showFolder(f.path)}${f.once ? " (once: for the next session only)" : ""} `, remove);
-    list.append(li);
-  }
-  folders.append(list);
-  card.append(folders);
-  card.append(renderEmbedders(site));
-
-  const save = el("button", "Save changes", { type: "button", "data-action": "save-site" });
+  const save = el("button", "Save changes", { type: "button", "data-action": "save-site", class: "primary" });
   save.onclick = () => {
     const access = select.value as Access;
     if (access === "full" && site.access !== "full" && !window.confirm(`Give ${site.origin} full access? The agent can run any command as you.`)) return;
     const chosen = [...agents.querySelectorAll<HTMLInputElement>("input[data-field=provider]:checked")].map((b) => b.value);
     void changeSite(site.origin, () => ask("grant_site", { site: { ...inputOf(site), access, providers: chosen, anyModel: anyBox.checked } }), "Saved");
   };
-  card.append(save);
+  card.append(el("div", undefined, { class: "actions" }));
+  card.lastElementChild!.append(save);
+
+  const folders = el("div", undefined, { class: "list" });
+  folders.append(el("span", site.folders.length === 0 ? "Folders: none besides its own workspaces" : "Folders it may work in", { class: "list-title" }));
+  const list = el("ul");
+  for (const f of site.folders) {
+    const li = el("li", undefined, { "data-folder": f.path });
+    const remove = el("button", "Remove", { type: "button", "data-action": "remove-folder", class: "link" });
+    remove.onclick = () => void changeSite(site.origin, () => ask("grant_site", { site: { ...inputOf(site), folders: site.folders.filter((x) => x.path !== f.path) } }), "Folder removed");
+    li.append(el("span", `${showFolder(f.path)}${f.once ? " (once: for the next session only)" : ""}`, { class: "mono" }), " ", remove);
+    list.append(li);
+  }
+  folders.append(list);
+  card.append(folders, renderEmbedders(site));
   return card;
 }
 
 /** The sites this one may ask from inside (in a frame of their pages): listed with Remove, and one more can be added. */
 function renderEmbedders(site: Site): HTMLElement {
-  const box = el("div", undefined, { class: "embedders" });
-  box.append(el("span", site.embedders.length === 0 ? "Allowed inside these sites: none (it may ask only as the page you opened)" : "Allowed inside these sites:", { class: "key-title" }));
+  const box = el("div", undefined, { class: "list embedders" });
+  box.append(el("span", site.embedders.length === 0 ? "Allowed inside these sites: none (it may ask only as the page you opened)" : "Allowed inside these sites", { class: "list-title" }));
   const list = el("ul");
   for (const e of site.embedders) {
     const li = el("li", undefined, { "data-embedder": e });
-    const remove = el("button", "Remove", { type: "button", "data-action": "remove-embedder" });
+    const remove = el("button", "Remove", { type: "button", "data-action": "remove-embedder", class: "link" });
     remove.onclick = () => void changeSite(site.origin, () => ask("grant_site", { site: withoutEmbedder(site, e) }), `No longer allowed inside ${e}`);
-    li.append(`${e} `, remove);
+    li.append(el("span", e, { class: "mono" }), " ", remove);
     list.append(li);
   }
   box.append(list);
-  const add = el("div", undefined, { class: "key add-embedder" });
-  const field = input({ type: "text", "data-field": "embedder", placeholder: "https://example.com" }, "");
+  const add = el("div", undefined, { class: "add-embedder" });
+  const field = input({ type: "text", "data-field": "embedder", placeholder: "https://example.com", spellcheck: "false" }, "");
   field.setAttribute("aria-label", `A site ${site.origin} may be used inside`);
   const allow = el("button", "Allow inside this site", { type: "button", "data-action": "add-embedder" });
   allow.onclick = () => {
     const typed = embedderOrigin(field.value);
     if ("error" in typed) {
-      setSitesStatus(`Not changed: ${typed.error}`, "INVALID_INPUT");
+      field.setAttribute("aria-invalid", "true");
+      setSitesStatus(`Not changed: ${typed.error}`, "INVALID_INPUT", "error");
       return;
     }
     void changeSite(site.origin, () => ask("grant_site", { site: withEmbedder(site, typed.origin) }), `Allowed inside ${typed.origin}`);
@@ -396,10 +519,10 @@ async function changeSite(origin: string, change: () => Promise<unknown>, done: 
   try {
     await change();
     await loadSites();
-    setSitesStatus(`${done}: ${origin}`);
+    setSitesStatus(`${done}: ${origin}`, "", "saved");
   } catch (e) {
     const error = e instanceof OptionsError ? e.error : { code: "INTERNAL", message: String(e) };
-    setSitesStatus(`Not changed: ${error.code}: ${error.message}`, error.code);
+    setSitesStatus(refusalText("Not changed", error), error.code, "error");
   }
 }
 
@@ -412,7 +535,7 @@ async function loadSites(): Promise<void> {
     for (const site of sites) cards?.append(renderSite(site));
   } catch (e) {
     const error = e instanceof OptionsError ? e.error : { code: "INTERNAL", message: String(e) };
-    setSitesStatus(`Could not load the sites: ${error.code}: ${error.message}`, error.code);
+    setSitesStatus(refusalText("Could not load the sites", error), error.code, "error");
   }
 }
 

@@ -312,7 +312,12 @@ function render(state: PopupState): void {
   const activity = activityByOrigin(state.sessions);
   const active = renderActive(state, activity);
   if (active) parts.push(active);
-  parts.push(renderSessions(activity), renderSites(state), renderHost(state));
+  // When Pedelec cannot be reached, what to do comes first.
+  const host = renderHost(state);
+  const problem = !["running", "idle", "checking"].includes(host.querySelector<HTMLElement>("#host-state")?.dataset.state ?? "");
+  if (problem) parts.splice(1, 0, host);
+  parts.push(renderSessions(activity), renderSites(state));
+  if (!problem) parts.push(host);
   root.replaceChildren(...parts);
 }
 

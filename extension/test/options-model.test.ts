@@ -3,7 +3,22 @@ import type { FullSettingsResult } from "../../sdk/src/protocol/native.js";
 // @ts-expect-error plain ESM script without types
 import { validate } from "../../sdk/scripts/schema-check.mjs";
 import { readFileSync } from "node:fs";
-import { EFFORT_LEVELS, availabilityText, formFromSettings, keyLabel, profilesOf, updateFromForm } from "../src/options-model.js";
+import {
+  EFFORT_CHOICES,
+  EFFORT_LEVELS,
+  availabilityText,
+  describeUpdate,
+  effortOptions,
+  formFromSettings,
+  formProblems,
+  keyLabel,
+  modelSuggestions,
+  ollamaModels,
+  ollamaTagsUrl,
+  profilesOf,
+  refusalText,
+  updateFromForm,
+} from "../src/options-model.js";
 
 const schema = JSON.parse(readFileSync(new URL("../../protocol/native-messaging.schema.json", import.meta.url), "utf8"));
 const PROVIDERS = ["codex", "claude", "ollama"] as const;
@@ -101,5 +116,65 @@ describe("options page logic", () => {
     expect(availabilityText({ name: "Cursor", code: "cursor", available: false, isDefault: false, error: "cursor-agent not found on PATH" })).toBe(
       "unavailable: cursor-agent not found on PATH",
     );
+  });
+});
+
+describe("the settings page in plain words", () => {
+  const names = { codex: "Codex", claude: "Claude Code", ollama: "Ollama" } as const;
+
+  it("effort is a choice of the provider's values; what empty means; a value set elsewhere is kept", () => {
+    expect(effortOptions("codex", "high", "").map((o) => o.value)).toEqual(["", ...EFFORT_CHOICES.codex]);
+    expect(effortOptions("codex", "high", "")[0]!.label).toBe("(high)");
+    expect(effortOptions("claude", "default", "")[0]!.label).toBe("(the CLI's own)");
+    expect(EFFORT_CHOICES.claude).toContain("max");
+    // Ollama, Cursor and Antigravity have no effort setting.
+    expect(effortOptions("ollama", "high", "")).toEqual([{ value: "", label: "— (no effort setting)" }]);
+    expect(effortOptions("codex", "low", "turbo").at(-1)).toEqual({ value: "turbo", label: "turbo (set elsewhere)" });
+  });
+
+  it("suggests the models a provider's profiles use and those Ollama lists", () => {
+    const form = formFromSettings(stored(), PROVIDERS);
+    expect(modelSuggestions(form.profiles.codex)).toEqual(["gpt-5"]);
+    expect(modelSuggestions(form.profiles.ollama, ["llama3.2", "qwen3:8b"])).toEqual(["llama3.2", "qwen3:8b"]);
+    expect(ollamaModels({ models: [{ name: "llama3.2:latest", model: "llama3.2:latest" }, { model: "qwen3:32b" }, { size: 1 }] })).toEqual(["llama3.2:latest", "qwen3:32b"]);
+    expect(ollamaModels({ error: "nope" })).toEqual([]);
+    expect(ollamaModels(null)).toEqual([]);
+    expect(ollamaTagsUrl("")).toBe("http://127.0.0.1:11434/api/tags");
+    expect(ollamaTagsUrl(" http://127.0.0.1:11500/ ")).toBe("http://127.0.0.1:11500/api/tags");
+    expect(ollamaTagsUrl("ftp://nope")).toBeNull();
+  });
+
+  it("Ollama needs a model: as the default agent, at its default level", () => {
+    const s = stored({ profiles: {} });
+    const form = formFromSettings(s, PROVIDERS);
+    expect(formProblems(form, names)).toEqual([]);
+    form.defaultProvider = "ollama";
+    expect(formProblems(form, names)).toEqual([{ provider: "ollama", level: "default", message: "Ollama needs a model for its default level before it can be the default agent." }]);
+    form.profiles.ollama!.default.model = "llama3.2";
+    expect(formProblems(form, names)).toEqual([]);
+    form.profiles.ollama!.high.effort = "high";
+    expect(formProblems(form, names)).toEqual([{ provider: "ollama", level: "high", message: "Ollama's high level needs a model." }]);
+  });
+
+  it("a save says what changed in words, not field names", () => {
+    expect(
+      describeUpdate(
+        {
+          defaultProvider: "claude",
+          profiles: { codex: { levels: {} }, ollama: { levels: {} } },
+          ollamaEndpoint: "http://127.0.0.1:11500",
+          ollamaApiKey: { action: "clear" },
+          tavilyApiKey: { action: "replace", value: "x" },
+          shellToolsOnly: [],
+        },
+        names,
+      ),
+    ).toBe(
+      "Saved: the default agent is now Claude Code; Codex's and Ollama's effort levels; Ollama's address (http://127.0.0.1:11500); Ollama key removed; the new web search key; which agents call the page's tools through commands only.",
+    );
+    expect(describeUpdate({ defaultProvider: null })).toBe("Saved: no default agent.");
+    expect(describeUpdate({ ollamaEndpoint: "" })).toBe("Saved: Ollama's address (back to the default).");
+    expect(describeUpdate({ profiles: { codex: { levels: {} } } }, names)).not.toMatch(/profiles|defaultProvider|ollamaEndpoint/);
+    expect(refusalText("Not saved", { code: "INVALID_INPUT", message: "ollama_endpoint: must be http or https" })).toBe("Not saved: ollama_endpoint: must be http or https (INVALID_INPUT)");
   });
 });
