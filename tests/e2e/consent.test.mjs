@@ -12,8 +12,8 @@ import { execFileSync } from "node:child_process";
 import {
   answerPrompt,
   approvalUiOpen,
-  artifacts,
   checkBuilt,
+  docShot,
   EXTENSION_ID,
   inPage,
   POPUP_URL,
@@ -78,14 +78,14 @@ test("the approval prompt: three levels, edit by default, Approve held for a mom
   assert.match(await card.locator(".loopback").textContent(), /every program and every user on this computer.*this browser session/s);
   assert.match(await card.locator(".tab").textContent(), /127\.0\.0\.1/);
   await until("Approve enabled", async () => !(await approve.isDisabled()), 10_000);
-  await card.screenshot({ path: join(artifacts, "approval-prompt.png") });
+  await docShot(card, "approval-prompt");
 
   // Full access: a warning, then a second confirmation; Back leaves nothing granted.
   await card.locator('input[type=radio][value="full"]').check();
   assert.equal(await card.locator(".full-warning").isVisible(), true);
   await approve.click();
   assert.equal(await card.locator(".confirm-full").isVisible(), true);
-  await card.screenshot({ path: join(artifacts, "approval-prompt-full.png") });
+  await docShot(card, "approval-prompt-full");
   await card.locator('button[data-action="back"]').click();
   assert.equal(await page.evaluate(() => Promise.race([window.created, new Promise((r) => setTimeout(() => r("waiting"), 300))])), "waiting");
 
@@ -95,7 +95,7 @@ test("the approval prompt: three levels, edit by default, Approve held for a mom
   assert.ok(r.ok, `createSession: ${JSON.stringify(r)}`);
   const row = popup.locator(`#sites .row[data-origin="${site.origin}"]`);
   await row.waitFor({ timeout: STEP_MS });
-  assert.match(await row.textContent(), /edit files in its workspace; agents: codex/);
+  assert.match(await row.textContent(), /Edit files in its workspace\. Agents: codex\./);
 });
 
 test("block: APPROVAL_REJECTED at once, no prompt, also after the worker restarts", T, async (t) => {
@@ -183,7 +183,7 @@ test("the badge counts a running turn; Revoke in the popup ends the site's sessi
   await popup.goto(POPUP_URL);
   const row = popup.locator(`#sessions .row[data-origin="${site.origin}"]`);
   await row.waitFor({ timeout: STEP_MS });
-  assert.match(await row.textContent(), /2 sessions, 1 working/);
+  assert.match(await row.textContent(), /2 sessions: 1 working/);
   await row.locator('button[data-action="revoke"]').click();
   const ended = await withTimeout(
     page.waitForFunction(() => window.h.scoped.getStatus() === "ended" && window.h.kept.getStatus() === "ended", null, { timeout: STEP_MS }).then(() => true),
@@ -222,7 +222,7 @@ test("the badge counts a running turn; Revoke in the popup ends the site's sessi
   assert.equal(shown.status, 0, shown.stderr);
   const held = JSON.parse(shown.stdout);
   assert.deepEqual([held.access, held.providers.sort(), held.anyModel, held.embedders], ["tools", ["claude", "codex"], true, ["https://host.example"]]);
-  await card.screenshot({ path: join(artifacts, "settings-sites.png") });
+  await docShot(card, "settings-sites");
   await card.locator('li[data-embedder="https://host.example"] button[data-action="remove-embedder"]').click();
   await until("the embedder removed", async () => ((await status.textContent()) === `No longer allowed inside https://host.example: ${site.origin}` ? "yes" : null));
   assert.deepEqual(JSON.parse(w.cli("sites", "show", site.origin, "--json").stdout).embedders, []);

@@ -275,6 +275,8 @@ export async function extensionWorker(context) {
  * mock), registers the native host in a temp Chromium profile and launches
  * Chromium with the unpacked extension. Everything is undone in t.after.
  *   options.extension (default true): load the extension and register the host
+ *   options.registerHost (default: options.extension): register the native
+ *     host; false leaves the extension without Pedelec, as before an install
  *   options.args: extra Chromium flags
  *   options.defaultProvider: set in the settings
  *   options.installedOnly (default false): start no pedelecd and give the
@@ -284,6 +286,7 @@ export async function extensionWorker(context) {
  */
 export async function startWorld(t, mock, options = {}) {
   const extension = options.extension ?? true;
+  const registerHost = options.registerHost ?? extension;
   // Short base: the runtime dir holds Unix sockets (path length limit).
   const base = mkdtempSync(join(tmpdir(), "pdl-e2e-"));
   const home = join(base, "user");
@@ -357,7 +360,7 @@ export async function startWorld(t, mock, options = {}) {
   // The temp HOME's install (docs/install.md): the binaries under it, the host
   // registered in this profile. The one registration code path start.sh uses too.
   world.installedBin = join(home, ".local/lib/pedelec/bin");
-  if (extension) installHost(buildDir, fullEnv, profile);
+  if (registerHost) installHost(buildDir, fullEnv, profile);
   else mkdirSync(profile, { recursive: true });
   const browserEnv = { ...fullEnv };
   if (options.installedOnly) for (const k of Object.keys(browserEnv)) if (k.startsWith("PEDELEC_")) delete browserEnv[k];
@@ -466,6 +469,22 @@ export async function approvalUiOpen(world, page) {
 export async function shot(page, name) {
   mkdirSync(artifacts, { recursive: true });
   await page.screenshot({ path: join(artifacts, `${name}.png`) });
+}
+
+/**
+ * A screenshot the documentation shows: `target` (a page or a locator) to
+ * target/e2e/<name>.png and, with PEDELEC_E2E_DOC_SHOTS set, copied to
+ * docs/img/<name>.png — how every image in docs/img is made, so they stay current.
+ */
+export async function docShot(target, name, options = {}) {
+  mkdirSync(artifacts, { recursive: true });
+  const path = join(artifacts, `${name}.png`);
+  await target.screenshot({ path, ...options });
+  if (process.env.PEDELEC_E2E_DOC_SHOTS) {
+    mkdirSync(join(repo, "docs/img"), { recursive: true });
+    copyFileSync(path, join(repo, "docs/img", `${name}.png`));
+  }
+  return path;
 }
 
 /** Runs f in the page with the demo's exports; errors come back as {code, message}. */

@@ -12,6 +12,7 @@ import {
   approvalUiOpen,
   BRIDGE_NAMESPACE,
   checkBuilt,
+  docShot,
   EXTENSION_ID,
   inPage,
   servePages,
@@ -227,13 +228,19 @@ test("3 a tool call at the default level: codex calls a page tool natively, clau
     const chats = [];
     const errors = [];
     s.onChat((x) => chats.push(x));
-    s.onError((e) => errors.push(e.code));
-    await s.sendText("call it");
-    return { chats, errors };
+    // The page hears it too, not only the agent: source sdk, the tool and the operation.
+    s.onError((e, ctx) => errors.push({ code: e.code, source: ctx.source, tool: e.details?.tool, operationId: ctx.operationId, same: e.operationId === ctx.operationId }));
+    const op = await s.sendText("call it");
+    return { chats, errors, op, last: s.lastOperation, active: s.activeOperation };
   });
   assert.ok(r.ok, JSON.stringify(r.error));
   assert.equal(r.ok.chats.length, 1);
   assert.match(r.ok.chats[0], /^Result: TOOL_HANDLER_NOT_FOUND: No handler for nobody_home/);
+  // sendText() resolved with the operation it ran; the handle shows it as the last one.
+  assert.equal(r.ok.op.outcome, "completed");
+  assert.deepEqual(r.ok.last, r.ok.op);
+  assert.equal(r.ok.active, null);
+  assert.deepEqual(r.ok.errors, [{ code: "TOOL_HANDLER_NOT_FOUND", source: "sdk", tool: "nobody_home", operationId: r.ok.op.operationId, same: true }]);
 });
 
 /** Wraps the worker's native link so the test sees every request the extension sends to the host. */
@@ -269,7 +276,8 @@ test("4 page-scoped session: closing the tab ends it at once (auto_end); another
     const s = await d.client.resumeSession(sid);
     return { status: s.getStatus(), provider: s.provider };
   }, id);
-  assert.deepEqual(r.ok, { status: "ended", provider: "" });
+  // The resumed handle names the session's provider, from its snapshot.
+  assert.deepEqual(r.ok, { status: "ended", provider: "codex" });
   assert.ok(Date.now() - closedAt < 5_000, "ended before SessionService's own 5 s grace period would have");
   const shown = JSON.parse(w.cli("sessions", "show", "--origin", site.origin, id).stdout);
   assert.equal(shown.status, "ended");
@@ -291,7 +299,8 @@ test("5 persistent session: reload, resumeSession(savedId), handlers re-register
   await page.click("#resume-saved");
   await page.waitForFunction((sid) => document.getElementById("session-id")?.textContent === sid, id, { timeout: STEP_MS });
   const after = await inPage(page, (d) => ({ status: d.session.getStatus(), provider: d.session.provider, effortLevel: d.session.effortLevel ?? null }));
-  assert.deepEqual(after.ok, { status: "idle", provider: "", effortLevel: null });
+  // The resumed handle's provider and level come from the session's snapshot.
+  assert.deepEqual(after.ok, { status: "idle", provider: "codex", effortLevel: "default" });
   // The demo registered its tools on the resumed handle; a tool call in this turn reaches them.
   await mock.script(codexTool("update_counter", { delta: 7 }, "Second answer, I remember ALPHA-7731. {output}"));
   await sendInDemo(page, "And now?");
@@ -682,10 +691,14 @@ test("14 (public origin) assets with the page marked public: upload and read wor
 });
 
 // 15 -----------------------------------------------------------------------
-test("15 a profile without the extension: installed false, calls reject with EXTENSION_UNAVAILABLE", T, async (t) => {
+test("15 a profile without the extension: installed false, calls reject with EXTENSION_UNAVAILABLE; the demo says how to install it", T, async (t) => {
   const w = await startWorld(t, mock, { extension: false });
   const page = await w.openDemo(site.origin);
   assert.equal(await page.textContent("#approval"), "Extension not installed");
+  assert.equal(await page.isVisible("#install"), true, "the install steps are shown");
+  const steps = await page.$$eval("#install li", (lis) => lis.map((l) => l.textContent));
+  assert.match(steps[0], /\.\/start\.sh/);
+  assert.match(steps[1], /chrome:\/\/extensions.*Developer mode.*Load unpacked.*extension\/dist/);
   const r = await inPage(page, async (d) => {
     const status = await d.client.getApprovalStatus();
     const codes = [];
@@ -702,7 +715,7 @@ test("15 a profile without the extension: installed false, calls reject with EXT
   assert.deepEqual(r.ok, { status: { installed: false, approved: false, origin: site.origin, appConnected: false }, codes: Array(4).fill("EXTENSION_UNAVAILABLE") });
   await page.click("#create");
   await page.waitForSelector('#errors .error[data-code="EXTENSION_UNAVAILABLE"]', { timeout: STEP_MS });
-  await shot(page, "15-no-extension");
+  await docShot(page, "demo-no-extension");
 });
 
 export { assetsScenario };

@@ -1,13 +1,15 @@
 // The extension's options page (its settings page) in Debian's Chromium with
 // the unpacked extension, the real native host and pedelecd on temp dirs
 // (harness.mjs): what the page saves is what the real
-// `pedelec-cli settings get` reads back; keys are only ever shown masked; a
-// web page cannot reach the settings through the worker.
+// `pedelec-cli settings get` reads back; effort is a choice of the CLI's
+// values; Ollama's models are offered from the Ollama server's own list and a
+// default Ollama without a model is refused before anything is sent; a save
+// says in words what changed; keys are only ever shown masked; a web page
+// cannot reach the settings through the worker.
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
-import { copyFileSync, mkdirSync } from "node:fs";
-import { join } from "node:path";
-import { artifacts, checkBuilt, EXTENSION_ID, OPTIONS_PORT_NAME, POPUP_URL, repo, SDK_PORT_NAME, servePages, shot, startMock, startWorld, STEP_MS } from "./harness.mjs";
+import { createServer } from "node:http";
+import { checkBuilt, docShot, EXTENSION_ID, OPTIONS_PORT_NAME, POPUP_URL, SDK_PORT_NAME, servePages, shot, startMock, startWorld, STEP_MS } from "./harness.mjs";
 
 const OPTIONS_URL = `chrome-extension://${EXTENSION_ID}/options.html`;
 const OLLAMA_KEY = "ollama-secret-key-1234";
@@ -15,14 +17,24 @@ const TAVILY_KEY = "tvly-typed-in-the-page-5678";
 
 let mock;
 let site;
+/** A stand-in Ollama server: its /api/tags lists two models (what `ollama list` shows). */
+let ollama;
 before(async () => {
   checkBuilt();
   mock = await startMock();
   site = await servePages();
+  const server = createServer((req, res) => {
+    if (req.url === "/api/tags") {
+      res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ models: [{ name: "llama3.2:latest", model: "llama3.2:latest" }, { name: "qwen3:32b", model: "qwen3:32b" }] }));
+    } else res.writeHead(404).end();
+  });
+  await new Promise((r) => server.listen(0, "127.0.0.1", r));
+  ollama = { url: `http://127.0.0.1:${server.address().port}`, close: () => server.close() };
 });
 after(() => {
   mock?.stop();
   site?.close();
+  ollama?.close();
 });
 
 /** `pedelec-cli settings get [extra]`, parsed. */
@@ -47,7 +59,7 @@ async function status(page, state) {
   return text;
 }
 
-test("options page: change the default provider, an Ollama profile and the keys; pedelec-cli settings get sees them; keys stay masked", { timeout: 240_000 }, async (t) => {
+test("options page: change the default provider, Ollama's models (offered from its list), an effort and the keys; pedelec-cli settings get sees them; keys stay masked", { timeout: 240_000 }, async (t) => {
   const w = await startWorld(t, mock);
   const set = w.cli("settings", "set", "ollama-api-key", OLLAMA_KEY);
   assert.equal(set.status, 0, set.stderr);
@@ -82,14 +94,33 @@ test("options page: change the default provider, an Ollama profile and the keys;
   assert.equal(await page.textContent("#tavily-key .masked"), "not set");
   assert.ok(!(await page.content()).includes(OLLAMA_KEY), "the key is not in the page");
 
-  // Edit: default provider ollama, two Ollama levels, the endpoint, a Tavily
-  // key typed in, the Ollama key cleared.
+  // Effort is a choice of the CLI's own values; Ollama has no effort setting.
+  const effort = (code, level) => `.provider[data-provider="${code}"] tr[data-level="${level}"] [data-field="effort"]`;
+  assert.deepEqual(await page.$$eval(`${effort("claude", "high")} option`, (os) => os.map((o) => o.value)), ["", "low", "medium", "high", "xhigh", "max"]);
+  assert.equal(await page.isDisabled(effort("ollama", "high")), true);
+
+  // Ollama as the default agent without a model is refused in the page, nothing sent.
   await page.check('input[name="default-provider"][value="ollama"]');
-  const ollama = '.provider[data-provider="ollama"]';
-  await page.fill(`${ollama} tr[data-level="default"] [data-field="model"]`, "llama3.2");
-  await page.fill(`${ollama} tr[data-level="high"] [data-field="model"]`, "qwen3:32b");
-  await page.fill(`${ollama} tr[data-level="high"] [data-field="effort"]`, "high");
-  await page.fill("#ollama-endpoint", "http://127.0.0.1:11500");
+  await page.click("#save");
+  await page.waitForSelector('#status[data-state="error"]', { timeout: STEP_MS });
+  assert.equal(await page.getAttribute("#status", "data-code"), "MODEL_REQUIRED");
+  assert.equal(await page.textContent("#status"), "Not saved: Ollama needs a model for its default level before it can be the default agent.");
+  assert.equal(await page.getAttribute('.provider[data-provider="ollama"] tr[data-level="default"] [data-field="model"]', "aria-invalid"), "true");
+  assert.equal(settingsGet(w).defaultProvider ?? null, null, "nothing was saved");
+
+  // Ollama's models come from the Ollama server at the address typed in.
+  await page.fill("#ollama-endpoint", ollama.url);
+  await page.dispatchEvent("#ollama-endpoint", "change");
+  await page.waitForFunction(() => document.getElementById("ollama-models")?.textContent.includes("qwen3:32b"), null, { timeout: STEP_MS });
+  assert.equal(await page.textContent("#ollama-models"), "Models on this Ollama, offered in the Ollama card: llama3.2:latest, qwen3:32b.");
+  assert.deepEqual(await page.$$eval("#models-ollama option", (os) => os.map((o) => o.value)), ["llama3.2:latest", "qwen3:32b"]);
+  assert.equal(await page.getAttribute('.provider[data-provider="ollama"] tr[data-level="default"] [data-field="model"]', "list"), "models-ollama");
+
+  // Edit: two Ollama levels, OpenCode's high effort, a Tavily key typed in, the Ollama key cleared.
+  const ollamaCard = '.provider[data-provider="ollama"]';
+  await page.fill(`${ollamaCard} tr[data-level="default"] [data-field="model"]`, "llama3.2:latest");
+  await page.fill(`${ollamaCard} tr[data-level="high"] [data-field="model"]`, "qwen3:32b");
+  await page.selectOption(effort("opencode", "high"), "max");
   await page.click('#tavily-key button[data-action="replace"]');
   await page.fill("#tavily-key .new-key", TAVILY_KEY);
   assert.equal(await page.getAttribute("#tavily-key .new-key", "type"), "password", "a key is typed into a password field");
@@ -97,14 +128,18 @@ test("options page: change the default provider, an Ollama profile and the keys;
   assert.equal(await page.textContent("#ollama-key .masked"), "will be cleared");
   await page.click("#save");
   const saved = await status(page, "saved");
-  assert.match(saved, /defaultProvider/);
+  assert.equal(
+    saved,
+    `Saved: the default agent is now Ollama; OpenCode's and Ollama's effort levels; Ollama's address (${ollama.url}); Ollama key removed; the new web search key.`,
+  );
 
   // The real CLI reads what the page saved (keys masked unless asked).
   const after = settingsGet(w);
   assert.equal(after.defaultProvider, "ollama");
-  assert.deepEqual(after.profiles.ollama.levels, { default: { model: "llama3.2", effort: "" }, high: { model: "qwen3:32b", effort: "high" } });
+  assert.deepEqual(after.profiles.ollama.levels, { default: { model: "llama3.2:latest", effort: "" }, high: { model: "qwen3:32b", effort: "" } });
+  assert.deepEqual(after.profiles.opencode.levels, { high: { model: "", effort: "max" } });
   assert.deepEqual(after.profiles.claude, before.profiles.claude, "another provider's profiles are kept");
-  assert.equal(after.ollamaEndpoint, "http://127.0.0.1:11500");
+  assert.equal(after.ollamaEndpoint, ollama.url);
   assert.deepEqual(after.tavilyApiKey, { set: true, masked: "••••5678" });
   assert.deepEqual(after.ollamaApiKey, { set: false, masked: "" });
   const secrets = settingsGet(w, "--show-secrets");
@@ -120,11 +155,7 @@ test("options page: change the default provider, an Ollama profile and the keys;
 
   // The screenshot for the docs (docs/img/settings-page.png is this file).
   await page.setViewportSize({ width: 1100, height: 800 });
-  await page.screenshot({ path: join(artifacts, "settings-page.png"), fullPage: true });
-  if (process.env.PEDELEC_E2E_DOC_SHOTS) {
-    mkdirSync(join(repo, "docs/img"), { recursive: true });
-    copyFileSync(join(artifacts, "settings-page.png"), join(repo, "docs/img/settings-page.png"));
-  }
+  await docShot(page, "settings-page", { fullPage: true });
 
   // A change made elsewhere meanwhile (pedelec-cli) is kept when the page saves another field.
   const cli = w.cli("settings", "set", "profile", "codex", "high", "--model", "gpt-5.5");
@@ -141,9 +172,10 @@ test("options page: change the default provider, an Ollama profile and the keys;
   await page.click("#save");
   await page.waitForSelector('#status[data-state="error"]', { timeout: STEP_MS });
   assert.equal(await page.getAttribute("#status", "data-code"), "INVALID_INPUT");
-  assert.equal(settingsGet(w).ollamaEndpoint, "http://127.0.0.1:11500");
+  assert.match(await page.textContent("#status"), /^Not saved: .* \(INVALID_INPUT\)$/);
+  assert.equal(settingsGet(w).ollamaEndpoint, ollama.url);
   await page.click("#revert");
-  assert.equal(await page.inputValue("#ollama-endpoint"), "http://127.0.0.1:11500");
+  assert.equal(await page.inputValue("#ollama-endpoint"), ollama.url);
 
   // The popup links to the page (Chrome focuses an options tab already open, so none is).
   await page.close();

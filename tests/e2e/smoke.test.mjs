@@ -169,7 +169,8 @@ test("a page approves, lists providers, creates and ends a session through the r
 
   // The popup lists the site with its two live sessions.
   await withTimeout(popup.locator(`#sessions .row[data-origin="${origin}"]`, { hasText: "2 sessions" }).waitFor(), "the site's sessions in the popup");
-  assert.match(await popup.locator("#host-state").textContent(), /Native host 0\.1\.0 \(protocol 2\)/);
+  assert.equal(await popup.locator("#host-state").getAttribute("data-state"), "running");
+  assert.match(await popup.locator("#host").textContent(), /Pedelec is running on this computer.*Version 0\.1\.0\./);
 
   // The native host dies: the extension reconnects, says hello and re-attaches;
   // the page's handle stays attached and usable (no EXTENSION_DISCONNECTED).
