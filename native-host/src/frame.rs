@@ -28,6 +28,16 @@ pub enum Inbound {
     BadLength(u64),
 }
 
+/// A frame's length, read before its body, so the caller can wait for room
+/// (the in-flight byte budget, `host.rs`) before the body is read.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Header {
+    /// A body of this many bytes follows: read it with [`FrameReader::body`].
+    Length(u64),
+    /// As [`Inbound::BadLength`]; nothing is to be read.
+    BadLength(u64),
+}
+
 pub struct FrameReader<R> {
     inner: R,
     /// Bytes of an oversized frame still to discard.
@@ -42,6 +52,17 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     /// The next frame; `Ok(None)` at a clean end of input. Input that ends in
     /// the middle of a frame is `UnexpectedEof`.
     pub async fn next(&mut self) -> io::Result<Option<Inbound>> {
+        Ok(match self.header().await? {
+            None => None,
+            Some(Header::BadLength(len)) => Some(Inbound::BadLength(len)),
+            Some(Header::Length(len)) => Some(Inbound::Frame(self.body(len).await?)),
+        })
+    }
+
+    /// The next frame's length; `Ok(None)` at a clean end of input. After
+    /// [`Header::Length`] the body must be read with [`FrameReader::body`]
+    /// before the next header.
+    pub async fn header(&mut self) -> io::Result<Option<Header>> {
         if self.skip > 0 {
             let want = std::mem::take(&mut self.skip);
             let skipped =
@@ -68,8 +89,14 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             if len > MAX_INBOUND {
                 self.skip = len;
             }
-            return Ok(Some(Inbound::BadLength(len)));
+            return Ok(Some(Header::BadLength(len)));
         }
+        Ok(Some(Header::Length(len)))
+    }
+
+    /// The body of a frame whose [`Header::Length`] was `len`. Input that
+    /// ends before it is `UnexpectedEof`.
+    pub async fn body(&mut self, len: u64) -> io::Result<Vec<u8>> {
         // Grow with the data that actually arrives rather than trusting the
         // header for a 64 MiB allocation up front.
         let mut body = Vec::with_capacity(len.min(1 << 16) as usize);
@@ -77,7 +104,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         if (body.len() as u64) < len {
             return Err(io::ErrorKind::UnexpectedEof.into());
         }
-        Ok(Some(Inbound::Frame(body)))
+        Ok(body)
     }
 }
 
@@ -236,6 +263,26 @@ mod tests {
             assert_eq!(got[1], Inbound::Frame("{\"t\":\"é✓\"}".as_bytes().to_vec()));
             assert_eq!(got[2], Inbound::Frame(vec![b'x'; 70_000]));
         }
+    }
+
+    /// The length comes first, so the caller can wait for room before the
+    /// body is read; the body then follows exactly.
+    #[tokio::test]
+    async fn a_header_is_read_without_its_body() {
+        let mut data = frame(br#"{"id":1}"#);
+        data.extend(frame(b"{}"));
+        let mut reader = FrameReader::new(Trickle {
+            data,
+            pos: 0,
+            step: 3,
+        });
+        assert_eq!(reader.header().await.unwrap(), Some(Header::Length(8)));
+        assert_eq!(reader.body(8).await.unwrap(), br#"{"id":1}"#);
+        assert_eq!(
+            reader.next().await.unwrap(),
+            Some(Inbound::Frame(b"{}".to_vec()))
+        );
+        assert_eq!(reader.header().await.unwrap(), None);
     }
 
     #[tokio::test]

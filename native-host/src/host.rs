@@ -12,12 +12,12 @@ use pedelec_common::{Code, CodedError};
 use pedelec_proto::v1 as pb;
 use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::{Mutex, Semaphore, mpsc, oneshot};
+use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::task::{JoinHandle, JoinSet};
 
 use crate::core::{self, Core};
 use crate::error::HostError;
-use crate::frame::{self, FrameReader, Inbound, MAX_INBOUND};
+use crate::frame::{self, FrameReader, Header, Inbound, MAX_INBOUND};
 use crate::protocol::{self as p, Envelope, Request, ToolOutcome};
 
 /// One gRPC call through `Core::call`, which needs the services `$needed`
@@ -41,9 +41,16 @@ const OUT_QUEUE: usize = 4096;
 const EOF_GRACE: Duration = Duration::from_millis(400);
 /// After a refusal, how long to keep refusing further frames before exiting.
 const REFUSAL_LINGER: Duration = Duration::from_millis(300);
-/// Requests in flight at most; reading stdin waits for one to finish, so a
-/// flood of 64 MiB frames cannot grow memory without bound.
+/// Requests in flight at most; reading stdin waits for one to finish.
 pub const MAX_IN_FLIGHT: usize = 64;
+/// Bytes of request frames in flight at most (their JSON as it arrived; a
+/// request holds its frame's share until it is answered). A frame that does
+/// not fit waits, its body unread, until requests in flight finish: reading
+/// stdin stops (Chrome buffers) rather than the frame being refused, so the
+/// extension's requests keep their order and none fails for the others'
+/// size. The largest frame ([`MAX_INBOUND`]) always fits alone. What the
+/// host's memory then peaks at: docs/native-messaging.md, "Figures".
+pub const MAX_IN_FLIGHT_BYTES: usize = MAX_INBOUND as usize;
 
 /// The id in `chrome-extension://<id>/`, if argv[1] has that shape.
 pub fn extension_id(origin: &str) -> Option<&str> {
@@ -197,13 +204,14 @@ async fn serve<R: AsyncRead + Unpin>(
     });
     let mut requests = JoinSet::new();
     let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+    let budget = Arc::new(Semaphore::new(MAX_IN_FLIGHT_BYTES));
     loop {
         // Wait for a slot before reading, so at most MAX_IN_FLIGHT frames are held.
         let Ok(permit) = in_flight.clone().acquire_owned().await else {
             break;
         };
-        let inbound = match reader.next().await {
-            Ok(Some(inbound)) => inbound,
+        let header = match reader.header().await {
+            Ok(Some(header)) => header,
             Ok(None) => {
                 tracing::info!("stdin closed; detaching everything");
                 break;
@@ -214,9 +222,20 @@ async fn serve<R: AsyncRead + Unpin>(
             }
         };
         while requests.try_join_next().is_some() {}
-        let body = match inbound {
-            Inbound::Frame(body) => body,
-            Inbound::BadLength(len) => {
+        // And room for its bytes before reading its body, so at most
+        // MAX_IN_FLIGHT_BYTES of frames are held.
+        let (body, bytes) = match header {
+            Header::Length(len) => {
+                let bytes = room_for(&budget, len).await;
+                match reader.body(len).await {
+                    Ok(body) => (body, bytes),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "stdin ended inside a frame; detaching everything");
+                        break;
+                    }
+                }
+            }
+            Header::BadLength(len) => {
                 let error = if len == 0 {
                     HostError::invalid("empty frame (length 0)")
                 } else {
@@ -230,7 +249,11 @@ async fn serve<R: AsyncRead + Unpin>(
                 continue;
             }
         };
-        match p::parse(&body) {
+        let parsed = p::parse(&body);
+        let frame_len = body.len();
+        // The request holds what it parsed; the frame's bytes go now.
+        drop(body);
+        match parsed {
             Ok(env) => {
                 // Attach and detach change the attachments here, in frame
                 // order, so a detach right after an attach always finds it.
@@ -238,11 +261,11 @@ async fn serve<R: AsyncRead + Unpin>(
                 let host = host.clone();
                 requests.spawn(async move {
                     host.handle(env, early).await;
-                    drop(permit);
+                    drop((permit, bytes));
                 });
             }
             Err(rejected) => {
-                tracing::warn!(id = %rejected.id, error = %rejected.error, bytes = body.len(), "bad request");
+                tracing::warn!(id = %rejected.id, error = %rejected.error, bytes = frame_len, "bad request");
                 host.send(p::error_reply(&rejected.id, &rejected.error))
                     .await;
             }
@@ -256,6 +279,27 @@ async fn serve<R: AsyncRead + Unpin>(
     .await;
     requests.shutdown().await;
     host.detach_all().await;
+}
+
+/// `len` bytes of the in-flight budget, waiting (and saying so) while the
+/// requests in flight hold too much of it.
+async fn room_for(budget: &Arc<Semaphore>, len: u64) -> OwnedSemaphorePermit {
+    // len <= MAX_INBOUND (64 MiB), far below u32::MAX.
+    let n = u32::try_from(len).unwrap_or(u32::MAX);
+    if let Ok(bytes) = budget.clone().try_acquire_many_owned(n) {
+        return bytes;
+    }
+    tracing::info!(
+        frame_bytes = len,
+        held_bytes = MAX_IN_FLIGHT_BYTES - budget.available_permits(),
+        limit = MAX_IN_FLIGHT_BYTES,
+        "requests in flight hold the byte budget; reading the next frame once they have room"
+    );
+    budget
+        .clone()
+        .acquire_many_owned(n)
+        .await
+        .expect("the budget is never closed")
 }
 
 impl Host {
