@@ -699,6 +699,7 @@ test("15 a profile without the extension: installed false, calls reject with EXT
   const steps = await page.$$eval("#install li", (lis) => lis.map((l) => l.textContent));
   assert.match(steps[0], /\.\/start\.sh/);
   assert.match(steps[1], /chrome:\/\/extensions.*Developer mode.*Load unpacked.*extension\/dist/);
+  await docShot(page, "demo-no-extension");
   const r = await inPage(page, async (d) => {
     const status = await d.client.getApprovalStatus();
     const codes = [];
@@ -715,7 +716,7 @@ test("15 a profile without the extension: installed false, calls reject with EXT
   assert.deepEqual(r.ok, { status: { installed: false, approved: false, origin: site.origin, appConnected: false }, codes: Array(4).fill("EXTENSION_UNAVAILABLE") });
   await page.click("#create");
   await page.waitForSelector('#errors .error[data-code="EXTENSION_UNAVAILABLE"]', { timeout: STEP_MS });
-  await docShot(page, "demo-no-extension");
+  await shot(page, "15-no-extension");
 });
 
 export { assetsScenario };
