@@ -4,19 +4,17 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use pedelec_common::beneath::{self, Dir, Entry, Refusal, TEMP_PREFIX, TEMP_SUFFIX};
 use pedelec_common::clients::SessionClient;
 use pedelec_common::{Code, CodedError};
 use pedelec_proto::v1 as pb;
 use tokio::io::{AsyncWriteExt, BufWriter};
 
-use crate::beneath::{Dir, Entry};
 use crate::error::AssetError;
 use crate::paths::{self, AssetPath, RESERVED_PREFIX};
+use crate::quota::{Quotas, Reservation};
 use crate::tickets::{Grant, Kind, Tickets};
 
-/// Prefix and suffix of upload temp files (the prefix is reserved, see `paths`).
-pub const TEMP_PREFIX: &str = ".pedelec-upload-";
-pub const TEMP_SUFFIX: &str = ".part";
 /// The chunk size of reads, over gRPC and HTTP.
 pub const CHUNK: usize = 64 * 1024;
 /// Uploads are written through a buffer this big: fewer, larger blocking writes.
@@ -33,7 +31,17 @@ pub struct Limits {
     /// would otherwise hold its connection slot and temp file forever. 15
     /// minutes by default: 100 MiB at about 115 KiB/s.
     pub upload_deadline: Duration,
+    /// The most one thread's assets folder may hold (its files on disk,
+    /// the agent's included, and the uploads in flight).
+    pub thread_quota_bytes: u64,
+    /// The most the assets folders of all of one origin's threads may hold.
+    pub origin_quota_bytes: u64,
 }
+
+/// 1 GiB per thread, 4 GiB per origin: ten of the largest assets in one
+/// thread, forty over a site's threads.
+pub const THREAD_QUOTA_BYTES: u64 = 1 << 30;
+pub const ORIGIN_QUOTA_BYTES: u64 = 4 << 30;
 
 impl Default for Limits {
     fn default() -> Self {
@@ -41,6 +49,8 @@ impl Default for Limits {
             max_asset_bytes: 100 * 1024 * 1024,
             ticket_ttl: Duration::from_secs(5 * 60),
             upload_deadline: Duration::from_secs(15 * 60),
+            thread_quota_bytes: THREAD_QUOTA_BYTES,
+            origin_quota_bytes: ORIGIN_QUOTA_BYTES,
         }
     }
 }
@@ -51,6 +61,69 @@ impl Default for Limits {
 pub struct ThreadFolder {
     pub workspace: PathBuf,
     pub session_id: String,
+    /// The origin that asked, which SessionService confirmed owns the thread.
+    pub origin: String,
+}
+
+impl ThreadFolder {
+    /// The thread's assets folder, made (0700, with the folders above it)
+    /// when `create`; `None` when it does not exist and not `create`.
+    fn open(&self, create: bool) -> Result<Option<Dir>, AssetError> {
+        Dir::open(&self.workspace)
+            .and_then(|ws| beneath::thread_assets(&ws, &self.session_id, create))
+            .map_err(|e| self.folder_error(e))
+    }
+
+    /// The thread's assets folder, made when missing.
+    fn root(&self) -> Result<Dir, AssetError> {
+        self.open(true)?
+            .ok_or_else(|| self.folder_error(std::io::Error::from(std::io::ErrorKind::NotFound)))
+    }
+
+    /// An error met on the way to the thread's assets folder, told to a page
+    /// without the workspace's path (the log has it).
+    fn folder_error(&self, e: std::io::Error) -> AssetError {
+        tracing::warn!(workspace = %self.workspace.display(), thread = %self.session_id, error = %e, "the thread's assets folder cannot be used");
+        if beneath::refusal(&e).is_some() {
+            AssetError::PathInvalid(
+                "the thread's assets folder in its workspace is not a real folder (a symlink or \
+                 a file is in its place)"
+                    .into(),
+            )
+        } else {
+            AssetError::io("could not open the thread's assets folder", e)
+        }
+    }
+
+    /// An error met at the page's `path` inside the thread's folder, told in
+    /// the page's own terms: the path it gave, never where it is on disk.
+    fn path_error(&self, path: &AssetPath, doing: &str, e: std::io::Error) -> AssetError {
+        match beneath::refusal(&e) {
+            Some(Refusal::Symlink) => AssetError::PathInvalid(format!(
+                "{path}: a symbolic link is in the way (links are never followed)"
+            )),
+            Some(Refusal::NotAFolder) => AssetError::PathInvalid(format!(
+                "{path}: a file is in the way where a folder would be"
+            )),
+            Some(Refusal::NotAFile) => {
+                AssetError::PathInvalid(format!("{path} is not a regular file"))
+            }
+            None => {
+                tracing::warn!(workspace = %self.workspace.display(), thread = %self.session_id, %path, error = %e, "could not {doing} an asset");
+                AssetError::io(format!("could not {doing} {path}"), e)
+            }
+        }
+    }
+
+    /// The folder holding `path`'s file, walked (and with `create`, made)
+    /// beneath the thread's folder; `None` when a folder is missing.
+    fn parent_of(&self, path: &AssetPath, create: bool) -> Result<Option<Dir>, AssetError> {
+        let Some(root) = self.open(create)? else {
+            return Ok(None);
+        };
+        root.walk(path.folders(), create)
+            .map_err(|e| self.path_error(path, "open the folder of", e))
+    }
 }
 
 /// The asset service's logic, independent of gRPC.
@@ -58,6 +131,7 @@ pub struct Assets {
     sessions: SessionClient,
     tickets: Tickets,
     limits: Limits,
+    quotas: Quotas,
     /// `http://127.0.0.1:<port>` of the transfer server.
     base_url: String,
     /// Workspaces already swept of upload temp files left by an earlier run.
@@ -77,6 +151,7 @@ impl Assets {
                     .collect(),
             ),
             limits,
+            quotas: Quotas::new(limits.thread_quota_bytes, limits.origin_quota_bytes),
             base_url,
             swept: Default::default(),
             started: std::time::SystemTime::now(),
@@ -97,7 +172,9 @@ impl Assets {
         }
         let (workspace, started) = (workspace.to_path_buf(), self.started);
         tokio::task::spawn_blocking(move || {
-            if let Ok(Some(root)) = assets_root(&workspace, false) {
+            if let Ok(Some(root)) =
+                Dir::open(&workspace).and_then(|ws| beneath::assets_root(&ws, false))
+            {
                 let removed = sweep_temp_files(&root, started);
                 if removed > 0 {
                     tracing::info!(workspace = %workspace.display(), removed, "removed leftover upload temp files");
@@ -132,7 +209,12 @@ impl Assets {
                 origin: origin.to_string(),
             })
             .await
-            .map_err(|s| AssetError::Thread(CodedError::from_status(&s, Code::CORE_UNAVAILABLE)))?
+            .map_err(|s| {
+                page_safe(
+                    CodedError::from_status(&s, Code::CORE_UNAVAILABLE),
+                    session_id,
+                )
+            })?
             .into_inner();
         if snapshot.status == pb::SessionStatus::Ended as i32 {
             return Err(AssetError::SessionEnded(session_id.to_string()));
@@ -153,6 +235,7 @@ impl Assets {
         Ok(ThreadFolder {
             workspace,
             session_id: snapshot.session_id,
+            origin: origin.to_string(),
         })
     }
 
@@ -199,11 +282,16 @@ impl Assets {
                 "content_type is not a valid header value".into(),
             ));
         }
-        // Refuse a bad target now rather than after the page sent the body.
-        let root = root(&workspace, true)?;
-        if let Some(parent) = root.parent_of(&path, false)? {
-            check_upload_target(&parent, &path)?;
-        }
+        // Refuse a bad target, or one past the quota, now rather than after
+        // the page sent the body.
+        workspace.root()?;
+        let replacing = match workspace.parent_of(&path, false)? {
+            Some(parent) => check_upload_target(&workspace, &parent, &path)?,
+            None => 0,
+        };
+        self.quotas
+            .check(&self.sessions, &workspace, req.size_bytes, replacing)
+            .await?;
         self.ticket(Grant {
             kind: Kind::Upload,
             session_id: req.session_id,
@@ -232,30 +320,35 @@ impl Assets {
 
     pub async fn list(&self, session_id: &str, origin: &str) -> Result<Vec<pb::Asset>, AssetError> {
         let workspace = self.workspace(session_id, origin).await?;
-        let Some(root) = assets_dir(&workspace, false)? else {
+        let Some(root) = workspace.open(false)? else {
             return Ok(Vec::new());
         };
-        tokio::task::spawn_blocking(move || list_files(&root))
+        tokio::task::spawn_blocking(move || list_files(&workspace, &root))
             .await
             .map_err(|e| AssetError::io("list assets", std::io::Error::other(e)))?
     }
 
-    /// Starts writing `path` of `size` bytes into a temp file beside its target.
-    pub fn begin_upload(
+    /// Starts writing `path` of `size` bytes into a temp file beside its
+    /// target, with room for `size` held in the quotas until it lands or fails.
+    pub async fn begin_upload(
         &self,
         workspace: &ThreadFolder,
         path: &AssetPath,
         size: u64,
     ) -> Result<UploadSink, AssetError> {
         self.check_size(size)?;
-        let root = root(workspace, true)?;
-        let folder = root.parent_of(path, true)?.expect("parents are created");
-        check_upload_target(&folder, path)?;
-        let temp = format!(
-            "{TEMP_PREFIX}{}{TEMP_SUFFIX}",
-            uuid::Uuid::new_v4().simple()
-        );
-        let file = folder.create_new(&temp)?;
+        let folder = workspace
+            .parent_of(path, true)?
+            .expect("the folders are made");
+        let replacing = check_upload_target(workspace, &folder, path)?;
+        let reservation = self
+            .quotas
+            .reserve(&self.sessions, workspace, size, replacing)
+            .await?;
+        let temp = beneath::temp_name();
+        let file = folder
+            .create_new(&temp, 0o600)
+            .map_err(|e| workspace.path_error(path, "write", e))?;
         Ok(UploadSink {
             file: Some(BufWriter::with_capacity(
                 WRITE_BUFFER,
@@ -263,10 +356,12 @@ impl Assets {
             )),
             temp,
             folder,
+            thread: workspace.clone(),
             path: path.clone(),
             expected: size,
             written: 0,
             limit: self.limits.max_asset_bytes,
+            reservation: Some(reservation),
             committed: false,
         })
     }
@@ -280,45 +375,50 @@ impl Assets {
         let file = open_existing(workspace, path)?;
         let len = file
             .metadata()
-            .map_err(|e| AssetError::io(format!("stat {path}"), e))?
+            .map_err(|e| workspace.path_error(path, "read", e))?
             .len();
         Ok((tokio::fs::File::from_std(file), len))
     }
 }
 
-/// `<workspace>/.pedelec-runtime/assets`, created (0700) when `create`;
-/// `None` when it does not exist and `create` is false. Neither folder may be
-/// a symlink; both are held open, so later steps stay beneath them.
-fn assets_root(workspace: &Path, create: bool) -> Result<Option<Dir>, AssetError> {
-    let Some(runtime) = Dir::open(workspace)?.child(".pedelec-runtime", create)? else {
-        return Ok(None);
+/// An error SessionService answered, as a page may read it: its own
+/// messages name no local path, but for a workspace that cannot be opened,
+/// which is said in general words here (the log has SessionService's).
+fn page_safe(e: CodedError, session_id: &str) -> AssetError {
+    let general = match e.code {
+        Code::WORKSPACE_OPEN_FAILED => {
+            "the thread's workspace folder is gone or is no longer a folder"
+        }
+        Code::CORE_UNAVAILABLE => "SessionService is not reachable; try again once Pedelec runs",
+        Code::INTERNAL => "SessionService failed to open the thread's workspace",
+        _ => return AssetError::Thread(e),
     };
-    runtime.child("assets", create)
+    tracing::warn!(thread = %session_id, code = %e.code.as_str(), error = %e.message, "SessionService refused the workspace");
+    AssetError::Thread(CodedError::new(e.code, general))
 }
 
-/// The thread's own folder in [`assets_root`], created (0700) when `create`.
-fn assets_dir(thread: &ThreadFolder, create: bool) -> Result<Option<Dir>, AssetError> {
-    let Some(root) = assets_root(&thread.workspace, create)? else {
-        return Ok(None);
-    };
-    root.child(&thread.session_id, create)
-}
-
-fn root(workspace: &ThreadFolder, create: bool) -> Result<Dir, AssetError> {
-    assets_dir(workspace, create)?
-        .ok_or_else(|| AssetError::io("assets root", std::io::ErrorKind::NotFound.into()))
-}
-
-/// The regular file at `path`, open for reading, or ASSET_NOT_FOUND.
+/// The regular file at `path`, open for reading, or ASSET_NOT_FOUND: for a
+/// missing file, a folder, and a file that cannot be read (which `List` does
+/// not show either).
 fn open_existing(workspace: &ThreadFolder, path: &AssetPath) -> Result<std::fs::File, AssetError> {
     let not_found = || AssetError::NotFound(path.to_string());
-    let folder = assets_dir(workspace, false)?
-        .and_then(|root| root.parent_of(path, false).transpose())
-        .transpose()?
-        .ok_or_else(not_found)?;
-    match folder.entry(path.name())? {
-        Entry::File => folder.open_file(path.name()),
+    let folder = workspace.parent_of(path, false)?.ok_or_else(not_found)?;
+    let entry = folder
+        .entry(path.name())
+        .map_err(|e| workspace.path_error(path, "read", e))?;
+    match entry {
+        Entry::File { .. } => match folder.open_file(path.name()) {
+            Ok(file) => Ok(file),
+            Err(e) if beneath::refusal(&e).is_some() => Err(workspace.path_error(path, "read", e)),
+            Err(e) => {
+                tracing::warn!(workspace = %workspace.workspace.display(), thread = %workspace.session_id, %path, error = %e, "an asset cannot be read");
+                Err(not_found())
+            }
+        },
         Entry::Missing | Entry::Dir => Err(not_found()),
+        Entry::Symlink => Err(AssetError::PathInvalid(format!(
+            "{path} is a symbolic link (links are never followed)"
+        ))),
         Entry::Other => Err(AssetError::PathInvalid(format!(
             "{path} is not a regular file"
         ))),
@@ -340,10 +440,14 @@ fn sweep_temp_files(root: &Dir, before: std::time::SystemTime) -> usize {
                         stack.push(child);
                     }
                 }
-                Ok(Entry::File) if name.starts_with(TEMP_PREFIX) && name.ends_with(TEMP_SUFFIX) => {
+                Ok(Entry::File { .. })
+                    if name.to_str().is_some_and(|n| {
+                        n.starts_with(TEMP_PREFIX) && n.ends_with(TEMP_SUFFIX)
+                    }) =>
+                {
                     let old = dir
                         .open_file(&name)
-                        .and_then(|f| f.metadata().map_err(|e| AssetError::io("stat", e)))
+                        .and_then(|f| f.metadata())
                         .is_ok_and(|md| md.modified().is_ok_and(|m| m < before));
                     if old {
                         dir.remove(&name);
@@ -358,12 +462,20 @@ fn sweep_temp_files(root: &Dir, before: std::time::SystemTime) -> usize {
 }
 
 /// An upload may replace a regular file, nothing else (not a folder, nor a
-/// symlink, FIFO or device).
-fn check_upload_target(folder: &Dir, path: &AssetPath) -> Result<(), AssetError> {
-    match folder.entry(path.name())? {
-        Entry::Missing | Entry::File => Ok(()),
+/// symlink, FIFO or device); returns the size of the file it would replace.
+fn check_upload_target(
+    thread: &ThreadFolder,
+    folder: &Dir,
+    path: &AssetPath,
+) -> Result<u64, AssetError> {
+    let entry = folder
+        .entry(path.name())
+        .map_err(|e| thread.path_error(path, "write", e))?;
+    match entry {
+        Entry::Missing => Ok(0),
+        Entry::File { len } => Ok(len),
         Entry::Dir => Err(AssetError::PathInvalid(format!("{path} is a folder"))),
-        Entry::Other => Err(AssetError::PathInvalid(format!(
+        Entry::Symlink | Entry::Other => Err(AssetError::PathInvalid(format!(
             "{path} is not a regular file (a symlink or special file)"
         ))),
     }
@@ -391,24 +503,33 @@ pub fn asset_of(path: &AssetPath, md: &std::fs::Metadata) -> pb::Asset {
 /// Every regular file under `root`, sorted by path; symlinks, Pedelec's temp
 /// files and names no asset path could address are skipped. Folders are
 /// walked through their descriptors, like every other access.
-fn list_files(root: &Dir) -> Result<Vec<pb::Asset>, AssetError> {
+fn list_files(thread: &ThreadFolder, root: &Dir) -> Result<Vec<pb::Asset>, AssetError> {
+    let failed = |e| {
+        tracing::warn!(workspace = %thread.workspace.display(), thread = %thread.session_id, error = %e, "could not list the assets");
+        AssetError::io("could not list the thread's assets", e)
+    };
     let mut out = Vec::new();
-    let mut stack = vec![(root.try_clone()?, Vec::<String>::new())];
+    let mut stack = vec![(root.try_clone().map_err(failed)?, Vec::<String>::new())];
     while let Some((dir, prefix)) = stack.pop() {
-        for name in dir.names()? {
+        for name in dir.names().map_err(failed)? {
+            // Names no asset path could address are not listed.
+            let Ok(name) = name.into_string() else {
+                continue;
+            };
             if name.starts_with(RESERVED_PREFIX) || paths::check_segment(&name).is_err() {
                 continue;
             }
             let mut segments = prefix.clone();
             segments.push(name.clone());
-            match dir.entry(&name)? {
-                // A folder removed while we walk is simply not listed.
+            match dir.entry(&name).map_err(failed)? {
+                // A folder removed, or swapped for a link, while we walk is
+                // simply not listed.
                 Entry::Dir => {
-                    if let Some(child) = dir.child(&name, false)? {
+                    if let Ok(Some(child)) = dir.child(&name, false) {
                         stack.push((child, segments));
                     }
                 }
-                Entry::File => {
+                Entry::File { .. } => {
                     if let (Ok(file), Ok(path)) = (
                         dir.open_file(&name),
                         AssetPath::parse(&format!("/{}", segments.join("/"))),
@@ -417,7 +538,7 @@ fn list_files(root: &Dir) -> Result<Vec<pb::Asset>, AssetError> {
                         out.push(asset_of(&path, &md));
                     }
                 }
-                Entry::Missing | Entry::Other => {}
+                Entry::Missing | Entry::Symlink | Entry::Other => {}
             }
         }
     }
@@ -434,10 +555,13 @@ pub struct UploadSink {
     /// The temp file's name in `folder`, the target's folder held open.
     temp: String,
     folder: Dir,
+    thread: ThreadFolder,
     path: AssetPath,
     expected: u64,
     written: u64,
     limit: u64,
+    /// The room held in the quotas; released when the sink goes.
+    reservation: Option<Reservation>,
     committed: bool,
 }
 
@@ -458,9 +582,9 @@ impl UploadSink {
             });
         }
         let file = self.file.as_mut().expect("open until finish");
-        file.write_all(data)
-            .await
-            .map_err(|e| AssetError::io(format!("write {}", self.path), e))?;
+        if let Err(e) = file.write_all(data).await {
+            return Err(self.thread.path_error(&self.path, "write", e));
+        }
         self.written = total;
         Ok(())
     }
@@ -477,20 +601,24 @@ impl UploadSink {
             });
         }
         let mut file = self.file.take().expect("open until finish");
-        file.flush()
-            .await
-            .map_err(|e| AssetError::io(format!("write {}", self.path), e))?;
+        if let Err(e) = file.flush().await {
+            return Err(self.thread.path_error(&self.path, "write", e));
+        }
         // The target may have become a folder while the body streamed: check
         // again right before the rename (in the same, held folder).
-        check_upload_target(&self.folder, &self.path)?;
-        self.folder.rename(&self.temp, self.path.name())?;
+        let replaced = check_upload_target(&self.thread, &self.folder, &self.path)?;
+        if let Err(e) = self.folder.rename(&self.temp, self.path.name()) {
+            return Err(self.thread.path_error(&self.path, "write", e));
+        }
         self.committed = true;
+        if let Some(reservation) = self.reservation.take() {
+            reservation.landed(self.expected as i64 - replaced as i64);
+        }
         // The renamed file is the one still open here.
-        let md = file
-            .into_inner()
-            .metadata()
-            .await
-            .map_err(|e| AssetError::io(format!("stat {}", self.path), e))?;
+        let md = match file.into_inner().metadata().await {
+            Ok(md) => md,
+            Err(e) => return Err(self.thread.path_error(&self.path, "read", e)),
+        };
         Ok(asset_of(&self.path, &md))
     }
 }
@@ -557,6 +685,7 @@ mod tests {
         ThreadFolder {
             workspace: ws.to_path_buf(),
             session_id: "thr_t".into(),
+            origin: "https://app.example".into(),
         }
     }
 
@@ -577,7 +706,7 @@ mod tests {
         let folder = ws.path().join(".pedelec-runtime/assets/thr_t/d");
         let t = thread(ws.path());
 
-        let mut sink = a.begin_upload(&t, &path, 4).unwrap();
+        let mut sink = a.begin_upload(&t, &path, 4).await.unwrap();
         sink.write(b"ab").await.unwrap();
         assert_eq!(temp_files(&folder).len(), 1);
         // Short: refused, nothing left.
@@ -589,7 +718,7 @@ mod tests {
         assert!(!folder.join("f.bin").exists());
 
         // Long: refused at the first extra byte; past the limit it is TOO_LARGE.
-        let mut sink = a.begin_upload(&t, &path, 4).unwrap();
+        let mut sink = a.begin_upload(&t, &path, 4).await.unwrap();
         assert!(matches!(
             sink.write(b"abcde").await,
             Err(AssetError::SizeMismatch { .. })
@@ -601,11 +730,11 @@ mod tests {
         drop(sink);
         assert!(temp_files(&folder).is_empty());
         assert!(matches!(
-            a.begin_upload(&t, &path, 11),
+            a.begin_upload(&t, &path, 11).await,
             Err(AssetError::TooLarge { .. })
         ));
 
-        let mut sink = a.begin_upload(&t, &path, 4).unwrap();
+        let mut sink = a.begin_upload(&t, &path, 4).await.unwrap();
         sink.write(b"ab").await.unwrap();
         sink.write(b"cd").await.unwrap();
         let asset = sink.finish().await.unwrap();
@@ -620,7 +749,7 @@ mod tests {
         let (_, len) = a.open_read(&t, &path).unwrap();
         assert_eq!(len, 4);
         std::fs::write(folder.join(".pedelec-upload-x.part"), b"junk").unwrap();
-        let listed = list_files(&root(&t, false).unwrap()).unwrap();
+        let listed = list_files(&t, &t.open(false).unwrap().unwrap()).unwrap();
         assert_eq!(listed.len(), 1);
         assert_eq!(listed[0].path, "/d/f.bin");
     }
@@ -634,7 +763,9 @@ mod tests {
         std::fs::write(folder.join("kept.txt"), b"real").unwrap();
         let cutoff = std::time::SystemTime::now() + Duration::from_secs(1);
         // The sweep covers every thread's folder of the workspace.
-        let root = assets_root(ws.path(), false).unwrap().unwrap();
+        let root = beneath::assets_root(&Dir::open(ws.path()).unwrap(), false)
+            .unwrap()
+            .unwrap();
         assert_eq!(sweep_temp_files(&root, cutoff), 1);
         assert_eq!(temp_files(&folder), Vec::<String>::new());
         assert!(folder.join("kept.txt").is_file());

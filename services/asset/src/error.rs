@@ -26,7 +26,8 @@ pub enum AssetError {
     SessionEnded(String),
     #[error("{0}")]
     InvalidInput(String),
-    /// A resource bound was reached (live tickets of one origin).
+    /// A resource bound was reached (live tickets of one origin, the asset
+    /// quota of a thread or an origin).
     #[error("{0}")]
     Limit(String),
     #[error("{0}")]
@@ -42,6 +43,9 @@ pub enum AssetError {
         refusal: TicketRefusal,
         message: String,
     },
+    /// `what` is in the page's terms (its asset path, "the thread's assets
+    /// folder"), never a local path: the message reaches the page, the
+    /// location goes to the log where the error is made.
     #[error("{what}: {source}")]
     Io {
         what: String,
@@ -105,7 +109,10 @@ impl AssetError {
             Code::ASSET_TOO_LARGE => StatusCode::PAYLOAD_TOO_LARGE,
             Code::SESSION_ENDED | Code::WORKSPACE_OPEN_FAILED => StatusCode::CONFLICT,
             Code::CORE_UNAVAILABLE => StatusCode::SERVICE_UNAVAILABLE,
-            Code::STORAGE_FULL => StatusCode::INSUFFICIENT_STORAGE,
+            // Both say: the disk, or the share of it this thread or site may
+            // use, has no room for this body now (413 says it is too big
+            // whatever is stored).
+            Code::STORAGE_FULL | Code::LIMIT_EXCEEDED => StatusCode::INSUFFICIENT_STORAGE,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }

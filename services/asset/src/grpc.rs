@@ -71,7 +71,8 @@ impl AssetService for AssetGrpc {
         // A broken stream returns early and drops the sink, which removes the temp file.
         let mut sink = self
             .assets
-            .begin_upload(&workspace, &path, header.size_bytes)?;
+            .begin_upload(&workspace, &path, header.size_bytes)
+            .await?;
         while let Some(chunk) = stream.message().await? {
             match chunk.chunk {
                 Some(upload_chunk::Chunk::Data(data)) => sink.write(&data).await?,
@@ -107,7 +108,8 @@ impl AssetService for AssetGrpc {
                     }
                     Err(e) => {
                         remaining = 0;
-                        Err(AssetError::io(format!("read {path}"), e).to_status())
+                        tracing::warn!(%path, error = %e, "an asset read broke off");
+                        Err(AssetError::io(format!("could not read {path}"), e).to_status())
                     }
                 };
                 // The client went away: stop reading.

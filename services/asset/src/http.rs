@@ -81,7 +81,16 @@ async fn serve_at_most(listener: TcpListener, assets: Arc<Assets>, connections: 
             let service = hyper::service::service_fn(move |req| {
                 let assets = assets.clone();
                 let hosts = hosts.clone();
-                async move { Ok::<_, Infallible>(handle(&assets, &hosts, req).await) }
+                async move {
+                    let mut resp = handle(&assets, &hosts, req).await;
+                    // No answer of this server is ever sniffed into something
+                    // a browser would render or run.
+                    resp.headers_mut().insert(
+                        header::X_CONTENT_TYPE_OPTIONS,
+                        HeaderValue::from_static("nosniff"),
+                    );
+                    Ok::<_, Infallible>(resp)
+                }
             });
             let conn = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -278,7 +287,9 @@ async fn upload(
             }
         });
     }
-    let mut sink = assets.begin_upload(&workspace, &grant.path, grant.size)?;
+    let mut sink = assets
+        .begin_upload(&workspace, &grant.path, grant.size)
+        .await?;
     let mut body = req.into_body();
     // A total deadline besides the idle timeout: a body that trickles would
     // otherwise hold its slot forever. Dropping `sink` removes the temp file.
@@ -355,7 +366,41 @@ async fn download(
         HeaderValue::from_static(content_type_of(&grant.path)),
     );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    // Saved, never shown inline: an uploaded page or SVG must not run as the
+    // transfer server's origin.
+    h.insert(
+        header::CONTENT_DISPOSITION,
+        content_disposition(grant.path.name()),
+    );
     Ok(resp)
+}
+
+/// `attachment` with the asset's name (RFC 6266): `filename*` the exact name
+/// in UTF-8, percent-encoded but for RFC 8187's attr-chars, and `filename` an
+/// ASCII stand-in for older clients, with `_` for anything else and for the
+/// characters that would end, escape or encode it (`"`, `\`, `%`).
+fn content_disposition(name: &str) -> HeaderValue {
+    use std::fmt::Write;
+    let fallback: String = name
+        .chars()
+        .map(|c| match c {
+            '"' | '\\' | '%' | ';' => '_',
+            c if c == ' ' || c.is_ascii_graphic() => c,
+            _ => '_',
+        })
+        .collect();
+    let mut exact = String::with_capacity(name.len() * 3);
+    for b in name.bytes() {
+        if b.is_ascii_alphanumeric() || b"!#$&+-.^_`|~".contains(&b) {
+            exact.push(b as char);
+        } else {
+            let _ = write!(exact, "%{b:02X}");
+        }
+    }
+    HeaderValue::from_str(&format!(
+        "attachment; filename=\"{fallback}\"; filename*=UTF-8''{exact}"
+    ))
+    .unwrap_or(HeaderValue::from_static("attachment"))
 }
 
 /// Streams a file in frames of up to [`DOWNLOAD_FRAME`] bytes, exactly `remaining` bytes (the length
@@ -498,6 +543,19 @@ mod tests {
         ] {
             assert_eq!(route(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn the_download_name_is_safe_in_both_forms() {
+        let value = content_disposition("a \"b\"\\c%20ü;.html");
+        assert_eq!(
+            value.to_str().unwrap(),
+            "attachment; filename=\"a _b__c_20__.html\"; filename*=UTF-8''a%20%22b%22%5Cc%2520%C3%BC%3B.html"
+        );
+        assert_eq!(
+            content_disposition("plain.txt").to_str().unwrap(),
+            "attachment; filename=\"plain.txt\"; filename*=UTF-8''plain.txt"
+        );
     }
 
     #[test]

@@ -3,8 +3,8 @@
 //! calls go over gRPC; page bodies go over a loopback HTTP server this service
 //! runs, authorised by single-use tickets.
 
-// The only unsafe code is the *at() calls in `beneath`.
-#![deny(unsafe_code)]
+// No unsafe code: the *at() calls are in `pedelec_common::beneath`.
+#![forbid(unsafe_code)]
 
 use std::future::Future;
 use std::sync::Arc;
@@ -16,13 +16,12 @@ use pedelec_common::{Clients, DataDir, RuntimeDir, ServiceName};
 use pedelec_proto::v1::asset_service_server::AssetServiceServer;
 
 pub mod assets;
-#[allow(unsafe_code)]
-mod beneath;
 pub mod error;
 mod grpc;
 pub mod http;
 pub mod paths;
 pub mod program;
+pub mod quota;
 pub mod tickets;
 
 pub use assets::{Assets, Limits};
@@ -38,6 +37,9 @@ pub struct Config {
     pub ticket_ttl: Duration,
     /// How long one HTTP upload's body may take in all.
     pub upload_deadline: Duration,
+    /// The most one thread's assets folder, and all of one origin's, may hold.
+    pub thread_quota_bytes: u64,
+    pub origin_quota_bytes: u64,
     /// Presented on the internal RPCs of the other services (AssetService
     /// serves none and calls none today: its hub carries it like every
     /// service's does).
@@ -68,9 +70,11 @@ pub async fn run_until(
         max_asset_bytes: config.max_asset_bytes,
         ticket_ttl: config.ticket_ttl,
         upload_deadline: config.upload_deadline,
+        thread_quota_bytes: config.thread_quota_bytes,
+        origin_quota_bytes: config.origin_quota_bytes,
     };
     let assets = Arc::new(Assets::new(sessions, limits, format!("http://{addr}")));
-    tracing::info!(%addr, max_asset_bytes = limits.max_asset_bytes, ticket_ttl_ms = limits.ticket_ttl.as_millis() as u64, "transfer server listening");
+    tracing::info!(%addr, max_asset_bytes = limits.max_asset_bytes, ticket_ttl_ms = limits.ticket_ttl.as_millis() as u64, thread_quota_bytes = limits.thread_quota_bytes, origin_quota_bytes = limits.origin_quota_bytes, "transfer server listening");
     let transfer = tokio::spawn(http::serve(listener, assets.clone()));
     let result = server
         .serve(AssetServiceServer::new(AssetGrpc::new(assets)), shutdown)

@@ -1,6 +1,6 @@
 //! Asset paths: `/`-rooted and checked segment by segment. They are used on
-//! disk only through `beneath::Dir`, which never follows a symlink, so no path
-//! can leave the assets root.
+//! disk only through `pedelec_common::beneath::Dir`, which never follows a
+//! symlink, so no path can leave the assets root.
 
 use std::path::{Path, PathBuf};
 
@@ -84,6 +84,11 @@ impl AssetPath {
 
     pub fn segments(&self) -> &[String] {
         &self.segments
+    }
+
+    /// The folders the file is in, from the top (all segments but the last).
+    pub fn folders(&self) -> &[String] {
+        &self.segments[..self.segments.len() - 1]
     }
 
     pub fn name(&self) -> &str {

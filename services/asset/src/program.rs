@@ -26,6 +26,12 @@ struct Args {
     /// body still arriving then is refused and its temp file removed.
     #[arg(long, env = env::ASSET_UPLOAD_DEADLINE_MS, default_value_t = 15 * 60 * 1000)]
     upload_deadline_ms: u64,
+    /// The most one thread's assets folder may hold, in bytes.
+    #[arg(long, env = env::ASSET_THREAD_QUOTA_BYTES, default_value_t = crate::assets::THREAD_QUOTA_BYTES)]
+    thread_quota_bytes: u64,
+    /// The most the assets folders of one origin's threads may hold in all, in bytes.
+    #[arg(long, env = env::ASSET_ORIGIN_QUOTA_BYTES, default_value_t = crate::assets::ORIGIN_QUOTA_BYTES)]
+    origin_quota_bytes: u64,
 }
 
 // #[inline]: compiled where it is called; in pedelec-multicall that is 1.4 MB
@@ -43,6 +49,8 @@ pub fn main() -> ExitCode {
                 max_asset_bytes: args.max_asset_bytes,
                 ticket_ttl: Duration::from_millis(args.ticket_ttl_ms),
                 upload_deadline: Duration::from_millis(args.upload_deadline_ms),
+                thread_quota_bytes: args.thread_quota_bytes,
+                origin_quota_bytes: args.origin_quota_bytes,
                 service_secret,
             })
         },

@@ -3,11 +3,14 @@
 //! and their gRPC form, JSON <-> `google.protobuf.Value`, ids and tracing.
 
 // All of Pedelec's unsafe code is the libc calls in `process` and `memory`,
-// and `renameat2` in `recycle` (no safe wrapper in std).
+// `renameat2` in `recycle` (no safe wrapper in std), and the *at() calls in
+// `beneath`.
 #![deny(unsafe_code)]
 
 #[cfg(feature = "clap")]
 pub mod args;
+#[allow(unsafe_code)]
+pub mod beneath;
 pub mod clients;
 mod coalesce;
 pub mod codes;
@@ -114,6 +117,10 @@ pub mod env {
     pub const ASSET_TICKET_TTL_MS: &str = "PEDELEC_ASSET_TICKET_TTL_MS";
     /// AssetService: how long one HTTP upload's body may take in all.
     pub const ASSET_UPLOAD_DEADLINE_MS: &str = "PEDELEC_ASSET_UPLOAD_DEADLINE_MS";
+    /// AssetService: the most one thread's assets folder may hold.
+    pub const ASSET_THREAD_QUOTA_BYTES: &str = "PEDELEC_ASSET_THREAD_QUOTA_BYTES";
+    /// AssetService: the most all of one origin's assets folders may hold.
+    pub const ASSET_ORIGIN_QUOTA_BYTES: &str = "PEDELEC_ASSET_ORIGIN_QUOTA_BYTES";
     /// ProviderService: `0` runs codex turns through `codex exec --json`
     /// even when the installed codex has a usable app-server.
     pub const CODEX_APP_SERVER: &str = "PEDELEC_CODEX_APP_SERVER";
