@@ -1,14 +1,19 @@
 //! The workspace tools: list and read text files, write into the thread's
 //! assets folder. Paths are relative to the workspace; `..`, absolute paths
 //! and symbolic links (anywhere on the way) are refused, so the model cannot
-//! reach outside the workspace. `.pedelec-runtime/` is out of reach except
-//! this thread's assets folder: the agent's conversations and other threads'
-//! assets (threads may share a workspace) stay private.
+//! reach outside the workspace. Every path is resolved beneath the workspace
+//! by the kernel, folder by folder from a held descriptor, never followed
+//! through a link ([`pedelec_common::beneath`], as AssetService does), so a
+//! link swapped in after a check leads nowhere. `.pedelec-runtime/` — in any
+//! case: it may be the same folder ([`beneath::is_runtime_folder`]) — is out
+//! of reach except this thread's assets folder: the agent's conversations and
+//! other threads' assets (threads may share a workspace) stay private.
 
 use std::io::Read;
 use std::path::{Component, Path, PathBuf};
 
 use pedelec_common::Code;
+use pedelec_common::beneath::{self, Dir, Entry, Refusal};
 use serde_json::{Value as Json, json};
 
 use crate::error::AgentError;
@@ -19,10 +24,9 @@ pub const MAX_READ: usize = 256 << 10;
 pub const MAX_LIST: usize = 1000;
 /// Bytes `write_asset` accepts at most.
 pub const MAX_WRITE: usize = 1 << 20;
-/// Where every thread's assets folder is, relative to the workspace; a
-/// thread's own is `<ASSETS>/<thread id>` (AssetService's `ThreadFolder`).
-pub const ASSETS: &str = ".pedelec-runtime/assets";
-const RUNTIME: &str = ".pedelec-runtime";
+/// Names starting with this are Pedelec's own (temp files), which
+/// AssetService does not list: `write_asset` does not make them.
+const RESERVED_PREFIX: &str = ".pedelec-";
 
 pub struct Files {
     root: PathBuf,
@@ -36,7 +40,29 @@ fn refuse(message: impl Into<String>) -> AgentError {
     AgentError::tool(Code::ASSET_PATH_INVALID, message)
 }
 
+/// What a model is told of an I/O error at `path` (its own path, never the
+/// workspace's location).
 fn io_error(path: &str, e: &std::io::Error) -> AgentError {
+    match beneath::refusal(e) {
+        Some(Refusal::Symlink) => {
+            return refuse(format!(
+                "{path}: symbolic links are not followed; paths stay inside the workspace"
+            ));
+        }
+        Some(Refusal::NotAFolder) => {
+            return AgentError::tool(
+                Code::INVALID_INPUT,
+                format!("{path}: a file is in the way where a folder would be"),
+            );
+        }
+        Some(Refusal::NotAFile) => {
+            return AgentError::tool(
+                Code::INVALID_INPUT,
+                format!("{path}: not a file (use list_files for folders)"),
+            );
+        }
+        None => {}
+    }
     match e.kind() {
         std::io::ErrorKind::NotFound => AgentError::tool(
             Code::ASSET_NOT_FOUND,
@@ -73,10 +99,15 @@ fn normal_components(path: &str) -> Result<Vec<String>, AgentError> {
 }
 
 impl Files {
-    /// The tools over the workspace `root` for the thread `thread` (a valid
-    /// id, [`crate::conversation::valid_id`]), or for no thread.
+    /// The tools over the workspace `root` (canonical) for the thread
+    /// `thread` (a valid id, [`crate::conversation::valid_id`]), or for no
+    /// thread.
     pub fn new(root: PathBuf, thread: Option<&str>) -> Self {
-        let assets = thread.map(|id| ASSETS.split('/').chain([id]).map(str::to_string).collect());
+        let assets = thread.map(|id| {
+            [beneath::RUNTIME_FOLDER, beneath::ASSETS_FOLDER, id]
+                .map(str::to_string)
+                .to_vec()
+        });
         Files { root, assets }
     }
 
@@ -87,11 +118,11 @@ impl Files {
     }
 
     /// The path's components, or why it is refused: relative, without
-    /// `..`, and outside `.pedelec-runtime/` unless inside this thread's
-    /// assets folder.
+    /// `..`, and outside `.pedelec-runtime/` (in any case) unless inside
+    /// this thread's assets folder, spelt exactly.
     pub fn components(&self, path: &str) -> Result<Vec<String>, AgentError> {
         let parts = normal_components(path)?;
-        if parts.first().map(String::as_str) != Some(RUNTIME) {
+        if !parts.first().is_some_and(|p| beneath::is_runtime_folder(p)) {
             return Ok(parts);
         }
         match &self.assets {
@@ -106,61 +137,38 @@ impl Files {
         }
     }
 
-    /// Walks `parts` from the root, refusing a symbolic link at any step.
-    /// With `allow_missing`, components from the first missing one on are
-    /// joined unchecked (they do not exist, so they are no links yet).
-    fn walk(
-        &self,
-        shown: &str,
-        parts: &[String],
-        allow_missing: bool,
-    ) -> Result<PathBuf, AgentError> {
-        let mut path = self.root.clone();
-        let mut missing = false;
-        for part in parts {
-            path.push(part);
-            if missing {
-                continue;
-            }
-            match std::fs::symlink_metadata(&path) {
-                Ok(m) if m.file_type().is_symlink() => {
-                    return Err(refuse(format!(
-                        "{shown}: symbolic links are not followed; paths stay inside the workspace"
-                    )));
-                }
-                Ok(_) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound && allow_missing => {
-                    missing = true;
-                }
-                Err(e) => return Err(io_error(shown, &e)),
-            }
-        }
-        Ok(path)
+    /// The folder at `parts` beneath the workspace (made when `create`),
+    /// each step from the one before, no link followed.
+    fn folder(&self, shown: &str, parts: &[String], create: bool) -> Result<Dir, AgentError> {
+        let workspace = Dir::open(&self.root).map_err(|e| {
+            AgentError::tool(
+                Code::INVALID_INPUT,
+                format!("the workspace cannot be opened: {e}"),
+            )
+        })?;
+        workspace
+            .walk(parts, create)
+            .map_err(|e| io_error(shown, &e))?
+            .ok_or_else(|| io_error(shown, &std::io::ErrorKind::NotFound.into()))
     }
 
     pub fn list(&self, path: &str) -> Result<Json, AgentError> {
         let parts = self.components(path)?;
-        let dir = self.walk(path, &parts, false)?;
+        let dir = self.folder(path, &parts, false)?;
         let mut entries = Vec::new();
         let mut total = 0usize;
-        for entry in std::fs::read_dir(&dir).map_err(|e| io_error(path, &e))? {
-            let entry = entry.map_err(|e| io_error(path, &e))?;
+        for name in dir.names().map_err(|e| io_error(path, &e))? {
             total += 1;
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let Ok(meta) = entry.path().symlink_metadata() else {
-                continue;
+            let item = match dir.entry(&name) {
+                Ok(Entry::File { len }) => json!({"type": "file", "size": len}),
+                Ok(Entry::Dir) => json!({"type": "dir"}),
+                Ok(Entry::Symlink) => json!({"type": "symlink"}),
+                Ok(Entry::Other) => json!({"type": "other"}),
+                // Gone while listed.
+                Ok(Entry::Missing) | Err(_) => continue,
             };
-            let kind = if meta.file_type().is_symlink() {
-                "symlink"
-            } else if meta.is_dir() {
-                "dir"
-            } else {
-                "file"
-            };
-            let mut item = json!({"name": name, "type": kind});
-            if kind == "file" {
-                item["size"] = json!(meta.len());
-            }
+            let mut item = item;
+            item["name"] = json!(name.to_string_lossy());
             entries.push(item);
         }
         entries.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
@@ -173,18 +181,14 @@ impl Files {
 
     pub fn read(&self, path: &str) -> Result<Json, AgentError> {
         let parts = self.components(path)?;
-        if parts.is_empty() {
+        let Some((name, folders)) = parts.split_last() else {
             return Err(refuse("read_file needs a file path"));
-        }
-        let file_path = self.walk(path, &parts, false)?;
-        let mut file = std::fs::File::open(&file_path).map_err(|e| io_error(path, &e))?;
-        let meta = file.metadata().map_err(|e| io_error(path, &e))?;
-        if !meta.is_file() {
-            return Err(AgentError::tool(
-                Code::INVALID_INPUT,
-                format!("{path}: not a file (use list_files for folders)"),
-            ));
-        }
+        };
+        let mut file = self
+            .folder(path, folders, false)?
+            .open_file(name)
+            .map_err(|e| io_error(path, &e))?;
+        let size = file.metadata().map_err(|e| io_error(path, &e))?.len();
         let mut bytes = Vec::new();
         (&mut file)
             .take(MAX_READ as u64 + 1)
@@ -198,9 +202,7 @@ impl Files {
                 format!("{path}: not a UTF-8 text file"),
             )
         })?;
-        Ok(
-            json!({"path": display(&parts), "size": meta.len(), "truncated": truncated, "content": text}),
-        )
+        Ok(json!({"path": display(&parts), "size": size, "truncated": truncated, "content": text}))
     }
 
     /// Writes `<workspace>/.pedelec-runtime/assets/<thread id>/<name>` (temp
@@ -221,25 +223,26 @@ impl Files {
                 format!("{} bytes is over the limit of {MAX_WRITE}", content.len()),
             ));
         }
-        let mut parts = assets.clone();
         let name_parts = normal_components(name)?;
         if name_parts.is_empty() {
             return Err(refuse("write_asset needs a file name"));
         }
-        parts.extend(name_parts);
-        let target = self.walk(name, &parts, true)?;
-        let parent = target.parent().expect("inside the workspace");
-        std::fs::create_dir_all(parent).map_err(|e| io_error(name, &e))?;
-        // Re-checked now that the folders exist: a link planted meanwhile is refused.
-        self.walk(name, &parts[..parts.len() - 1], false)?;
-        if target.is_dir() {
-            return Err(AgentError::tool(
-                Code::INVALID_INPUT,
-                format!("{name}: is a folder"),
-            ));
+        if name_parts.iter().any(|p| p.starts_with(RESERVED_PREFIX)) {
+            return Err(refuse(format!(
+                "{name}: names starting with {RESERVED_PREFIX} are Pedelec's own"
+            )));
         }
-        pedelec_common::paths::write_atomic(&target, content.as_bytes(), 0o644)
-            .map_err(|e| io_error(name, &e))?;
+        let mut parts = assets.clone();
+        parts.extend(name_parts);
+        let (file, folders) = parts.split_last().expect("a name");
+        self.folder(name, folders, true)?
+            .replace(file, content.as_bytes(), 0o644)
+            .map_err(|e| match beneath::refusal(&e) {
+                Some(Refusal::NotAFile) => {
+                    AgentError::tool(Code::INVALID_INPUT, format!("{name}: is a folder"))
+                }
+                _ => io_error(name, &e),
+            })?;
         Ok(json!({"path": display(&parts), "bytes": content.len()}))
     }
 }
@@ -306,6 +309,12 @@ mod tests {
             ".pedelec-runtime/agent/s.json",
             ".pedelec-runtime/assets/thr_other/x",
             ".pedelec-runtime/assets/thr_0123456789abcdefg/x",
+            // In any case: on a case-insensitive folder it is the same one.
+            ".PEDELEC-RUNTIME/agent/s.json",
+            "./.Pedelec-Runtime",
+            ".pedelec-RUNTIME/assets/thr_other/x",
+            // The own folder only as spelt.
+            ".PEDELEC-RUNTIME/assets/thr_0123456789abcdef/x",
         ] {
             assert!(files.components(bad).is_err(), "{bad}");
         }
@@ -348,6 +357,80 @@ mod tests {
             "ASSET_PATH_INVALID"
         );
         assert!(!outside.path().join("x").exists());
+    }
+
+    /// The file flips between a regular file and a symlink out of the
+    /// workspace while the tool reads it (renames are atomic, so the name
+    /// always exists): whatever the timing, nothing outside is ever read.
+    #[test]
+    fn a_file_swapped_for_a_symlink_mid_read_never_leads_outside() {
+        let (d, files) = ws();
+        let root = d.path().canonicalize().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("f.txt"), "outside").unwrap();
+        std::fs::write(root.join("inside.txt"), "inside").unwrap();
+        std::fs::write(root.join("src/f.txt"), "inside").unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flipper = {
+            let (root, outside, stop) = (root.clone(), outside.path().to_path_buf(), stop.clone());
+            std::thread::spawn(move || {
+                let target = root.join("src/f.txt");
+                let flip = || -> std::io::Result<()> {
+                    std::fs::hard_link(root.join("inside.txt"), root.join("src/t1"))?;
+                    std::fs::rename(root.join("src/t1"), &target)?;
+                    std::os::unix::fs::symlink(outside.join("f.txt"), root.join("src/t2"))?;
+                    std::fs::rename(root.join("src/t2"), &target)
+                };
+                // Ends with the test, or when its folder is gone (a failed test).
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) && flip().is_ok() {}
+            })
+        };
+        let (mut inside, mut refused) = (0, 0);
+        for _ in 0..20_000 {
+            match files.read("src/f.txt") {
+                Ok(read) => {
+                    assert_eq!(read["content"], "inside", "read through the symlink");
+                    inside += 1;
+                }
+                Err(_) => refused += 1,
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        flipper.join().unwrap();
+        assert!(
+            inside > 0 && refused > 0,
+            "both states were met: {inside} reads, {refused} refusals"
+        );
+    }
+
+    #[test]
+    fn only_regular_files_are_read_and_a_fifo_does_not_block() {
+        let (d, files) = ws();
+        let status = std::process::Command::new("mkfifo")
+            .arg(d.path().join("pipe"))
+            .status()
+            .unwrap();
+        assert!(status.success());
+        assert_eq!(code(files.read("pipe")), "INVALID_INPUT");
+        assert_eq!(code(files.read("src/a.txt/x")), "INVALID_INPUT");
+        let list = files.list(".").unwrap();
+        assert!(
+            list["entries"]
+                .as_array()
+                .unwrap()
+                .contains(&json!({"name": "pipe", "type": "other"})),
+            "{list}"
+        );
+        // Pedelec's own temp names are not made by the model.
+        assert_eq!(
+            code(files.write_asset("d/.pedelec-upload-x.part", "y")),
+            "ASSET_PATH_INVALID"
+        );
+        // A folder is not replaced by a file, nor a file used as a folder.
+        files.write_asset("sub/inner", "y").unwrap();
+        let refused = files.write_asset("sub", "y").unwrap_err();
+        assert!(refused.to_string().contains("is a folder"), "{refused}");
+        assert_eq!(code(files.write_asset("sub/inner/x", "y")), "INVALID_INPUT");
     }
 
     #[test]
