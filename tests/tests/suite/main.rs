@@ -10,6 +10,7 @@
 
 mod agent;
 mod agents_real;
+mod asset_limits;
 mod assets;
 mod backbone;
 mod client_checks;
