@@ -27,12 +27,23 @@ after(() => {
 
 const T = { timeout: 240_000 };
 
-/** Opens popup.html as a page the size of the toolbar popup. */
-async function openPopup(w) {
+/**
+ * Opens popup.html as a page the size of the toolbar popup. `overTab`: the id of
+ * the tab it was opened over (the toolbar popup asks chrome.tabs for the active
+ * tab, which for a popup opened as a page is itself).
+ */
+async function openPopup(w, overTab = null) {
   const popup = await w.context.newPage();
   await popup.setViewportSize({ width: 400, height: 600 });
+  if (overTab !== null) await popup.addInitScript((id) => (chrome.tabs.query = async () => [{ id }]), overTab);
   await popup.goto(POPUP_URL);
   return popup;
+}
+
+/** The id of the tab showing `origin`. */
+async function tabOf(w, origin) {
+  const worker = await w.currentWorker();
+  return worker.evaluate(async (o) => (await chrome.tabs.query({})).find((tab) => tab.url?.startsWith(o))?.id ?? null, origin);
 }
 
 /** What the action icon shows on each tab: badge text, colour and title. */
@@ -64,10 +75,17 @@ test("the popup says in plain words what a site runs; End ends its sessions and 
   assert.ok(ids.ok, JSON.stringify(ids));
   await page.waitForFunction(() => window.h.running.getStatus() === "running", null, { timeout: STEP_MS });
 
-  const popup = await openPopup(w);
+  const popup = await openPopup(w, await tabOf(w, site.origin));
+  // The site of the tab it was opened over: its permission and its sessions, in words.
+  const here = popup.locator("#this-site");
+  await here.waitFor({ timeout: STEP_MS });
+  assert.equal(await here.locator(".chip").first().textContent(), "Allowed");
+  assert.equal(await here.locator("#this-site-state").textContent(), "Edit files in its workspace. Agents: codex, claude.");
   const row = popup.locator(`#sessions .row[data-origin="${site.origin}"]`);
   await row.waitFor({ timeout: STEP_MS });
   await until("the running session counted", async () => ((await row.textContent()).includes("2 sessions: 1 working") ? "yes" : null));
+  assert.match(await here.textContent(), /2 sessions: 1 working/);
+  assert.deepEqual(await here.locator("button").evaluateAll((bs) => bs.map((b) => b.dataset.action)), ["end", "revoke"]);
   assert.equal(await row.locator(".chip").textContent(), "working");
   const allowed = popup.locator(`#sites .row[data-origin="${site.origin}"]`);
   assert.match(await allowed.textContent(), /Edit files in its workspace\. Agents: codex, claude\./);
