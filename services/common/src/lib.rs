@@ -7,6 +7,7 @@
 // `beneath`.
 #![deny(unsafe_code)]
 
+pub mod agent_args;
 #[cfg(feature = "clap")]
 pub mod args;
 #[allow(unsafe_code)]

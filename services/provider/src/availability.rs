@@ -14,6 +14,7 @@ use tokio::process::Command;
 use pedelec_common::process;
 
 use crate::catalog::ProviderSpec;
+use crate::error::SEE_THE_LOG;
 use crate::launch::read_tail;
 
 /// How long `--version` may take before it counts as unavailable.
@@ -67,11 +68,12 @@ impl ProgramEnv {
         {
             return Ok(found);
         }
+        // Words a page may see (ListProviders, a turn's PROVIDER_NOT_FOUND):
+        // no folder of this machine.
         match (&self.exe_dir, spec.beside_exe) {
-            (Some(dir), true) => Err(format!(
-                "{} not found in {} nor on PATH",
-                spec.program,
-                dir.display()
+            (Some(_), true) => Err(format!(
+                "{} not found beside Pedelec's programs nor on PATH",
+                spec.program
             )),
             _ => Err(format!("{} not found on PATH", spec.program)),
         }
@@ -205,9 +207,10 @@ pub(crate) async fn run_version(
         Some(path) => cmd.env("PATH", path),
         None => cmd.env_remove("PATH"),
     };
-    let mut child = process::spawn(&mut cmd)
-        .await
-        .map_err(|e| format!("`{name} --version` could not start: {e}"))?;
+    let mut child = process::spawn(&mut cmd).await.map_err(|e| {
+        tracing::info!(program = %program.display(), "`{name} --version` could not start: {e}");
+        format!("`{name} --version` could not start; {SEE_THE_LOG}")
+    })?;
     let pid = child.id();
     let stdout = tokio::spawn(read_tail(child.stdout.take(), OUTPUT_TAIL));
     let stderr = tokio::spawn(read_tail(child.stderr.take(), OUTPUT_TAIL));
@@ -219,7 +222,10 @@ pub(crate) async fn run_version(
             kill_group(pid);
             stdout.abort();
             stderr.abort();
-            return Err(format!("`{name} --version` could not be waited for: {e}"));
+            return Err(format!(
+                "`{name} --version` could not be waited for: {}",
+                e.kind()
+            ));
         }
         Err(_) => {
             kill_group(pid);
@@ -252,11 +258,14 @@ pub(crate) async fn run_version(
     };
     let tail = tail.trim();
     let what = format!("`{name} --version` {}", process::ended(status));
-    Err(if tail.is_empty() {
-        what
+    // Its output (a missing runtime's path, a login prompt) stays in the log:
+    // the verdict reaches pages (ListProviders, CreateSession's default).
+    if tail.is_empty() {
+        tracing::info!(program = %program.display(), "{what}");
     } else {
-        format!("{what}: {tail}")
-    })
+        tracing::info!(program = %program.display(), "{what}: {tail}");
+    }
+    Err(format!("{what}; {SEE_THE_LOG}"))
 }
 
 fn kill_group(pid: Option<u32>) {
@@ -310,24 +319,25 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn failing_version_reports_exit_code_and_stderr_tail() {
+    async fn failing_version_reports_its_exit_not_its_stderr() {
         let bin = Bin::new();
         bin.script("codex", "echo noise; echo 'node: not found' >&2; exit 1");
         let availability = Availability::new(bin.env());
+        // What it printed stays in the log: the verdict reaches pages.
         assert_eq!(
             availability.check(spec("codex")).await,
-            Err("`codex --version` exited with code 1: node: not found".to_string())
+            Err("`codex --version` exited with code 1; see the Pedelec log".to_string())
         );
     }
 
     #[tokio::test]
-    async fn failing_version_without_stderr_uses_stdout() {
+    async fn failing_version_reports_its_exit_not_its_stdout() {
         let bin = Bin::new();
         bin.script("opencode", "echo 'please log in'; exit 3");
         let availability = Availability::new(bin.env());
         assert_eq!(
             availability.check(spec("opencode")).await,
-            Err("`opencode --version` exited with code 3: please log in".to_string())
+            Err("`opencode --version` exited with code 3; see the Pedelec log".to_string())
         );
     }
 
@@ -403,10 +413,13 @@ mod tests {
             Err("codex not found on PATH".to_string())
         );
 
-        // Found nowhere: the message names both places.
+        // Found nowhere: the message names both places, not the folder.
         env.exe_dir = Some(empty.dir.path().to_path_buf());
         let err = env.locate(spec("ollama")).unwrap_err();
-        assert!(err.starts_with("pedelec-agent not found in "), "{err}");
+        assert_eq!(
+            err,
+            "pedelec-agent not found beside Pedelec's programs nor on PATH"
+        );
     }
 
     #[test]

@@ -5,6 +5,12 @@ use std::path::PathBuf;
 use pedelec_common::{Code, CodedError, CommonError};
 use pedelec_settings::SettingsError;
 
+/// How an error a page may see points at what it leaves out: an agent's
+/// stderr, a `--version`'s output, local paths (docs/security.md, "What a
+/// page is not shown"). They are in ProviderService's log
+/// (`<runtime dir>/logs/provider.log`).
+pub const SEE_THE_LOG: &str = "see the Pedelec log";
+
 #[derive(Debug, thiserror::Error)]
 pub enum ProviderError {
     /// A request field is malformed; the message names the field.

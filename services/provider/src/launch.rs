@@ -8,7 +8,13 @@
 //! - where bubblewrap works, a mount and pid namespace in which the runtime
 //!   dir holds only `toolbridge.sock` and the data dir is an empty tmpfs
 //!   (the thread's workspace and the user's home bound back in when they lie
-//!   inside it), with a fresh /proc that shows only the agent's own processes;
+//!   inside it), with a fresh /proc that shows only the agent's own processes,
+//!   and none of the user's desktop session: its runtime folder
+//!   (`$XDG_RUNTIME_DIR`: D-Bus, systemd, Wayland, keyring, gpg-agent) and
+//!   X11's sockets are empty, gpg-agent's sockets elsewhere refuse, and the
+//!   variables that name them do not pass ([`Session`], [`NEVER_PASSED`]);
+//! - a session of its own (`setsid`), without the service's controlling
+//!   terminal, led like its process group by the agent (or its bwrap);
 //! - where cgroup v2 allows it, a cgroup per agent, so what it started and
 //!   detached (setsid, double fork) still ends with it.
 
@@ -31,8 +37,9 @@ use tokio::sync::OnceCell;
 
 /// Variables an agent gets from the service's environment, by exact name:
 /// the user's session (who, where, which shell, locale, time zone, temp
-/// folder), proxies and TLS roots, the ssh agent (for git), claude's
-/// documented switches, and pedelec-agent's own options.
+/// folder), proxies and TLS roots, the ssh agent (for git; at full access
+/// only, [`FULL_ONLY`]), the XDG base folders, claude's documented switches,
+/// and pedelec-agent's own options.
 pub const PASSED_NAMES: &[&str] = &[
     "HOME",
     "USER",
@@ -57,6 +64,12 @@ pub const PASSED_NAMES: &[&str] = &[
     "SSL_CERT_DIR",
     "NODE_EXTRA_CA_CERTS",
     "SSH_AUTH_SOCK",
+    "XDG_CONFIG_HOME",
+    "XDG_DATA_HOME",
+    "XDG_STATE_HOME",
+    "XDG_CACHE_HOME",
+    "XDG_CONFIG_DIRS",
+    "XDG_DATA_DIRS",
     "DISABLE_AUTOUPDATER",
     "DISABLE_TELEMETRY",
     "DISABLE_ERROR_REPORTING",
@@ -73,14 +86,13 @@ pub const PASSED_NAMES: &[&str] = &[
     env::AGENT_MAX_TOOL_ROUNDS,
 ];
 
-/// Variables an agent gets by prefix: locale categories, the XDG folders,
-/// and each CLI's own configuration (codex: `OPENAI_*`, `CODEX_HOME`;
-/// claude: `ANTHROPIC_*`, `CLAUDE_*`, and Bedrock's/Vertex's `AWS_*`,
-/// `GOOGLE_*`; opencode: `OPENCODE_*`; pedelec-agent's Ollama: `OLLAMA_*`;
-/// cursor: `CURSOR_*`; antigravity: `GEMINI_*`, `GOOGLE_*`).
+/// Variables an agent gets by prefix: locale categories and each CLI's own
+/// configuration (codex: `OPENAI_*`, `CODEX_HOME`; claude: `ANTHROPIC_*`,
+/// `CLAUDE_*`, and Bedrock's/Vertex's `AWS_*`, `GOOGLE_*`; opencode:
+/// `OPENCODE_*`; pedelec-agent's Ollama: `OLLAMA_*`; cursor: `CURSOR_*`;
+/// antigravity: `GEMINI_*`, `GOOGLE_*`).
 pub const PASSED_PREFIXES: &[&str] = &[
     "LC_",
-    "XDG_",
     "OPENAI_",
     "CODEX_",
     "ANTHROPIC_",
@@ -97,10 +109,33 @@ pub const PASSED_PREFIXES: &[&str] = &[
 /// provider's key from `<PROVIDER>_API_KEY`), except Pedelec's own.
 const PASSED_SUFFIX: &str = "_API_KEY";
 
+/// Variables that never reach an agent, not even named in
+/// [`env::AGENT_ENV`]: they lead to the user's desktop session — its D-Bus
+/// bus (and through it `systemd-run --user`, which runs anything outside the
+/// view), its display, its runtime folder, gpg-agent — which the view hides
+/// ([`Session`]).
+pub const NEVER_PASSED: &[&str] = &[
+    "DBUS_SESSION_BUS_ADDRESS",
+    "DISPLAY",
+    "WAYLAND_DISPLAY",
+    "WAYLAND_SOCKET",
+    "XAUTHORITY",
+    "XDG_RUNTIME_DIR",
+    "GPG_AGENT_INFO",
+];
+
+/// Variables that reach an agent only at full access: the ssh agent, whose
+/// socket the view holds only then (git over ssh is a command like any
+/// other; below full an agent runs none that needs it).
+pub const FULL_ONLY: &[&str] = &["SSH_AUTH_SOCK"];
+
 /// Whether the service's variable `name` reaches agents. Nothing named
 /// `PEDELEC_*` passes unless listed: those are the service's own (the turn
 /// sets the agent's). `extra` are the names of [`env::AGENT_ENV`].
 pub fn passes(name: &str, extra: &[String]) -> bool {
+    if NEVER_PASSED.contains(&name) {
+        return false;
+    }
     if PASSED_NAMES.contains(&name) || extra.iter().any(|e| e == name) {
         return true;
     }
@@ -258,7 +293,8 @@ impl Launch {
                     let passed = self.passed.iter().find(|(k, _)| k == name).map(|(_, v)| v);
                     turn.or(passed).filter(|v| !v.is_empty()).cloned()
                 };
-                let view = View::new(who.0, who.1, workspace, program, &env);
+                let mut view = View::new(who.0, who.1, workspace, program, &env);
+                view.session = Session::probe(&|name| std::env::var_os(name), process::uid());
                 if !who.1.is_full() {
                     // bwrap binds only what exists, and below Full the agent
                     // cannot make its state folders in a read-only home or
@@ -275,11 +311,22 @@ impl Launch {
             }
             _ => Command::new(program),
         };
+        let full = who.1.is_full();
         cmd.env_clear()
-            .envs(self.passed.iter().map(|(k, v)| (k, v)))
+            .envs(
+                self.passed
+                    .iter()
+                    .filter(|(k, _)| full || !FULL_ONLY.iter().any(|n| k == n))
+                    .map(|(k, v)| (k, v)),
+            )
             .envs(turn_env.iter().map(|(k, v)| (k, v)))
-            .current_dir(workspace)
-            .process_group(0);
+            .current_dir(workspace);
+        // A session of its own, without the service's controlling terminal
+        // (a process with one could push input into it, TIOCSTI); the
+        // leader's pid is still its process group's id, the group every
+        // signal below goes to. (Not bwrap's --new-session: that would take
+        // the agent out of the group bwrap leads, away from SIGTERM.)
+        process::detach(cmd.as_std_mut());
         // The agent gets SIGKILL when this service dies (kill -9 included).
         // Agents are spawned from the runtime's one thread, the main thread
         // (`pedelec_common::runtime`), which lives as long as the process.
@@ -336,6 +383,8 @@ pub struct View {
     pub keep: Vec<PathBuf>,
     /// `$TMPDIR` when it is not /tmp: private too.
     pub tmpdir: Option<PathBuf>,
+    /// What of the user's desktop session it hides, at every level.
+    pub session: Session,
 }
 
 /// The private temporary folder of a view below Full.
@@ -367,8 +416,101 @@ impl View {
             tmpdir: env("TMPDIR")
                 .map(PathBuf::from)
                 .filter(|t| t.is_absolute() && t != Path::new(TMP)),
+            session: Session::default(),
         }
     }
+}
+
+/// X11's socket folder (Xorg's and Xwayland's `X<display>` sockets).
+pub const X11_SOCKETS: &str = "/tmp/.X11-unix";
+
+/// The user's desktop session as an agent's view hides it, at every level
+/// (docs/security.md, "Filesystem view"): what is there lets a process run
+/// commands outside the view (`systemd-run --user`, D-Bus activation),
+/// read the keyring, drive the display, or use gpg-agent's keys. No agent CLI
+/// Pedelec runs needs any of it: they keep their logins in files.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Session {
+    /// Folders replaced by empty ones: the session's runtime folder
+    /// (`$XDG_RUNTIME_DIR`, `/run/user/<uid>`: the D-Bus bus, systemd's user
+    /// manager, Wayland, pipewire, the keyring, gpg-agent), and
+    /// [`X11_SOCKETS`]. Nothing is bound back into them but Pedelec's
+    /// `toolbridge.sock` and, at full access, the ssh agent's socket.
+    pub dirs: Vec<PathBuf>,
+    /// Sockets elsewhere that a connection must not reach, replaced by
+    /// `/dev/null` (connecting is refused): gpg-agent's in `$GNUPGHOME` or
+    /// `~/.gnupg` (where it keeps them when there is no `/run/user`).
+    pub sockets: Vec<PathBuf>,
+    /// `$SSH_AUTH_SOCK`: bound back at full access only.
+    pub ssh_agent: Option<PathBuf>,
+}
+
+impl Session {
+    /// The session as it is now, from the service's environment (`env`:
+    /// XDG_RUNTIME_DIR, HOME, GNUPGHOME, SSH_AUTH_SOCK) and uid. A runtime
+    /// folder counts only as the XDG spec describes one — the user's own,
+    /// mode 0700 — and not when it holds the home (a misconfigured
+    /// `XDG_RUNTIME_DIR=$HOME` or `=/tmp` hides nothing).
+    pub fn probe(env: &dyn Fn(&str) -> Option<OsString>, uid: u32) -> Session {
+        let home = env("HOME").map(PathBuf::from).filter(|h| h.is_absolute());
+        let mut dirs: Vec<PathBuf> = Vec::new();
+        let runtime = env("XDG_RUNTIME_DIR")
+            .map(PathBuf::from)
+            .into_iter()
+            .chain([PathBuf::from(format!("/run/user/{uid}"))]);
+        for dir in runtime.filter(|d| d.is_absolute()) {
+            let Some(dir) = private_dir(&dir, uid) else {
+                continue;
+            };
+            let holds_home = home.as_deref().is_some_and(|h| h.starts_with(&dir));
+            if !holds_home && !dirs.contains(&dir) {
+                dirs.push(dir);
+            }
+        }
+        if Path::new(X11_SOCKETS).is_dir() {
+            dirs.push(X11_SOCKETS.into());
+        }
+        let gnupg = env("GNUPGHOME")
+            .map(PathBuf::from)
+            .filter(|d| d.is_absolute())
+            .or_else(|| home.map(|h| h.join(".gnupg")));
+        let ssh_agent = env("SSH_AUTH_SOCK")
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute() && is_socket(p));
+        Session {
+            dirs,
+            sockets: gnupg.map(|d| sockets_in(&d)).unwrap_or_default(),
+            ssh_agent,
+        }
+    }
+}
+
+/// `dir`, resolved, if it is a folder of `uid`'s that no one else may enter.
+fn private_dir(dir: &Path, uid: u32) -> Option<PathBuf> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let dir = std::fs::canonicalize(dir).ok()?;
+    let meta = std::fs::metadata(&dir).ok()?;
+    let private = meta.is_dir() && meta.uid() == uid && meta.permissions().mode() & 0o077 == 0;
+    (private && dir != Path::new("/")).then_some(dir)
+}
+
+fn is_socket(path: &Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::metadata(path).is_ok_and(|m| m.file_type().is_socket())
+}
+
+/// The sockets directly in `dir`, sorted.
+fn sockets_in(dir: &Path) -> Vec<PathBuf> {
+    use std::os::unix::fs::FileTypeExt;
+    let mut out: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_socket()))
+        .map(|e| e.path())
+        .collect();
+    out.sort();
+    out
 }
 
 /// The folder a CLI is installed in, found through the symlinks to it: an
@@ -434,93 +576,162 @@ pub fn state_dirs(
 }
 
 /// bwrap's options for an agent's view (then `program` and its arguments
-/// follow): a fresh /proc of a new pid namespace, Pedelec's folders replaced
-/// by empty ones — the runtime dir then gets `toolbridge.sock` back, and a
-/// workspace or home inside the data dir is bound back in — and, per level:
-/// at Full the whole filesystem as it is; below, the filesystem read-only
-/// (devices still usable), a private /tmp (and `$TMPDIR`), the CLI's state
-/// folders writable, the workspace writable at Edit and read-only at Tools.
+/// follow): a fresh /proc of a new pid namespace, Pedelec's folders and the
+/// user's session folders ([`Session`]) replaced by empty ones — the runtime
+/// dir then gets `toolbridge.sock` back, a workspace or home inside the
+/// data dir is bound back in, and at Full the ssh agent's socket — and
+/// gpg-agent's other sockets replaced by `/dev/null`; per level: at Full the
+/// whole filesystem as it is; below, the filesystem read-only (devices still
+/// usable), a private /tmp (and `$TMPDIR`), the CLI's state folders
+/// writable, the workspace writable at Edit and read-only at Tools.
+///
+/// The mounts go outer first (a mount hides what was mounted below its path
+/// before), so whatever is bound back, nothing inside a hidden folder comes
+/// back with it but what is named here; at the same path a hiding comes last.
 pub fn bwrap_args(hidden: &Hidden, view: &View) -> Vec<OsString> {
     let full = view.access.is_full();
     let mut args: Vec<OsString> = Vec::new();
-    let mut push = |parts: &[&OsStr]| args.extend(parts.iter().map(|p| p.to_os_string()));
     if full {
         let namespace = &confine::NAMESPACE_ARGS[..confine::NAMESPACE_ARGS.len() - 1];
-        push(&namespace.iter().map(OsStr::new).collect::<Vec<_>>());
+        args.extend(namespace.iter().map(OsString::from));
     } else {
-        push(&[
-            "--die-with-parent".as_ref(),
-            "--unshare-pid".as_ref(),
-            "--ro-bind".as_ref(),
-            "/".as_ref(),
-            "/".as_ref(),
-            "--dev-bind".as_ref(),
-            "/dev".as_ref(),
-            "/dev".as_ref(),
-            "--proc".as_ref(),
-            "/proc".as_ref(),
-        ]);
+        args.extend(
+            [
+                "--die-with-parent",
+                "--unshare-pid",
+                "--ro-bind",
+                "/",
+                "/",
+                "--dev-bind",
+                "/dev",
+                "/dev",
+                "--proc",
+                "/proc",
+            ]
+            .map(OsString::from),
+        );
     }
-    // What new empty folders cover, outer first: mounting over a folder
-    // later would hide what was bound inside it before.
-    let mut covers: Vec<&Path> = vec![&hidden.data_dir, &hidden.runtime_dir];
-    if !full {
-        covers.push(Path::new(TMP));
-        covers.extend(view.tmpdir.as_deref());
+    let mut mounts = Mounts::default();
+    let pedelec = [hidden.data_dir.as_path(), hidden.runtime_dir.as_path()];
+    let session: Vec<&Path> = view.session.dirs.iter().map(PathBuf::as_path).collect();
+    // Fresh but not secret: what the agent needs from inside comes back.
+    let private: Vec<&Path> = if full {
+        Vec::new()
+    } else {
+        std::iter::once(Path::new(TMP))
+            .chain(view.tmpdir.as_deref())
+            .collect()
+    };
+    for dir in &private {
+        mounts.tmpfs(dir, Rank::Fresh);
     }
-    covers.sort_by_key(|d| d.components().count());
-    covers.dedup();
-    for dir in &covers {
-        push(&["--tmpfs".as_ref(), dir.as_os_str()]);
-        if *dir == hidden.runtime_dir {
-            let socket = dir.join(ServiceName::ToolBridge.socket_file());
-            push(&[
-                "--bind-try".as_ref(),
-                socket.as_os_str(),
-                socket.as_os_str(),
-            ]);
-        }
+    for dir in pedelec.iter().chain(&session) {
+        mounts.tmpfs(dir, Rank::Hide);
     }
-    let covered = |p: &Path| covers.iter().any(|d| p.starts_with(d) && p != *d);
+    let socket = hidden
+        .runtime_dir
+        .join(ServiceName::ToolBridge.socket_file());
+    mounts.bind("--bind-try", &socket, Rank::Hole);
+    let inside = |p: &Path, dirs: &[&Path]| dirs.iter().any(|d| p.starts_with(d) && p != *d);
+    let in_session = |p: &Path| session.iter().any(|d| p.starts_with(d));
+    // Bound back where Pedelec's folders or the private /tmp cover it; never
+    // a folder inside a session folder (a socket in a read-only bind still
+    // takes connections).
+    let covered = |p: &Path| (inside(p, &pedelec) || inside(p, &private)) && !in_session(p);
+    let workspace = view.workspace.as_path();
     if full {
         // As before levels: the workspace and the home, writable, where
-        // Pedelec's folders would hide them.
-        for keep in [Some(view.workspace.as_path()), view.home.as_deref()]
-            .into_iter()
-            .flatten()
-            .filter(|k| covered(k))
-        {
-            push(&["--bind".as_ref(), keep.as_os_str(), keep.as_os_str()]);
+        // hidden folders would hide them.
+        if covered(workspace) || inside(workspace, &session) {
+            mounts.bind("--bind", workspace, Rank::Bind);
         }
-        args.push("--".into());
-        return args;
-    }
-    for keep in view.home.iter().chain(&view.keep).filter(|k| covered(k)) {
-        push(&["--ro-bind-try".as_ref(), keep.as_os_str(), keep.as_os_str()]);
-    }
-    for state in &view.state {
-        push(&["--bind-try".as_ref(), state.as_os_str(), state.as_os_str()]);
-    }
-    let workspace = view.workspace.as_path();
-    if view.access.writes_workspace() {
-        push(&[
-            "--bind".as_ref(),
-            workspace.as_os_str(),
-            workspace.as_os_str(),
-        ]);
+        if let Some(home) = view.home.as_deref().filter(|h| covered(h)) {
+            mounts.bind("--bind", home, Rank::Bind);
+        }
+        // git over ssh: the ssh agent, where a session folder holds it.
+        if let Some(ssh) = view.session.ssh_agent.as_deref()
+            && inside(ssh, &session)
+            && !pedelec.iter().any(|d| ssh.starts_with(d))
+        {
+            mounts.bind("--bind-try", ssh, Rank::Hole);
+        }
     } else {
-        push(&[
-            "--ro-bind".as_ref(),
-            workspace.as_os_str(),
-            workspace.as_os_str(),
-        ]);
+        for keep in view.home.iter().chain(&view.keep).filter(|k| covered(k)) {
+            mounts.bind("--ro-bind-try", keep, Rank::Bind);
+        }
+        for state in view.state.iter().filter(|s| !in_session(s)) {
+            mounts.bind("--bind-try", state, Rank::Bind);
+        }
+        let how = if view.access.writes_workspace() {
+            "--bind"
+        } else {
+            "--ro-bind"
+        };
+        mounts.bind(how, workspace, Rank::Bind);
     }
-    // The CLI's state inside the workspace (pedelec-agent's) stays writable.
-    for state in view.state.iter().filter(|s| s.starts_with(workspace)) {
-        push(&["--bind-try".as_ref(), state.as_os_str(), state.as_os_str()]);
+    let ssh_kept = if full {
+        view.session.ssh_agent.as_deref()
+    } else {
+        None
+    };
+    for socket in view
+        .session
+        .sockets
+        .iter()
+        .filter(|s| Some(s.as_path()) != ssh_kept)
+    {
+        mounts.push(
+            socket,
+            Rank::Hole,
+            ["--ro-bind-try".into(), "/dev/null".into(), socket.into()],
+        );
     }
+    args.extend(mounts.in_order());
     args.push("--".into());
     args
+}
+
+/// Where a mount goes among those at the same depth: fresh folders first,
+/// then what is bound back, then what is hidden (hiding wins at the same
+/// path), then what is punched back through a hidden folder.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Rank {
+    Fresh,
+    Bind,
+    Hide,
+    Hole,
+}
+
+/// bwrap mount options, each at the path it mounts on.
+#[derive(Default)]
+struct Mounts(Vec<(usize, Rank, Vec<OsString>)>);
+
+impl Mounts {
+    fn push(&mut self, at: &Path, rank: Rank, args: [OsString; 3]) {
+        self.0.push((at.components().count(), rank, args.to_vec()));
+    }
+
+    fn tmpfs(&mut self, dir: &Path, rank: Rank) {
+        let depth = dir.components().count();
+        if !self
+            .0
+            .iter()
+            .any(|(d, r, a)| *d == depth && *r == rank && a[1] == dir)
+        {
+            self.0
+                .push((depth, rank, vec!["--tmpfs".into(), dir.into()]));
+        }
+    }
+
+    fn bind(&mut self, how: &str, path: &Path, rank: Rank) {
+        self.push(path, rank, [how.into(), path.into(), path.into()]);
+    }
+
+    /// Outer first; at one depth by rank, then in the order pushed.
+    fn in_order(mut self) -> Vec<OsString> {
+        self.0.sort_by_key(|(depth, rank, _)| (*depth, *rank));
+        self.0.into_iter().flat_map(|(_, _, args)| args).collect()
+    }
 }
 
 /// Everything one agent started: its process group (led by the agent, or by
@@ -735,6 +946,7 @@ mod tests {
             state: vec!["/home/u/.codex".into()],
             keep: vec!["/usr/bin".into(), "/tmp/stubs".into()],
             tmpdir: None,
+            session: Session::default(),
         }
     }
 
@@ -763,8 +975,9 @@ mod tests {
             format!(
                 "--die-with-parent --unshare-pid --dev-bind / / --proc /proc \
                  --tmpfs /run/user/1/pedelec \
+                 --tmpfs /home/u/.local/share/pedelec \
                  --bind-try /run/user/1/pedelec/toolbridge.sock /run/user/1/pedelec/toolbridge.sock \
-                 --tmpfs /home/u/.local/share/pedelec --bind {ws} {ws} --"
+                 --bind {ws} {ws} --"
             )
         );
         // A workspace elsewhere is not bound (it is there already).
@@ -782,12 +995,12 @@ mod tests {
             format!(
                 "--die-with-parent --unshare-pid --ro-bind / / --dev-bind /dev /dev --proc /proc \
                  --tmpfs /tmp \
-                 --tmpfs /run/user/1/pedelec \
-                 --bind-try /run/user/1/pedelec/toolbridge.sock /run/user/1/pedelec/toolbridge.sock \
-                 --tmpfs /home/u/.local/share/pedelec \
                  --ro-bind-try /tmp/stubs /tmp/stubs \
                  --bind-try /home/u/.codex /home/u/.codex \
-                 --bind {ws} {ws} --"
+                 --bind {ws} {ws} \
+                 --tmpfs /run/user/1/pedelec \
+                 --tmpfs /home/u/.local/share/pedelec \
+                 --bind-try /run/user/1/pedelec/toolbridge.sock /run/user/1/pedelec/toolbridge.sock --"
             )
         );
         let tools = joined(&hidden, &view(Access::Tools, ws));
@@ -816,11 +1029,164 @@ mod tests {
         let mut v = view(Access::Tools, "/w");
         v.state = vec!["/w/.pedelec-runtime/agent".into()];
         let j = joined(&hidden(), &v);
+        let workspace = j.find("--ro-bind /w /w ").expect(&j);
+        let state = j
+            .find("--bind-try /w/.pedelec-runtime/agent /w/.pedelec-runtime/agent ")
+            .expect(&j);
+        assert!(workspace < state, "{j}");
+    }
+
+    /// A session as a desktop login has it: the runtime folder (Pedelec's
+    /// runtime dir inside it, gpg-agent and the ssh agent too), X11's
+    /// sockets, and gpg-agent's sockets in `~/.gnupg`.
+    fn desktop() -> (Hidden, Session) {
+        let hidden = Hidden {
+            runtime_dir: "/run/user/1/pedelec".into(),
+            data_dir: "/home/u/.local/share/pedelec".into(),
+        };
+        let session = Session {
+            dirs: vec!["/run/user/1".into(), X11_SOCKETS.into()],
+            sockets: vec![
+                "/home/u/.gnupg/S.gpg-agent".into(),
+                "/home/u/.gnupg/S.gpg-agent.ssh".into(),
+            ],
+            ssh_agent: Some("/run/user/1/keyring/ssh".into()),
+        };
+        (hidden, session)
+    }
+
+    #[test]
+    fn the_users_session_is_hidden_at_every_level() {
+        let (hidden, session) = desktop();
+        for access in [Access::Tools, Access::Edit, Access::Full] {
+            let mut v = view(access, "/home/u/project");
+            v.session = session.clone();
+            // A PATH folder and a state folder in the session's folder are
+            // not bound back (a socket in a read-only bind takes connections).
+            v.keep.push("/run/user/1/bin".into());
+            v.state.push("/run/user/1/cache".into());
+            let j = joined(&hidden, &v);
+            let pos = |needle: &str| j.find(needle).unwrap_or_else(|| panic!("{needle}: {j}"));
+            let session_dir = pos("--tmpfs /run/user/1 ");
+            let runtime = pos("--tmpfs /run/user/1/pedelec ");
+            let tools = pos("--bind-try /run/user/1/pedelec/toolbridge.sock");
+            assert!(session_dir < runtime && runtime < tools, "{access:?}: {j}");
+            pos("--tmpfs /tmp/.X11-unix ");
+            pos("--ro-bind-try /dev/null /home/u/.gnupg/S.gpg-agent ");
+            pos("--ro-bind-try /dev/null /home/u/.gnupg/S.gpg-agent.ssh ");
+            assert!(
+                !j.contains("/run/user/1/bin") && !j.contains("/run/user/1/cache"),
+                "{j}"
+            );
+            // The ssh agent comes back at Full only.
+            assert_eq!(
+                j.contains("--bind-try /run/user/1/keyring/ssh /run/user/1/keyring/ssh"),
+                access.is_full(),
+                "{access:?}: {j}"
+            );
+            assert!(j.ends_with(" --"), "{j}");
+        }
+    }
+
+    #[test]
+    fn at_full_access_the_ssh_agent_may_be_gpg_agents_socket() {
+        let (hidden, mut session) = desktop();
+        session.ssh_agent = Some("/home/u/.gnupg/S.gpg-agent.ssh".into());
+        let mut v = view(Access::Full, "/home/u/project");
+        v.session = session.clone();
+        let j = joined(&hidden, &v);
+        assert!(j.contains("/dev/null /home/u/.gnupg/S.gpg-agent "), "{j}");
+        assert!(!j.contains("S.gpg-agent.ssh"), "left as it is: {j}");
+        v.access = Access::Edit;
+        let j = joined(&hidden, &v);
         assert!(
-            j.ends_with(
-                "--ro-bind /w /w --bind-try /w/.pedelec-runtime/agent /w/.pedelec-runtime/agent --"
-            ),
+            j.contains("/dev/null /home/u/.gnupg/S.gpg-agent.ssh"),
             "{j}"
+        );
+    }
+
+    #[test]
+    fn a_workspace_holding_a_hidden_folder_does_not_bring_it_back() {
+        let (hidden, session) = desktop();
+        for access in [Access::Tools, Access::Edit, Access::Full] {
+            let mut v = view(access, "/run");
+            v.session = session.clone();
+            let j = joined(&hidden, &v);
+            let hide = j.find("--tmpfs /run/user/1 ").expect(&j);
+            if let Some(ws) = j.find(" /run /run ") {
+                assert!(ws < hide, "{access:?}: {j}");
+            }
+            // A workspace that is the session's folder stays hidden too.
+            v.workspace = "/run/user/1".into();
+            let j = joined(&hidden, &v);
+            let last_bind = j.rfind(" /run/user/1 /run/user/1 ");
+            let hide = j.rfind("--tmpfs /run/user/1 ").expect(&j);
+            assert!(last_bind.is_none_or(|b| b < hide), "{access:?}: {j}");
+        }
+    }
+
+    #[test]
+    fn the_session_is_found_as_the_xdg_spec_describes_it() {
+        use std::os::unix::fs::PermissionsExt;
+        let root = tempfile::tempdir().unwrap();
+        let uid = pedelec_common::process::uid();
+        let runtime = root.path().join("rt");
+        let home = root.path().join("home");
+        let gnupg = home.join(".gnupg");
+        std::fs::create_dir_all(&runtime).unwrap();
+        std::fs::create_dir_all(&gnupg).unwrap();
+        std::fs::set_permissions(&runtime, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let agent = gnupg.join("S.gpg-agent");
+        let ssh = runtime.join("ssh");
+        let _listening = [
+            std::os::unix::net::UnixListener::bind(&agent).unwrap(),
+            std::os::unix::net::UnixListener::bind(&ssh).unwrap(),
+        ];
+        std::fs::write(gnupg.join("pubring.kbx"), "").unwrap();
+        let vars: HashMap<&str, OsString> = [
+            ("XDG_RUNTIME_DIR", runtime.clone().into()),
+            ("HOME", home.clone().into()),
+            ("SSH_AUTH_SOCK", ssh.clone().into()),
+        ]
+        .into();
+        let env = |k: &str| vars.get(k).cloned();
+        let found = Session::probe(&env, uid);
+        let runtime = std::fs::canonicalize(&runtime).unwrap();
+        assert_eq!(found.dirs.first(), Some(&runtime));
+        assert_eq!(found.sockets, [agent]);
+        assert_eq!(found.ssh_agent, Some(ssh));
+        // Open to others, or holding the home: not a session's folder.
+        std::fs::set_permissions(&runtime, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert!(!Session::probe(&env, uid).dirs.contains(&runtime));
+        std::fs::set_permissions(&runtime, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let vars: HashMap<&str, OsString> = [
+            ("XDG_RUNTIME_DIR", root.path().into()),
+            ("HOME", home.into()),
+        ]
+        .into();
+        let env = |k: &str| vars.get(k).cloned();
+        let canonical_root = std::fs::canonicalize(root.path()).unwrap();
+        assert!(!Session::probe(&env, uid).dirs.contains(&canonical_root));
+    }
+
+    #[test]
+    fn the_session_variables_never_pass() {
+        let vars = [
+            (env::AGENT_ENV, "DISPLAY,DBUS_SESSION_BUS_ADDRESS"),
+            ("DISPLAY", ":0"),
+            ("DBUS_SESSION_BUS_ADDRESS", "unix:path=/run/user/1/bus"),
+            ("WAYLAND_DISPLAY", "wayland-0"),
+            ("XAUTHORITY", "/run/user/1/gdm/Xauthority"),
+            ("XDG_RUNTIME_DIR", "/run/user/1"),
+            ("XDG_SESSION_ID", "2"),
+            ("XDG_CONFIG_HOME", "/h/.config"),
+            ("XDG_DATA_DIRS", "/usr/share"),
+            ("GPG_AGENT_INFO", "/run/user/1/gnupg/S.gpg-agent"),
+            ("SSH_AUTH_SOCK", "/run/user/1/keyring/ssh"),
+        ];
+        assert_eq!(
+            passed_names(&vars),
+            ["XDG_CONFIG_HOME", "XDG_DATA_DIRS", "SSH_AUTH_SOCK"]
         );
     }
 

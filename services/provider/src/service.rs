@@ -438,7 +438,10 @@ mod tests {
     async fn list_reports_all_six_in_order_with_default_independent_of_availability() {
         let f = fixture();
         f.bin.script("codex", "exit 0");
-        f.bin.script("claude", "echo bad >&2; exit 1");
+        f.bin.script(
+            "claude",
+            "echo '/home/u/.nvm/bin/node: sk-secret-1' >&2; exit 1",
+        );
         f.set_default("cursor").await;
 
         let list = f.providers.list_providers().await.unwrap();
@@ -462,10 +465,21 @@ mod tests {
             list[3].error.as_deref(),
             Some("cursor-agent not found on PATH")
         );
+        // Pages get this list: how the check failed, neither what the CLI
+        // printed nor a folder of this machine.
         assert_eq!(
             list[4].error.as_deref(),
-            Some("`claude --version` exited with code 1: bad")
+            Some("`claude --version` exited with code 1; see the Pedelec log")
         );
+        let dir = f.bin.dir.path().display().to_string();
+        for p in &list {
+            let error = p.error.as_deref().unwrap_or_default();
+            assert!(
+                !error.contains("sk-secret") && !error.contains('/') && !error.contains(&dir),
+                "{}: {error}",
+                p.code
+            );
+        }
     }
 
     #[tokio::test]

@@ -35,3 +35,4 @@ mod sites;
 mod sites_cli;
 mod tools;
 mod turns;
+mod view_hardening;

@@ -259,8 +259,8 @@ EOF"#;
     assert_eq!(
         calls,
         [
-            "-p hello agy --output-format stream-json --model=gemini-3-flash",
-            "-p again --output-format stream-json --model=gemini-3-flash --conversation agy-conv-1"
+            "-p=hello agy --output-format stream-json --model=gemini-3-flash",
+            "-p=again --output-format stream-json --model=gemini-3-flash --conversation agy-conv-1"
         ]
     );
     // The prompt travels in argv; stdin was empty.
@@ -472,8 +472,10 @@ fi
     assert_eq!(kinds(&ok), COMPLETED_WITH_DELTAS_AND_CHAT);
 }
 
+/// Its stderr stays in the log (docs/security.md, "What a page is not
+/// shown"): the error says how it ended.
 #[tokio::test]
-async fn a_stub_failing_without_an_error_line_shows_its_stderr() {
+async fn a_stub_failing_without_an_error_line_says_how_it_ended() {
     let env = TestEnv::new();
     let body = "echo 'cursor-agent: not logged in' >&2; exit 2".to_string();
     let mut t = Turns::start(env, &[("cursor-agent", body)], pb::Settings::default()).await;
@@ -483,7 +485,7 @@ async fn a_stub_failing_without_an_error_line_shows_its_stderr() {
         error_message(&failed),
         (
             "PROVIDER_FAILED".to_string(),
-            "cursor-agent exited with code 2: cursor-agent: not logged in".to_string()
+            "cursor-agent exited with code 2; see the Pedelec log".to_string()
         )
     );
     assert_eq!(kind(failed.last().unwrap()), "status:error");

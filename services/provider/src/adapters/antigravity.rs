@@ -13,15 +13,17 @@ use super::{CommandLine, Event, LineParser, SessionOnce, TurnSpec, str_at};
 
 pub const PROGRAM: &str = "agy";
 
-/// `agy -p PROMPT …`: the prompt goes in argv, so stdin is `None` (null). There is no
-/// workspace flag; agy works in `cwd`. Effort has no flag: it is part of the model choice.
+/// `agy -p=PROMPT …`: the prompt goes in argv, so stdin is `None` (null). It is one
+/// `-p=` argument, so a prompt that starts with `-` is never read as an option (agy's
+/// flag parser takes the value after `=` whole); its size is capped by
+/// [`super::MAX_ARGV_PROMPT`]. There is no workspace flag; agy works in `cwd`. Effort
+/// has no flag: it is part of the model choice.
 pub fn command(turn: &TurnSpec) -> CommandLine {
     let mut cmd = CommandLine::new(PROGRAM, turn);
     cmd.stdin = None;
-    cmd.arg("-p")
-        .arg(&turn.prompt)
-        .arg("--output-format")
-        .arg("stream-json");
+    let mut prompt = std::ffi::OsString::from("-p=");
+    prompt.push(&turn.prompt);
+    cmd.arg(prompt).arg("--output-format").arg("stream-json");
     if let Some(model) = &turn.model {
         cmd.arg(format!("--model={model}"));
     }
@@ -112,16 +114,20 @@ mod tests {
     fn command_lines() {
         let first = command(&turn("-do it", None, Some("high"), None));
         assert_eq!(first.program, "agy");
+        // One argument: a prompt that starts with `-` cannot read as an option.
         assert_eq!(
             args(&first),
-            ["-p", "-do it", "--output-format", "stream-json"]
+            ["-p=-do it", "--output-format", "stream-json"]
         );
+        let flaglike = command(&turn("--dangerously-skip-permissions", None, None, None));
+        assert_eq!(args(&flaglike)[0], "-p=--dangerously-skip-permissions");
+        assert_eq!(args(&flaglike).len(), 3);
         assert_eq!(first.stdin, None);
         assert_eq!(first.cwd, std::path::Path::new("/ws/a b"));
 
         let full = command(&turn("more", Some("gemini-3-flash"), None, Some("C1")));
         assert_eq!(
-            args(&full)[4..],
+            args(&full)[3..],
             ["--model=gemini-3-flash", "--conversation", "C1"]
         );
     }

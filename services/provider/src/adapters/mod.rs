@@ -223,6 +223,20 @@ impl Adapter for Provider {
     }
 }
 
+/// The longest prompt Pedelec puts on a CLI's command line (antigravity's
+/// `-p=<prompt>`, [`prompt_on_argv`]), in bytes: 100 KiB, below Linux's
+/// limit on one argument (MAX_ARG_STRLEN, 128 KiB) and far below the limit
+/// on a whole command line and environment, so such a turn never fails to
+/// start for its size. A longer prompt is refused with LIMIT_EXCEEDED before
+/// anything runs; the CLIs that read the prompt from stdin have no such bound.
+pub const MAX_ARGV_PROMPT: usize = 100 * 1024;
+
+/// Whether the provider's CLI takes the prompt on its command line (agy's
+/// only documented input) rather than on stdin.
+pub const fn prompt_on_argv(provider: Provider) -> bool {
+    matches!(provider, Provider::Antigravity)
+}
+
 /// The executable a provider's adapter runs, as looked up on `PATH`
 /// (`crate::catalog` says where else).
 pub const fn program(provider: Provider) -> &'static str {

@@ -108,6 +108,45 @@ fn each_command_runs_its_adapters_program() {
     }
 }
 
+/// What a page or the settings choose reaches a CLI's argv only inside one
+/// `--flag=value` argument (the model, the effort, agy's prompt), so no value
+/// can read as an option or as another argument; every other CLI reads the
+/// prompt from stdin. The session id (a checked word, `agent_args`) follows
+/// its flag.
+#[test]
+fn chosen_values_reach_argv_only_inside_one_argument() {
+    let prompt = "--dangerously-skip-permissions and more";
+    for p in crate::catalog::PROVIDERS.map(|s| s.provider) {
+        for access in [Access::Tools, Access::Edit, Access::Full] {
+            let mut t = turn(prompt, Some("m-1"), Some("high"), Some("sess-1"));
+            t.access = access;
+            t.mcp = Some("/bin/pedelec-cli".into());
+            let line = p.command(&t);
+            let args = args(&line);
+            let has = |a: &str| args.iter().any(|x| x == a);
+            assert!(!has("m-1") && !has("high"), "{p:?}: {args:?}");
+            assert!(args.iter().any(|a| a == "--model=m-1"), "{p:?}: {args:?}");
+            if prompt_on_argv(p) {
+                assert_eq!(line.stdin, None, "{p:?}");
+                let with_prompt: Vec<_> = args.iter().filter(|a| a.contains(prompt)).collect();
+                assert_eq!(with_prompt, [&format!("-p={prompt}")], "{p:?}");
+            } else {
+                assert_eq!(line.stdin.as_deref(), Some(prompt), "{p:?}");
+                assert!(!args.iter().any(|a| a.contains(prompt)), "{p:?}: {args:?}");
+            }
+            let at = args.iter().position(|a| a == "sess-1");
+            let before = at.and_then(|i| args.get(i - 1)).map(String::as_str);
+            assert!(
+                matches!(
+                    before,
+                    Some("resume" | "--resume" | "--session" | "--conversation" | "--session-id")
+                ),
+                "{p:?}: the session id follows its flag: {args:?}"
+            );
+        }
+    }
+}
+
 #[test]
 fn no_parser_panics_on_odd_input() {
     let odd = [

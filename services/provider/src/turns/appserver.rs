@@ -36,7 +36,7 @@ use serde_json::{Value as Json, json};
 use tokio::io::AsyncReadExt;
 use tokio::sync::{mpsc, oneshot};
 
-use super::events::{Sink, Stop, error_event, exited};
+use super::events::{SEE_THE_LOG, Sink, Stop, error_event, exited};
 use super::job::Job;
 use super::lock;
 use super::servers::{Fallback, Input, Kind, Listener, Server, ServerChild, Servers, SpawnError};
@@ -316,11 +316,10 @@ pub(super) async fn run_turn(
         Ok(End::Died) => {
             servers.forget(&job.session_id);
             let status = proc.child.wait_exit().await;
-            let message = format!(
-                "codex app-server {}{}",
-                process::ended(status),
-                proc.child.stderr_line()
-            );
+            let how = format!("codex app-server {}", process::ended(status));
+            // Its stderr stays in the log; the page hears how it ended.
+            tracing::warn!(session = %job.session_id, "{how}{}", proc.child.stderr_line());
+            let message = format!("{how}; {SEE_THE_LOG}");
             if sink
                 .send(error_event(Code::PROVIDER_FAILED, message, None))
                 .await

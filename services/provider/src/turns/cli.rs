@@ -17,7 +17,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::Child;
 use tokio::time::Instant;
 
-use super::events::{Sink, Stop, error_event, exited, provider_error, refuse};
+use super::events::{
+    SEE_THE_LOG, STDERR_TAIL_KEY, Sink, Stop, error_event, exited, provider_error, refuse,
+};
 use super::job::Job;
 use super::terminate::Group;
 use crate::adapters::{Adapter, Decoder, Event, MAX_LINE};
@@ -25,6 +27,9 @@ use crate::launch::{AgentProcs, read_tail};
 
 /// Linux's limit on one argv string (MAX_ARG_STRLEN, 32 pages), NUL included.
 pub const MAX_ARG_BYTES: usize = 32 * 4096;
+
+// A prompt on argv (`-p=<prompt>`) stays well within one argument.
+const _: () = assert!(crate::adapters::MAX_ARGV_PROMPT + 16 < MAX_ARG_BYTES);
 
 /// Bytes of stderr kept for a failure's details.
 pub(super) const STDERR_TAIL: usize = 8 * 1024;
@@ -40,15 +45,6 @@ impl Job {
     /// until it exits, its stderr's tail kept for a failure's details.
     pub(super) async fn run_cli(self, program: &Path, mut sink: Sink) {
         let line = self.provider.command(&self.turn);
-        if let Some(long) = line.args.iter().find(|a| a.len() >= MAX_ARG_BYTES) {
-            let message = format!(
-                "the prompt is too large for {}: it takes the prompt on its command line, which allows at most {} bytes per argument (this one is {} bytes)",
-                self.spec.program,
-                MAX_ARG_BYTES - 1,
-                long.len()
-            );
-            return refuse(&mut sink, Code::MESSAGE_TOO_LARGE, message).await;
-        }
         let (mut cmd, mut procs) = self.agent_command(program, &line.cwd).await;
         cmd.args(&line.args)
             .stdin(if line.stdin.is_some() {
@@ -64,16 +60,20 @@ impl Job {
             Ok(c) => c,
             Err(e) if e.raw_os_error() == Some(libc::E2BIG) => {
                 let message = format!(
-                    "could not start {}: its command line and environment are over the system's limit ({e})",
-                    self.spec.program
+                    "could not start {}: its command line and environment are over the system's limit ({})",
+                    self.spec.program,
+                    io_reason(&e)
                 );
                 return refuse(&mut sink, Code::MESSAGE_TOO_LARGE, message).await;
             }
             Err(e) => {
+                // The page hears what failed, not where (the workspace, the
+                // program's path): those go to the log.
+                tracing::warn!(session = %self.session_id, program = %program.display(), cwd = %line.cwd.display(), "could not start the agent: {e}");
                 let message = format!(
-                    "could not start {} in {}: {e}",
+                    "could not start {}: {}; {SEE_THE_LOG}",
                     self.spec.program,
-                    line.cwd.display()
+                    io_reason(&e)
                 );
                 return refuse(&mut sink, Code::PROVIDER_FAILED, message).await;
             }
@@ -122,6 +122,17 @@ impl Job {
             .ok()
             .and_then(Result::ok)
             .unwrap_or_default();
+        if !status.success() && !stderr_tail.trim().is_empty() {
+            // The agent's own words stay here: the page hears only how it ended.
+            tracing::warn!(
+                session = %self.session_id,
+                provider = self.spec.code,
+                "{} {}; the end of its stderr:\n{}",
+                self.spec.program,
+                process::ended(status),
+                stderr_tail.trim_end()
+            );
+        }
         let error = run.final_error(self.spec.program, status, &stderr_tail);
         if let Some(error) = error
             && run.sink.send(error).await.is_err()
@@ -266,7 +277,7 @@ impl TurnState {
                 _ => None,
             };
             if !stderr.trim().is_empty() {
-                facts.insert("stderrTail".into(), json!(stderr));
+                facts.insert(STDERR_TAIL_KEY.into(), json!(stderr));
             }
         }
         if dropped > 0 {
@@ -288,11 +299,9 @@ impl TurnState {
             return Some(error_event(code, message, details));
         }
         if !status.success() {
-            let how = format!("{program} {}", process::ended(status));
-            let message = match stderr.lines().rev().map(str::trim).find(|l| !l.is_empty()) {
-                Some(last) => format!("{how}: {last}"),
-                None => how,
-            };
+            // Fixed words: stderr (paths, tokens, whatever the CLI printed)
+            // stays in the log and in `stderrTail` for local callers.
+            let message = format!("{program} {}; {SEE_THE_LOG}", process::ended(status));
             return Some(error_event(
                 Code::PROVIDER_FAILED,
                 message,
@@ -312,6 +321,15 @@ impl TurnState {
             ));
         }
         None
+    }
+}
+
+/// An I/O error's reason without the path or command it may name: the OS's
+/// words for its errno (`No such file or directory (os error 2)`).
+pub(super) fn io_reason(e: &std::io::Error) -> String {
+    match e.raw_os_error() {
+        Some(errno) => std::io::Error::from_raw_os_error(errno).to_string(),
+        None => e.kind().to_string(),
     }
 }
 

@@ -63,19 +63,96 @@ pub(super) async fn refuse(sink: &mut Sink, code: Code, message: String) {
     }
 }
 
-/// A failure (or, as a warning, a notice) from the provider's side.
+/// A failure (or, as a warning, a notice) from the provider's side. It
+/// reaches the page, which learns no local path (docs/security.md, "What a
+/// page is not shown"): every absolute path in the message and in the
+/// details' strings becomes `<path>`, whoever wrote it (the CLI's own error
+/// text, say). The details' `stderrTail` stays whole: it is for local callers
+/// and the native host leaves it out of page messages (`pedelec_common::wire`).
 pub(super) fn provider_error(
     code: Code,
     message: String,
     details: Option<&Json>,
 ) -> pb::PedelecError {
+    let safe = without_paths(&message);
+    if safe != message {
+        tracing::info!(
+            code = code.as_str(),
+            "a provider error named local paths: {message}"
+        );
+    }
+    let details = details.map(|d| {
+        let mut d = d.clone();
+        scrub_details(&mut d);
+        d
+    });
     pb::PedelecError {
         code: code.as_str().to_string(),
-        message,
-        details: details.map(json::to_value),
+        message: safe,
+        details: details.as_ref().map(json::to_value),
         source: pb::ErrorSource::Provider as i32,
         ..Default::default()
     }
+}
+
+pub(super) use crate::error::SEE_THE_LOG;
+
+/// The details key that holds the end of the agent's stderr (local callers only).
+pub(super) const STDERR_TAIL_KEY: &str = "stderrTail";
+
+fn scrub_details(value: &mut Json) {
+    match value {
+        Json::String(s) => *s = without_paths(s),
+        Json::Array(items) => items.iter_mut().for_each(scrub_details),
+        Json::Object(map) => {
+            for (key, v) in map.iter_mut() {
+                if key != STDERR_TAIL_KEY {
+                    scrub_details(v);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// What replaces an absolute path in a page-bound provider error.
+pub(super) const PATH_MARK: &str = "<path>";
+
+/// `text` with each absolute path replaced by [`PATH_MARK`]: a `/` that
+/// starts the text or follows a space, a quote or one of `([{=,:` and is
+/// followed by something other than `/` or a space (so `https://…`, `a/b`
+/// and `and / or` stay), up to the next space, quote or `)]}>,;`; a final
+/// `.` or `:` is kept as punctuation.
+pub(super) fn without_paths(text: &str) -> String {
+    const BEFORE: &[char] = &['"', '\'', '`', '(', '[', '{', '=', ',', ':'];
+    const AFTER: &[char] = &['"', '\'', '`', ')', ']', '}', '>', ',', ';'];
+    let mut out = String::with_capacity(text.len());
+    let mut prev: Option<char> = None;
+    let mut rest = text;
+    while let Some(c) = rest.chars().next() {
+        let starts_path = c == '/'
+            && prev.is_none_or(|p| p.is_whitespace() || BEFORE.contains(&p))
+            && rest[1..]
+                .chars()
+                .next()
+                .is_some_and(|n| n != '/' && !n.is_whitespace());
+        if starts_path {
+            let end = rest
+                .find(|ch: char| ch.is_whitespace() || AFTER.contains(&ch))
+                .unwrap_or(rest.len());
+            let path = &rest[..end];
+            let kept = path.trim_end_matches(['.', ':']);
+            out.push_str(PATH_MARK);
+            out.push_str(&path[kept.len()..]);
+            prev = path.chars().next_back();
+            rest = &rest[end..];
+            continue;
+        }
+        out.push(c);
+        prev = Some(c);
+        rest = &rest[c.len_utf8()..];
+    }
+    out
 }
 
 pub(super) fn error_event(code: Code, message: String, details: Option<Json>) -> Out {
@@ -94,4 +171,55 @@ pub(super) fn exited(status: ExitStatus) -> Out {
         code: status.code(),
         signal: std::os::unix::process::ExitStatusExt::signal(&status),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn absolute_paths_leave_a_page_bound_error() {
+        let cases = [
+            (
+                "failed to read /home/alice/.codex/auth.json: denied",
+                "failed to read <path>: denied",
+            ),
+            (
+                "\"/root/x\" (/tmp/a/b) at=/w/ws.",
+                "\"<path>\" (<path>) at=<path>.",
+            ),
+            ("/etc/passwd", "<path>"),
+            ("error:/var/lib/x", "error:<path>"),
+            (
+                "see https://example.com/a/b and a/b, and / or 1/2",
+                "see https://example.com/a/b and a/b, and / or 1/2",
+            ),
+            ("model overloaded", "model overloaded"),
+        ];
+        for (text, safe) in cases {
+            assert_eq!(without_paths(text), safe, "{text}");
+        }
+    }
+
+    #[test]
+    fn details_lose_paths_but_the_stderr_tail_stays_for_local_callers() {
+        let details = serde_json::json!({
+            "error": {"message": "no such file /home/alice/x", "codes": ["/a/b", 3]},
+            STDERR_TAIL_KEY: "/home/alice/.npm/x\n",
+        });
+        let e = provider_error(
+            Code::PROVIDER_FAILED,
+            "in /home/alice".into(),
+            Some(&details),
+        );
+        assert_eq!(e.message, "in <path>");
+        let back = json::from_value(e.details.as_ref().unwrap());
+        assert_eq!(
+            back,
+            serde_json::json!({
+                "error": {"message": "no such file <path>", "codes": ["<path>", 3]},
+                STDERR_TAIL_KEY: "/home/alice/.npm/x\n",
+            })
+        );
+    }
 }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicI32;
 use std::time::Duration;
 
-use pedelec_common::{Code, process};
+use pedelec_common::{Code, agent_args, process};
 use pedelec_proto::v1 as pb;
 use tokio::process::Command;
 
@@ -19,7 +19,7 @@ use super::events::{Sink, refuse};
 use super::record::Records;
 use super::serve::{self, OpencodeServers};
 use super::servers::Fallback;
-use crate::adapters::{Access, Provider, TurnSpec};
+use crate::adapters::{self, Access, Provider, TurnSpec};
 use crate::availability::ProgramEnv;
 use crate::catalog;
 use crate::error::ProviderError;
@@ -77,6 +77,20 @@ impl Job {
         let access = Access::from_request(req.access)?;
         let profile = req.profile.unwrap_or_default();
         let non_empty = |s: String| Some(s).filter(|s| !s.is_empty());
+        // What goes on the CLI's command line: words none of which can read
+        // as an option (the model and effort come from the settings or the
+        // page; the session id from the CLI's own earlier output).
+        let model = non_empty(profile.model);
+        let effort = non_empty(profile.effort);
+        let resume_id = req.provider_session_id.and_then(non_empty);
+        let checks = [
+            model.as_deref().map(agent_args::check_model),
+            effort.as_deref().map(agent_args::check_effort),
+            resume_id.as_deref().map(agent_args::check_session_id),
+        ];
+        if let Some(Err(why)) = checks.into_iter().flatten().find(Result::is_err) {
+            return Err(ProviderError::InvalidInput(why));
+        }
         Ok(Job {
             session_id: req.session_id,
             provider,
@@ -84,9 +98,9 @@ impl Job {
             turn: TurnSpec {
                 workspace,
                 prompt: req.prompt,
-                model: non_empty(profile.model),
-                effort: non_empty(profile.effort),
-                resume_id: req.provider_session_id.and_then(non_empty),
+                model,
+                effort,
+                resume_id,
                 mcp: None,
                 access,
                 tool_cli: Some(pedelec_common::paths::cli_path()),
@@ -128,6 +142,15 @@ impl Job {
         if self.turn.prompt.contains('\0') {
             let message = "prompt: contains a NUL byte".to_string();
             return refuse(&mut sink, Code::INVALID_INPUT, message).await;
+        }
+        let length = self.turn.prompt.len();
+        if adapters::prompt_on_argv(self.provider) && length > adapters::MAX_ARGV_PROMPT {
+            let message = format!(
+                "the prompt is {length} bytes; {} takes it on its command line, where Pedelec allows at most {} bytes (100 KiB): send less, or use another provider",
+                self.spec.code,
+                adapters::MAX_ARGV_PROMPT
+            );
+            return refuse(&mut sink, Code::LIMIT_EXCEEDED, message).await;
         }
         if self.provider == Provider::Codex && self.codex.usable(&program, &self.programs).await {
             let servers = Arc::clone(&self.codex);

@@ -37,7 +37,7 @@ use serde_json::{Value as Json, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::mpsc;
 
-use super::events::{Sink, Stop, error_event, turn_ended};
+use super::events::{SEE_THE_LOG, Sink, Stop, error_event, turn_ended};
 use super::job::Job;
 use super::servers::{Fallback, Input, Kind, Listener, Server, ServerChild, Servers, SpawnError};
 use crate::adapters::{Access, Event, LineSplitter, MAX_LINE, opencode};
@@ -445,7 +445,9 @@ pub(super) async fn run_turn(
             } else {
                 "closed its event stream".to_string()
             };
-            let message = format!("opencode serve {how}{}", proc.child.stderr_line());
+            // Its stderr stays in the log; the page hears how it ended.
+            tracing::warn!(session = %job.session_id, "opencode serve {how}{}", proc.child.stderr_line());
+            let message = format!("opencode serve {how}; {SEE_THE_LOG}");
             proc.stop(job.grace).await;
             if sink
                 .send(error_event(Code::PROVIDER_FAILED, message, None))

@@ -180,9 +180,11 @@ async fn non_zero_exit_is_provider_failed_with_the_stderr_tail() {
     let error = error_of(&events);
     assert_eq!(error.code, "PROVIDER_FAILED");
     assert_eq!(error.source, pb::ErrorSource::Provider as i32);
+    // Fixed words: what stderr said stays in the log and in `stderrTail`
+    // (for local callers; page messages leave it out).
     assert_eq!(
         error.message,
-        "codex exited with code 3: error: not logged in"
+        "codex exited with code 3; see the Pedelec log"
     );
     assert_eq!(
         details(error),
@@ -261,7 +263,7 @@ async fn agy_gets_the_prompt_in_argv_and_dev_null_on_stdin() {
     f.bin.script(
         "agy",
         &format!(
-            "echo \"prompt=$2\" > {out}\n/bin/cat >> {out}\necho end >> {out}",
+            "echo \"$1\" > {out}\n/bin/cat >> {out}\necho end >> {out}",
             out = out.display()
         ),
     );
@@ -270,7 +272,7 @@ async fn agy_gets_the_prompt_in_argv_and_dev_null_on_stdin() {
     // `cat` read EOF at once: stdin was /dev/null, not a pipe left open.
     assert_eq!(
         std::fs::read_to_string(&out).unwrap(),
-        "prompt=hello agent\nend\n"
+        "-p=hello agent\nend\n"
     );
 }
 
@@ -350,10 +352,10 @@ async fn a_workspace_that_does_not_exist_fails_to_start() {
     let events = f.run(req).await;
     let error = error_of(&events);
     assert_eq!(error.code, "PROVIDER_FAILED");
-    assert!(
-        error.message.starts_with("could not start codex in "),
-        "{}",
-        error.message
+    // What failed, not where: the workspace's path goes to the log only.
+    assert_eq!(
+        error.message,
+        "could not start codex: No such file or directory (os error 2); see the Pedelec log"
     );
     assert_eq!(events.len(), 2);
 }
@@ -593,27 +595,69 @@ async fn a_prompt_with_nul_is_invalid_input() {
 }
 
 #[tokio::test]
-async fn an_argv_prompt_over_the_limit_is_message_too_large() {
+async fn an_argv_prompt_over_the_cap_is_limit_exceeded() {
     let f = fixture();
     let ran = f.file("ran");
     f.bin
         .script("agy", &format!("echo yes > {}", ran.display()));
     let mut req = f.request("thr_1", "antigravity");
-    req.prompt = "x".repeat(MAX_ARG_BYTES);
+    req.prompt = "x".repeat(crate::adapters::MAX_ARGV_PROMPT + 1);
     let events = f.run(req).await;
     let error = error_of(&events);
-    assert_eq!(error.code, "MESSAGE_TOO_LARGE");
+    assert_eq!(error.code, "LIMIT_EXCEEDED");
     assert!(
-        error.message.contains(&(MAX_ARG_BYTES - 1).to_string()),
+        error.message.contains("at most 102400 bytes"),
         "{}",
         error.message
     );
+    assert_eq!(events.last(), Some(&Out::Exited(pb::TurnExited::default())));
     assert!(!ran.exists(), "agy must not have run");
-    // Just under the limit still runs.
+    // At the cap it runs.
     let mut req = f.request("thr_2", "antigravity");
-    req.prompt = "x".repeat(MAX_ARG_BYTES - 1);
+    req.prompt = "x".repeat(crate::adapters::MAX_ARGV_PROMPT);
     let events = f.run(req).await;
     assert_eq!(events.last(), Some(&exited_code(0)));
+    assert!(ran.exists());
+    // A CLI that reads stdin has no such cap.
+    f.bin.script("codex", "/bin/cat > /dev/null");
+    let mut req = f.request("thr_3", "codex");
+    req.prompt = "x".repeat(MAX_ARG_BYTES * 2);
+    let events = f.run(req).await;
+    assert_eq!(events.last(), Some(&exited_code(0)), "{events:?}");
+}
+
+/// A model, an effort or a session id that could read as an option (or
+/// split into more arguments) is refused before anything runs.
+#[tokio::test]
+async fn values_that_could_read_as_options_are_invalid_input() {
+    let f = fixture();
+    let ran = f.file("ran");
+    f.bin
+        .script("claude", &format!("echo yes > {}", ran.display()));
+    let profile = |model: &str, effort: &str| pb::ResolvedProfile {
+        model: model.into(),
+        effort: effort.into(),
+        ..Default::default()
+    };
+    let cases = [
+        (Some(profile("--dangerously-skip-permissions", "")), None),
+        (Some(profile("gpt 5", "")), None),
+        (Some(profile("m", "-x")), None),
+        (None, Some("--resume")),
+        (None, Some("a b")),
+    ];
+    for (profile, resume) in cases {
+        let mut req = f.request("thr_1", "claude");
+        req.profile = profile.clone();
+        req.provider_session_id = resume.map(str::to_string);
+        let status = f.turns.run(req).expect_err("refused");
+        assert_eq!(
+            pedelec_common::code_of_status(&tonic::Status::from(status)).as_deref(),
+            Some("INVALID_INPUT"),
+            "{profile:?} {resume:?}"
+        );
+    }
+    assert!(!ran.exists(), "claude must not have run");
 }
 
 #[tokio::test]
