@@ -76,16 +76,20 @@ pub fn bind(path: &Path) -> Result<UnixListener, CommonError> {
     Ok(listener)
 }
 
+/// The connected peer's uid (SO_PEERCRED) when it is not this user's;
+/// an error when the peer cannot be identified. Both ends of every
+/// connection check it: the server on accept, the client before it sends.
+fn other_user(stream: &UnixStream) -> std::io::Result<Option<u32>> {
+    let uid = stream.peer_cred()?.uid();
+    Ok((uid != crate::process::uid()).then_some(uid))
+}
+
 /// Whether the connected peer runs as this user (SO_PEERCRED).
 pub fn peer_is_same_user(stream: &UnixStream) -> bool {
-    let me = crate::process::uid();
-    match stream.peer_cred() {
-        Ok(cred) if cred.uid() == me => true,
-        Ok(cred) => {
-            tracing::warn!(
-                peer_uid = cred.uid(),
-                "refused a connection from another user"
-            );
+    match other_user(stream) {
+        Ok(None) => true,
+        Ok(Some(uid)) => {
+            tracing::warn!(peer_uid = uid, "refused a connection from another user");
             false
         }
         Err(e) => {
@@ -253,15 +257,14 @@ async fn connect_trusted(socket: &Path) -> std::io::Result<UnixStream> {
         Err(why) => return Err(untrusted(socket, why.to_string())),
     }
     let stream = UnixStream::connect(socket).await?;
-    let me = crate::process::uid();
-    match stream.peer_cred() {
-        Ok(cred) if cred.uid() == me => Ok(stream),
-        Ok(cred) => Err(untrusted(
+    match other_user(&stream) {
+        Ok(None) => Ok(stream),
+        Ok(Some(uid)) => Err(untrusted(
             socket,
             format!(
-                "it is served by a process of uid {}, not of this user (uid {me}), so it is not \
+                "it is served by a process of uid {uid}, not of this user (uid {}), so it is not \
                  this user's Pedelec; find out who made it, stop that process and remove the socket",
-                cred.uid()
+                crate::process::uid()
             ),
         )),
         Err(e) => Err(untrusted(
