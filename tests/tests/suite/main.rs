@@ -18,6 +18,7 @@ mod confinement;
 mod grpc_clients;
 mod grpcurl;
 mod host_fuzz;
+mod host_memory;
 mod hostile;
 mod install;
 mod launcher_cli;
