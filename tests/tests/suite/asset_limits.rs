@@ -309,36 +309,46 @@ fn refused_http(
     (answer.status, code)
 }
 
-/// Makes `dir` refuse new entries, even to root (who passes every mode
-/// check): the immutable attribute; undone on drop so the temp dir can go.
+/// Makes `dir` refuse new entries: mode 0500 for a user; root passes every
+/// mode check, so then the immutable attribute (`chattr +i`). Undone on
+/// drop, so the temp dir can go.
 struct Locked(PathBuf);
 
 impl Locked {
     fn new(dir: &Path) -> Locked {
-        let ok = std::process::Command::new("chattr")
-            .arg("+i")
-            .arg(dir)
-            .status()
-            .is_ok_and(|s| s.success());
-        assert!(
-            ok,
-            "`chattr +i {}` failed: this test needs chattr (e2fsprogs) and a file system with the immutable attribute",
-            dir.display()
-        );
+        use std::os::unix::fs::PermissionsExt;
+        let locked = Locked(dir.to_path_buf());
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o500)).unwrap();
+        if std::fs::write(dir.join("probe"), b"x").is_ok() {
+            std::fs::remove_file(dir.join("probe")).unwrap();
+            let ok = std::process::Command::new("chattr")
+                .arg("+i")
+                .arg(dir)
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(
+                ok,
+                "`chattr +i {}` failed: as root this test needs chattr (e2fsprogs) and a file system with the immutable attribute",
+                dir.display()
+            );
+        }
         assert!(
             std::fs::write(dir.join("probe"), b"x").is_err(),
             "the locked folder still takes new files"
         );
-        Locked(dir.to_path_buf())
+        locked
     }
 }
 
 impl Drop for Locked {
     fn drop(&mut self) {
+        use std::os::unix::fs::PermissionsExt;
         let _ = std::process::Command::new("chattr")
             .arg("-i")
             .arg(&self.0)
+            .stderr(Stdio::null())
             .status();
+        let _ = std::fs::set_permissions(&self.0, std::fs::Permissions::from_mode(0o700));
     }
 }
 
