@@ -294,7 +294,8 @@ impl Launch {
                     turn.or(passed).filter(|v| !v.is_empty()).cloned()
                 };
                 let mut view = View::new(who.0, who.1, workspace, program, &env);
-                view.session = Session::probe(&|name| std::env::var_os(name), process::uid());
+                view.session =
+                    Session::probe(&|name| std::env::var_os(name), process::uid(), &view.keep);
                 if !who.1.is_full() {
                     // bwrap binds only what exists, and below Full the agent
                     // cannot make its state folders in a read-only home or
@@ -443,15 +444,20 @@ pub struct Session {
     pub sockets: Vec<PathBuf>,
     /// `$SSH_AUTH_SOCK`: bound back at full access only.
     pub ssh_agent: Option<PathBuf>,
+    /// Folders the agent runs from (PATH's, the program's) inside a session
+    /// folder — fnm keeps its Node shims in `$XDG_RUNTIME_DIR/fnm_multishells`
+    /// — bound back read-only when no socket lies within them.
+    pub programs: Vec<PathBuf>,
 }
 
 impl Session {
     /// The session as it is now, from the service's environment (`env`:
-    /// XDG_RUNTIME_DIR, HOME, GNUPGHOME, SSH_AUTH_SOCK) and uid. A runtime
-    /// folder counts only as the XDG spec describes one — the user's own,
-    /// mode 0700 — and not when it holds the home (a misconfigured
+    /// XDG_RUNTIME_DIR, HOME, GNUPGHOME, SSH_AUTH_SOCK) and uid; `keep` are
+    /// the folders the agent runs from ([`View::keep`]). A runtime folder
+    /// counts only as the XDG spec describes one — the user's own, mode 0700
+    /// — and not when it holds the home (a misconfigured
     /// `XDG_RUNTIME_DIR=$HOME` or `=/tmp` hides nothing).
-    pub fn probe(env: &dyn Fn(&str) -> Option<OsString>, uid: u32) -> Session {
+    pub fn probe(env: &dyn Fn(&str) -> Option<OsString>, uid: u32, keep: &[PathBuf]) -> Session {
         let home = env("HOME").map(PathBuf::from).filter(|h| h.is_absolute());
         let mut dirs: Vec<PathBuf> = Vec::new();
         let runtime = env("XDG_RUNTIME_DIR")
@@ -477,12 +483,52 @@ impl Session {
         let ssh_agent = env("SSH_AUTH_SOCK")
             .map(PathBuf::from)
             .filter(|p| p.is_absolute() && is_socket(p));
+        let programs = keep
+            .iter()
+            .filter(|k| {
+                let real = std::fs::canonicalize(k).unwrap_or_else(|_| k.to_path_buf());
+                dirs.iter()
+                    .any(|d| (k.starts_with(d) || real.starts_with(d)) && *k != d)
+            })
+            .filter(|k| holds_no_socket(k))
+            .cloned()
+            .collect();
         Session {
             dirs,
             sockets: gnupg.map(|d| sockets_in(&d)).unwrap_or_default(),
             ssh_agent,
+            programs,
         }
     }
+}
+
+/// Whether nothing under `dir` (links followed at the top only) is a
+/// socket, looked at down to 3 levels and 4096 entries; a folder too big to
+/// tell counts as holding one.
+fn holds_no_socket(dir: &Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    let mut seen = 0;
+    let mut level = vec![dir.to_path_buf()];
+    for _ in 0..3 {
+        let mut next = Vec::new();
+        for d in &level {
+            let Ok(entries) = std::fs::read_dir(d) else {
+                continue;
+            };
+            for e in entries.flatten() {
+                seen += 1;
+                let Ok(t) = e.file_type() else { continue };
+                if t.is_socket() || seen > 4096 {
+                    return false;
+                }
+                if t.is_dir() {
+                    next.push(e.path());
+                }
+            }
+        }
+        level = next;
+    }
+    level.is_empty()
 }
 
 /// `dir`, resolved, if it is a folder of `uid`'s that no one else may enter.
@@ -668,6 +714,9 @@ pub fn bwrap_args(hidden: &Hidden, view: &View) -> Vec<OsString> {
             "--ro-bind"
         };
         mounts.bind(how, workspace, Rank::Bind);
+    }
+    for program in &view.session.programs {
+        mounts.bind("--ro-bind-try", program, Rank::Hole);
     }
     let ssh_kept = if full {
         view.session.ssh_agent.as_deref()
@@ -1051,6 +1100,7 @@ mod tests {
                 "/home/u/.gnupg/S.gpg-agent.ssh".into(),
             ],
             ssh_agent: Some("/run/user/1/keyring/ssh".into()),
+            programs: vec!["/run/user/1/fnm_multishells/1_2/bin".into()],
         };
         (hidden, session)
     }
@@ -1062,7 +1112,8 @@ mod tests {
             let mut v = view(access, "/home/u/project");
             v.session = session.clone();
             // A PATH folder and a state folder in the session's folder are
-            // not bound back (a socket in a read-only bind takes connections).
+            // not bound back (a socket in a read-only bind takes connections)
+            // unless the probe found the folder free of sockets (`programs`).
             v.keep.push("/run/user/1/bin".into());
             v.state.push("/run/user/1/cache".into());
             let j = joined(&hidden, &v);
@@ -1078,6 +1129,8 @@ mod tests {
                 !j.contains("/run/user/1/bin") && !j.contains("/run/user/1/cache"),
                 "{j}"
             );
+            let shims = pos("--ro-bind-try /run/user/1/fnm_multishells/1_2/bin ");
+            assert!(session_dir < shims, "{access:?}: {j}");
             // The ssh agent comes back at Full only.
             assert_eq!(
                 j.contains("--bind-try /run/user/1/keyring/ssh /run/user/1/keyring/ssh"),
@@ -1150,14 +1203,23 @@ mod tests {
         ]
         .into();
         let env = |k: &str| vars.get(k).cloned();
-        let found = Session::probe(&env, uid);
+        let found = Session::probe(&env, uid, &[]);
         let runtime = std::fs::canonicalize(&runtime).unwrap();
         assert_eq!(found.dirs.first(), Some(&runtime));
         assert_eq!(found.sockets, [agent]);
         assert_eq!(found.ssh_agent, Some(ssh));
+        // PATH folders in the runtime folder: back only without a socket.
+        let shims = runtime.join("fnm/bin");
+        let sockets = runtime.join("sockets/bin");
+        std::fs::create_dir_all(&shims).unwrap();
+        std::fs::create_dir_all(&sockets).unwrap();
+        std::os::unix::fs::symlink("/usr/bin/env", shims.join("node")).unwrap();
+        let _bus = std::os::unix::net::UnixListener::bind(sockets.join("bus")).unwrap();
+        let keep = [shims.clone(), sockets, "/usr/bin".into()];
+        assert_eq!(Session::probe(&env, uid, &keep).programs, [shims]);
         // Open to others, or holding the home: not a session's folder.
         std::fs::set_permissions(&runtime, std::fs::Permissions::from_mode(0o755)).unwrap();
-        assert!(!Session::probe(&env, uid).dirs.contains(&runtime));
+        assert!(!Session::probe(&env, uid, &[]).dirs.contains(&runtime));
         std::fs::set_permissions(&runtime, std::fs::Permissions::from_mode(0o700)).unwrap();
         let vars: HashMap<&str, OsString> = [
             ("XDG_RUNTIME_DIR", root.path().into()),
@@ -1166,7 +1228,11 @@ mod tests {
         .into();
         let env = |k: &str| vars.get(k).cloned();
         let canonical_root = std::fs::canonicalize(root.path()).unwrap();
-        assert!(!Session::probe(&env, uid).dirs.contains(&canonical_root));
+        assert!(
+            !Session::probe(&env, uid, &[])
+                .dirs
+                .contains(&canonical_root)
+        );
     }
 
     #[test]
