@@ -9,9 +9,6 @@ use serde_json::Value as Json;
 
 use crate::error::AgentError;
 
-/// The workspace folder holding the conversations.
-pub const DIR: &str = ".pedelec-runtime/agent";
-
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct File {
     version: u32,
@@ -53,7 +50,7 @@ impl Conversation {
             }
             None => uuid::Uuid::new_v4().to_string(),
         };
-        let path = workspace.join(DIR).join(format!("{id}.json"));
+        let path = pedelec_common::beneath::agent_folder(workspace).join(format!("{id}.json"));
         let mut conv = Conversation {
             id,
             messages: Vec::new(),

@@ -27,6 +27,14 @@ use std::path::Path;
 pub const RUNTIME_FOLDER: &str = ".pedelec-runtime";
 /// The folder in [`RUNTIME_FOLDER`] holding one folder per thread.
 pub const ASSETS_FOLDER: &str = "assets";
+/// The folder in [`RUNTIME_FOLDER`] holding pedelec-agent's conversations
+/// (one file per thread; ProviderService keeps it writable in the agent's view).
+pub const AGENT_FOLDER: &str = "agent";
+
+/// `<workspace>/.pedelec-runtime/agent`: see [`AGENT_FOLDER`].
+pub fn agent_folder(workspace: &Path) -> std::path::PathBuf {
+    workspace.join(RUNTIME_FOLDER).join(AGENT_FOLDER)
+}
 /// Temp files of a write in progress (an upload, an agent's `write_asset`) are
 /// named `<TEMP_PREFIX><32 hex><TEMP_SUFFIX>` beside their target; AssetService
 /// reserves the prefix, so no asset can be named like one and `List` skips them.

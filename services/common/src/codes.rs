@@ -104,8 +104,9 @@ codes! {
     // SessionService could not write a thread's journal record; the request's
     // change was not kept.
     JOURNAL_WRITE_FAILED => Unavailable,
-    // A bound that protects the user's machine: open sessions per origin,
-    // queued tool calls per thread.
+    // A bound that protects the user's machine or the user's budget: open
+    // sessions and transfer tickets per origin, queued tool calls per thread,
+    // an argv prompt's size, asset disk quotas (docs/security.md lists them).
     LIMIT_EXCEEDED => ResourceExhausted,
     CORE_RESTARTED => Aborted,
     CANCELLED => Cancelled,

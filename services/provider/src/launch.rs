@@ -616,7 +616,7 @@ pub fn state_dirs(
             .into(),
         Provider::Cursor => vec![in_home(".cursor"), xdg("CONFIG", "cursor")],
         Provider::Antigravity => vec![in_home(".gemini")],
-        Provider::Ollama => vec![Some(workspace.join(".pedelec-runtime/agent"))],
+        Provider::Ollama => vec![Some(pedelec_common::beneath::agent_folder(workspace))],
     };
     dirs.into_iter().flatten().collect()
 }
