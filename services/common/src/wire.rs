@@ -279,6 +279,9 @@ pub fn provider_info(p: &pb::ProviderInfo) -> Value {
         "available": p.available,
         "isDefault": p.is_default,
         "error": p.error,
+        "effortValues": p.effort_values,
+        "models": p.models,
+        "modelsPending": p.models_pending,
     })
 }
 

@@ -11,6 +11,7 @@ pub mod catalog;
 pub mod error;
 pub mod grpc;
 pub mod launch;
+pub mod models;
 pub mod program;
 pub mod service;
 pub mod settings;

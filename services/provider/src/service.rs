@@ -12,6 +12,7 @@ use tokio_stream::{Stream, StreamExt};
 use crate::availability::{Availability, ProgramEnv};
 use crate::catalog;
 use crate::error::ProviderError;
+use crate::models::Models;
 use crate::settings::{self, SettingsStore};
 use crate::turns::Turns;
 
@@ -37,6 +38,8 @@ pub struct Providers {
     /// How long UpdateSettings waits for the acks ([`SETTINGS_ACK_WITHIN`]).
     ack_within: Duration,
     availability: Arc<Availability>,
+    /// The model names the CLIs list (crate::models), for ListProviders.
+    models: Arc<Models>,
     turns: Turns,
 }
 
@@ -56,6 +59,7 @@ impl Providers {
             ack_within: SETTINGS_ACK_WITHIN,
             turns: Turns::new(programs.clone()),
             availability: Arc::new(Availability::new(programs)),
+            models: Arc::default(),
         }
     }
 
@@ -125,8 +129,11 @@ impl Providers {
     /// file younger than the cache's TTL is reused (a page polling
     /// ListProviders must not spawn six `--version` processes per call); the
     /// lookup is fresh, and a replaced, installed or removed CLI is seen at once.
+    /// The models are what crate::models keeps; a listing they lack starts in
+    /// the background and is not waited for.
     pub async fn list_providers(&self) -> Result<Vec<ProviderInfo>, ProviderError> {
-        let default = self.settings.load().default_provider;
+        let settings = self.settings.load();
+        let default = settings.default_provider.clone();
         let checks: Vec<_> = catalog::PROVIDERS
             .iter()
             .map(|spec| {
@@ -139,12 +146,21 @@ impl Providers {
             let outcome = check
                 .await
                 .map_err(|e| ProviderError::Internal(format!("availability check failed: {e}")))?;
+            let kept = self.models.kept(
+                spec.provider,
+                outcome.as_ref().ok().cloned(),
+                &settings,
+                self.availability.env(),
+            );
             out.push(ProviderInfo {
                 name: spec.name.to_string(),
                 code: spec.code.to_string(),
                 available: outcome.is_ok(),
                 is_default: default.as_deref() == Some(spec.code),
                 error: outcome.err(),
+                effort_values: spec.effort_values.iter().map(|v| v.to_string()).collect(),
+                models: kept.models,
+                models_pending: kept.pending,
             });
         }
         Ok(out)
@@ -169,6 +185,8 @@ impl Providers {
         mask: Option<&[String]>,
     ) -> Result<Settings, ProviderError> {
         let stored = self.settings.update(settings, mask).await?;
+        // The Ollama address or key may have changed: list again.
+        self.models.forget();
         // The file as it is now rather than `stored`: an update that stored
         // after this one must not be undone for the watchers.
         let generation = self.publish(&self.settings.load());

@@ -31,6 +31,13 @@ pub struct ProviderSpec {
     /// tools are native tools (codex, claude, opencode; docs/decisions.md
     /// "Page tools over MCP" says why not cursor-agent and antigravity).
     pub mcp: bool,
+    /// The values the CLI takes for its effort setting, which a profile's
+    /// `effort` passes on: codex's `model_reasoning_effort`, Claude Code's
+    /// `--effort`, opencode's `--variant` (model-specific; the common ones),
+    /// as the pinned CLIs document them. Empty for a CLI without one
+    /// (ProviderService passes none). ListProviders reports them, so a
+    /// settings page offers them as a choice.
+    pub effort_values: &'static [&'static str],
 }
 
 /// All providers, in the order ListProviders reports them.
@@ -41,6 +48,7 @@ pub const PROVIDERS: [ProviderSpec; 6] = [
         name: "Codex",
         needs_model: false,
         mcp: true,
+        effort_values: &["minimal", "low", "medium", "high", "xhigh"],
     },
     ProviderSpec {
         provider: Provider::Antigravity,
@@ -48,6 +56,7 @@ pub const PROVIDERS: [ProviderSpec; 6] = [
         name: "Antigravity",
         needs_model: false,
         mcp: false,
+        effort_values: &[],
     },
     ProviderSpec {
         provider: Provider::Opencode,
@@ -55,6 +64,7 @@ pub const PROVIDERS: [ProviderSpec; 6] = [
         name: "OpenCode",
         needs_model: false,
         mcp: true,
+        effort_values: &["minimal", "low", "medium", "high", "max"],
     },
     ProviderSpec {
         provider: Provider::Cursor,
@@ -62,6 +72,7 @@ pub const PROVIDERS: [ProviderSpec; 6] = [
         name: "Cursor",
         needs_model: false,
         mcp: false,
+        effort_values: &[],
     },
     ProviderSpec {
         provider: Provider::Claude,
@@ -69,6 +80,7 @@ pub const PROVIDERS: [ProviderSpec; 6] = [
         name: "Claude Code",
         needs_model: false,
         mcp: true,
+        effort_values: &["low", "medium", "high", "xhigh", "max"],
     },
     ProviderSpec {
         provider: Provider::Ollama,
@@ -76,6 +88,7 @@ pub const PROVIDERS: [ProviderSpec; 6] = [
         name: "Ollama",
         needs_model: true,
         mcp: false,
+        effort_values: &[],
     },
 ];
 
