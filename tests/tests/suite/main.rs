@@ -27,6 +27,7 @@ mod load;
 mod mcp;
 mod native_host;
 mod protocol;
+mod provider_models;
 mod readme;
 mod resilience;
 mod secret;
