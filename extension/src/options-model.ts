@@ -19,52 +19,41 @@ import type {
 /** The levels in the order the page shows them (the SDK's list, which the schema checks). */
 export { EFFORT_LEVELS };
 
-/**
- * The values each CLI takes for its effort setting — what the page offers as a
- * choice: codex's `model_reasoning_effort`, Claude Code's `--effort`, opencode's
- * `--variant` (model-specific; the common ones), as the pinned CLIs document them.
- * Cursor, Antigravity and Ollama have no effort setting: ProviderService passes
- * none, so the page offers none. A stored value outside the list is kept and shown.
- */
-export const EFFORT_CHOICES: Record<ProviderCode, readonly string[]> = {
-  codex: ["minimal", "low", "medium", "high", "xhigh"],
-  claude: ["low", "medium", "high", "xhigh", "max"],
-  opencode: ["minimal", "low", "medium", "high", "max"],
-  cursor: [],
-  antigravity: [],
-  ollama: [],
-};
-
 /** Providers whose turns cannot run without a model (ProviderService's MODEL_REQUIRED): Pedelec's own agent for Ollama. */
 export const NEEDS_MODEL: readonly ProviderCode[] = ["ollama"];
 
-/** The effort choices a level's row offers: "" (what an empty value means), the CLI's values, and a stored value outside them. */
-export function effortOptions(provider: ProviderCode, level: EffortLevel, stored: string): Array<{ value: string; label: string }> {
+/**
+ * The effort choices a level's row offers: "" (what an empty value means), the
+ * CLI's values — list_providers' `effortValues` (codex's `model_reasoning_effort`,
+ * Claude Code's `--effort`, opencode's `--variant`; none for a CLI without an
+ * effort setting) — and a stored value outside them, kept and shown.
+ */
+export function effortOptions(values: readonly string[], level: EffortLevel, stored: string): Array<{ value: string; label: string }> {
   // What an empty effort means (ProviderService): none at the default level, the level's own name at the others;
   // a CLI without an effort setting gets none either way.
-  const empty = EFFORT_CHOICES[provider].length === 0 ? "— (no effort setting)" : level === "default" ? "(the CLI's own)" : `(${level})`;
-  const options = [{ value: "", label: empty }, ...EFFORT_CHOICES[provider].map((v) => ({ value: v, label: v }))];
+  const empty = values.length === 0 ? "— (no effort setting)" : level === "default" ? "(the CLI's own)" : `(${level})`;
+  const options = [{ value: "", label: empty }, ...values.map((v) => ({ value: v, label: v }))];
   if (stored !== "" && !options.some((o) => o.value === stored)) options.push({ value: stored, label: `${stored} (set elsewhere)` });
   return options;
 }
 
-/** Model names to suggest for a provider: those its profiles already use, then those `listed` (e.g. Ollama's /api/tags), each once. */
+/** Model names to suggest for a provider: those `listed` (list_providers' `models`), then those its profiles already use, each once. */
 export function modelSuggestions(form: ProfileForm | undefined, listed: readonly string[] = []): string[] {
   const used = form ? EFFORT_LEVELS.map((level) => form[level].model.trim()).filter(Boolean) : [];
   return [...new Set([...listed, ...used])];
 }
 
-/** The model names an Ollama server's /api/tags answer lists (anything else: none). */
-export function ollamaModels(answer: unknown): string[] {
-  const models = (answer as { models?: unknown } | null)?.models;
-  if (!Array.isArray(models)) return [];
-  return models.map((m) => (m as { name?: unknown; model?: unknown })?.name ?? (m as { model?: unknown })?.model).filter((n): n is string => typeof n === "string" && n !== "");
-}
-
-/** Where the page asks Ollama for its models: the endpoint as typed, else Ollama's default; null for what is no http(s) address. */
-export function ollamaTagsUrl(endpoint: string): string | null {
-  const base = (endpoint.trim() || "http://127.0.0.1:11434").replace(/\/+$/, "");
-  return /^https?:\/\/[^/]/i.test(base) ? `${base}/api/tags` : null;
+/**
+ * What a provider card says about its model suggestions: the CLI's listing
+ * (list_providers' `models`, which ProviderService lists in the background),
+ * still running, or none. "" for a CLI that cannot list or is unavailable.
+ */
+export function modelsNote(info: ProviderInfo): string {
+  if (!info.available) return "";
+  if (info.modelsPending) return `Asking ${info.name} which models it has…`;
+  if (info.models.length > 0) return `${info.models.length === 1 ? "1 model" : `${info.models.length} models`} listed by ${info.name}, offered as you type.`;
+  if (info.code === "ollama") return "The Ollama server listed no models (none pulled yet, or not reachable over http://): “ollama pull llama3.2” adds one; type a model's name.";
+  return "";
 }
 
 export type FormProblem = { provider: ProviderCode; level: EffortLevel; message: string };

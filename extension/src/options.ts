@@ -16,7 +16,6 @@ import type { EffortLevel, FullSettingsResult, KeyChange, MaskedKey, ProviderCod
 import type { PageRuntime, Port } from "./chrome-api.js";
 import { ACCESS_LEVELS, ACCESS_TEXT, embedderOrigin, inputOf, isLoopback, showFolder, withEmbedder, withoutEmbedder, type Access, type Site } from "./sites.js";
 import {
-  EFFORT_CHOICES,
   EFFORT_LEVELS,
   NEEDS_MODEL,
   availabilityText,
@@ -26,8 +25,7 @@ import {
   formProblems,
   keyLabel,
   modelSuggestions,
-  ollamaModels,
-  ollamaTagsUrl,
+  modelsNote,
   refusalText,
   updateFromForm,
   type KeyName,
@@ -81,8 +79,8 @@ let saved: FullSettingsResult | null = null;
 let providers: ProviderInfo[] = [];
 /** Key edits in progress (the rest of the form is read from the inputs). */
 const keyEdits: Record<KeyName, KeyChange> = { ollamaApiKey: { action: "keep" }, tavilyApiKey: { action: "keep" } };
-/** What the Ollama server at the endpoint last said about its models. */
-let ollamaListing: { endpoint: string; models: string[]; error: string | null } | null = null;
+/** The pending re-ask of list_providers while a CLI's first model listing runs. */
+let listingTimer: ReturnType<typeof setTimeout> | null = null;
 
 function el<K extends keyof HTMLElementTagNameMap>(tag: K, text?: string, attrs: Record<string, string> = {}): HTMLElementTagNameMap[K] {
   const node = document.createElement(tag);
@@ -160,11 +158,13 @@ function renderProvider(form: SettingsForm, code: ProviderCode, name: string, in
   card.append(head, availability);
 
   const needsModel = NEEDS_MODEL.includes(code);
-  const hasEffort = (EFFORT_CHOICES[code] ?? []).length > 0;
+  const effortValues = info?.effortValues ?? [];
+  const hasEffort = effortValues.length > 0;
   const profile = form.profiles[code];
   const suggestions = el("datalist", undefined, { id: `models-${code}` });
-  for (const model of modelSuggestions(profile, code === "ollama" ? ollamaListing?.models : [])) suggestions.append(el("option", undefined, { value: model }));
+  for (const model of modelSuggestions(profile, info?.models)) suggestions.append(el("option", undefined, { value: model }));
   card.append(suggestions);
+  card.append(el("p", info ? modelsNote(info) : "", { class: "hint small models-note" }));
 
   const table = el("table", undefined, { class: "levels" });
   const header = el("tr");
@@ -180,7 +180,7 @@ function renderProvider(form: SettingsForm, code: ProviderCode, name: string, in
     model.setAttribute("aria-label", `${name}, ${level} level: model`);
     const effort = el("select", undefined, { "data-field": "effort" });
     effort.setAttribute("aria-label", `${name}, ${level} level: effort`);
-    for (const option of effortOptions(code, level, values.effort)) {
+    for (const option of effortOptions(effortValues, level, values.effort)) {
       const o = el("option", option.label, { value: option.value });
       o.selected = option.value === values.effort;
       effort.append(o);
@@ -236,10 +236,9 @@ function renderOllama(form: SettingsForm, stored: FullSettingsResult): HTMLEleme
   const row = el("div", undefined, { class: "key" });
   row.append(el("label", "Address", { for: "ollama-endpoint", class: "key-title" }));
   const endpoint = input({ type: "text", id: "ollama-endpoint", spellcheck: "false", autocomplete: "off", placeholder: "http://127.0.0.1:11434 (the default)" }, form.ollamaEndpoint);
-  endpoint.onchange = () => void listOllamaModels(endpoint.value);
   row.append(endpoint);
   section.append(row);
-  section.append(el("p", ollamaNote(), { class: "hint small", id: "ollama-models" }));
+  section.append(el("p", "Saved, the address is asked for its models (http:// only); they are offered in the Ollama card.", { class: "hint small" }));
   section.append(renderKey("ollamaApiKey", "API key (for a hosted Ollama)", stored.ollamaApiKey));
   return section;
 }
@@ -289,42 +288,37 @@ function rerender(): void {
   render(readForm());
 }
 
-/** What the page learnt from Ollama about its models, in a sentence. */
-function ollamaNote(): string {
-  if (!ollamaListing) return "";
-  if (ollamaListing.error) return `Could not ask ${ollamaListing.endpoint} for its models (${ollamaListing.error}); type a model's name.`;
-  if (ollamaListing.models.length === 0) return `${ollamaListing.endpoint} has no models yet: “ollama pull llama3.2” adds one.`;
-  return `Models on this Ollama, offered in the Ollama card: ${ollamaListing.models.join(", ")}.`;
+/** Shows the providers' listings without re-rendering the form (the user may be typing). */
+function showListings(): void {
+  const typed = readForm();
+  for (const info of providers) {
+    const card = document.querySelector<HTMLElement>(`.provider[data-provider="${info.code}"]`);
+    const list = document.getElementById(`models-${info.code}`);
+    if (!card || !list) continue;
+    list.replaceChildren(...modelSuggestions(typed.profiles[info.code], info.models).map((model) => el("option", undefined, { value: model })));
+    const note = card.querySelector(".models-note");
+    if (note) note.textContent = modelsNote(info);
+  }
 }
 
-/** Shows a new listing without re-rendering the form (the user may be typing). */
-function showOllamaListing(): void {
-  const note = document.getElementById("ollama-models");
-  if (note) note.textContent = ollamaNote();
-  const list = document.getElementById("models-ollama");
-  const card = document.querySelector<HTMLElement>('.provider[data-provider="ollama"]');
-  if (!list || !card) return;
-  const typed = readForm().profiles.ollama;
-  list.replaceChildren(...modelSuggestions(typed, ollamaListing?.models).map((model) => el("option", undefined, { value: model })));
-}
-
-/** Asks the Ollama server at `endpoint` which models it has (the extension may fetch 127.0.0.1). */
-async function listOllamaModels(endpoint: string): Promise<void> {
-  const url = ollamaTagsUrl(endpoint);
-  if (url === null) {
-    ollamaListing = { endpoint: endpoint.trim(), models: [], error: "not an http:// or https:// address" };
-    showOllamaListing();
-    return;
-  }
-  const shown = url.replace(/\/api\/tags$/, "");
-  try {
-    const response = await fetch(url, { signal: AbortSignal.timeout(3000), credentials: "omit", cache: "no-store" });
-    if (!response.ok) throw new Error(`HTTP ${response.status}`);
-    ollamaListing = { endpoint: shown, models: ollamaModels(await response.json()), error: null };
-  } catch (e) {
-    ollamaListing = { endpoint: shown, models: [], error: e instanceof Error && e.name === "TimeoutError" ? "no answer" : e instanceof Error ? e.message : String(e) };
-  }
-  showOllamaListing();
+/**
+ * While a CLI's first model listing runs (`modelsPending`: list_providers never
+ * waits for one), asks list_providers again every second, for at most `tries`.
+ */
+function followListings(tries = 30): void {
+  if (listingTimer !== null) clearTimeout(listingTimer);
+  listingTimer = null;
+  if (tries <= 0 || !providers.some((p) => p.modelsPending)) return;
+  listingTimer = setTimeout(() => {
+    listingTimer = null;
+    ask("list_providers", {})
+      .then((list) => {
+        providers = list.providers;
+        showListings();
+        followListings(tries - 1);
+      })
+      .catch(() => undefined);
+  }, 1000);
 }
 
 // ---- loading and saving ----
@@ -342,7 +336,7 @@ async function load(): Promise<void> {
     providers = list.providers;
     render(formFromSettings(settings, providerCodes()));
     setStatus("unchanged", "");
-    void listOllamaModels(settings.ollamaEndpoint);
+    followListings();
   } catch (e) {
     showError(e, "Could not load the settings");
   }
@@ -379,7 +373,8 @@ async function onSave(): Promise<void> {
     providers = (await ask("list_providers", {})).providers;
     render(formFromSettings(saved, providerCodes()));
     setStatus("saved", describeUpdate(update, providerNames()));
-    if (update.ollamaEndpoint !== undefined) void listOllamaModels(saved.ollamaEndpoint);
+    // A save lists the models again (e.g. a new Ollama address).
+    followListings();
   } catch (e) {
     // The form keeps what was typed, so the user can fix it.
     showError(e, "Not saved");

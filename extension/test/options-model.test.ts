@@ -3,8 +3,8 @@ import type { FullSettingsResult } from "../../sdk/src/protocol/native.js";
 // @ts-expect-error plain ESM script without types
 import { validate } from "../../sdk/scripts/schema-check.mjs";
 import { readFileSync } from "node:fs";
+import type { ProviderInfo } from "../../sdk/src/protocol/native.js";
 import {
-  EFFORT_CHOICES,
   EFFORT_LEVELS,
   availabilityText,
   describeUpdate,
@@ -13,8 +13,7 @@ import {
   formProblems,
   keyLabel,
   modelSuggestions,
-  ollamaModels,
-  ollamaTagsUrl,
+  modelsNote,
   profilesOf,
   refusalText,
   updateFromForm,
@@ -112,8 +111,8 @@ describe("options page logic", () => {
   it("shows keys only masked, and why a provider is unavailable", () => {
     expect(keyLabel({ set: true, masked: "••••1234" })).toBe("••••1234");
     expect(keyLabel({ set: false, masked: "" })).toBe("not set");
-    expect(availabilityText({ name: "Codex", code: "codex", available: true, isDefault: true, error: null })).toBe("available");
-    expect(availabilityText({ name: "Cursor", code: "cursor", available: false, isDefault: false, error: "cursor-agent not found on PATH" })).toBe(
+    expect(availabilityText(info({ name: "Codex", code: "codex", isDefault: true }))).toBe("available");
+    expect(availabilityText(info({ name: "Cursor", code: "cursor", available: false, error: "cursor-agent not found on PATH" }))).toBe(
       "unavailable: cursor-agent not found on PATH",
     );
   });
@@ -122,26 +121,26 @@ describe("options page logic", () => {
 describe("the settings page in plain words", () => {
   const names = { codex: "Codex", claude: "Claude Code", ollama: "Ollama" } as const;
 
-  it("effort is a choice of the provider's values; what empty means; a value set elsewhere is kept", () => {
-    expect(effortOptions("codex", "high", "").map((o) => o.value)).toEqual(["", ...EFFORT_CHOICES.codex]);
-    expect(effortOptions("codex", "high", "")[0]!.label).toBe("(high)");
-    expect(effortOptions("claude", "default", "")[0]!.label).toBe("(the CLI's own)");
-    expect(EFFORT_CHOICES.claude).toContain("max");
-    // Ollama, Cursor and Antigravity have no effort setting.
-    expect(effortOptions("ollama", "high", "")).toEqual([{ value: "", label: "— (no effort setting)" }]);
-    expect(effortOptions("codex", "low", "turbo").at(-1)).toEqual({ value: "turbo", label: "turbo (set elsewhere)" });
+  it("effort is a choice of the provider's values (list_providers' effortValues); what empty means; a value set elsewhere is kept", () => {
+    const codex = ["minimal", "low", "medium", "high", "xhigh"];
+    expect(effortOptions(codex, "high", "").map((o) => o.value)).toEqual(["", ...codex]);
+    expect(effortOptions(codex, "high", "")[0]!.label).toBe("(high)");
+    expect(effortOptions(["low", "max"], "default", "")[0]!.label).toBe("(the CLI's own)");
+    // Ollama, Cursor and Antigravity have no effort setting: the service lists none.
+    expect(effortOptions([], "high", "")).toEqual([{ value: "", label: "— (no effort setting)" }]);
+    expect(effortOptions(codex, "low", "turbo").at(-1)).toEqual({ value: "turbo", label: "turbo (set elsewhere)" });
   });
 
-  it("suggests the models a provider's profiles use and those Ollama lists", () => {
+  it("suggests the models the CLI lists, then those a provider's profiles use, and says where they come from", () => {
     const form = formFromSettings(stored(), PROVIDERS);
     expect(modelSuggestions(form.profiles.codex)).toEqual(["gpt-5"]);
+    expect(modelSuggestions(form.profiles.codex, ["gpt-6.2-sol", "gpt-5"])).toEqual(["gpt-6.2-sol", "gpt-5"]);
     expect(modelSuggestions(form.profiles.ollama, ["llama3.2", "qwen3:8b"])).toEqual(["llama3.2", "qwen3:8b"]);
-    expect(ollamaModels({ models: [{ name: "llama3.2:latest", model: "llama3.2:latest" }, { model: "qwen3:32b" }, { size: 1 }] })).toEqual(["llama3.2:latest", "qwen3:32b"]);
-    expect(ollamaModels({ error: "nope" })).toEqual([]);
-    expect(ollamaModels(null)).toEqual([]);
-    expect(ollamaTagsUrl("")).toBe("http://127.0.0.1:11434/api/tags");
-    expect(ollamaTagsUrl(" http://127.0.0.1:11500/ ")).toBe("http://127.0.0.1:11500/api/tags");
-    expect(ollamaTagsUrl("ftp://nope")).toBeNull();
+    expect(modelsNote(info({ name: "OpenCode", code: "opencode", models: ["mock/mock-model"] }))).toBe("1 model listed by OpenCode, offered as you type.");
+    expect(modelsNote(info({ name: "Codex", code: "codex", models: [], modelsPending: true }))).toBe("Asking Codex which models it has…");
+    expect(modelsNote(info({ name: "Claude Code", code: "claude" }))).toBe("");
+    expect(modelsNote(info({ name: "Ollama", code: "ollama" }))).toContain("ollama pull llama3.2");
+    expect(modelsNote(info({ name: "Cursor", code: "cursor", available: false, models: ["auto"] }))).toBe("");
   });
 
   it("Ollama needs a model: as the default agent, at its default level", () => {
@@ -178,3 +177,8 @@ describe("the settings page in plain words", () => {
     expect(refusalText("Not saved", { code: "INVALID_INPUT", message: "ollama_endpoint: must be http or https" })).toBe("Not saved: ollama_endpoint: must be http or https (INVALID_INPUT)");
   });
 });
+
+/** A list_providers entry: available, no models, no effort values, unless `over` says otherwise. */
+function info(over: Partial<ProviderInfo> & Pick<ProviderInfo, "name" | "code">): ProviderInfo {
+  return { available: true, isDefault: false, error: null, effortValues: [], models: [], modelsPending: false, ...over };
+}
