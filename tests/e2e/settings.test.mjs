@@ -2,7 +2,8 @@
 // the unpacked extension, the real native host and pedelecd on temp dirs
 // (harness.mjs): what the page saves is what the real
 // `pedelec-cli settings get` reads back; effort is a choice of the CLI's
-// values; Ollama's models are offered from the Ollama server's own list and a
+// values (list_providers' effortValues); the models a CLI lists are offered
+// (ProviderService asks the Ollama server for its list), and a
 // default Ollama without a model is refused before anything is sent; a save
 // says in words what changed; keys are only ever shown masked; a web page
 // cannot reach the settings through the worker.
@@ -63,6 +64,8 @@ test("options page: change the default provider, Ollama's models (offered from i
   const w = await startWorld(t, mock);
   const set = w.cli("settings", "set", "ollama-api-key", OLLAMA_KEY);
   assert.equal(set.status, 0, set.stderr);
+  const address = w.cli("settings", "set", "ollama-endpoint", ollama.url);
+  assert.equal(address.status, 0, address.stderr);
   const before = settingsGet(w);
   assert.equal(before.defaultProvider ?? null, null, "no default provider to start with");
 
@@ -108,11 +111,12 @@ test("options page: change the default provider, Ollama's models (offered from i
   assert.equal(await page.getAttribute('.provider[data-provider="ollama"] tr[data-level="default"] [data-field="model"]', "aria-invalid"), "true");
   assert.equal(settingsGet(w).defaultProvider ?? null, null, "nothing was saved");
 
-  // Ollama's models come from the Ollama server at the address typed in.
-  await page.fill("#ollama-endpoint", ollama.url);
-  await page.dispatchEvent("#ollama-endpoint", "change");
-  await page.waitForFunction(() => document.getElementById("ollama-models")?.textContent.includes("qwen3:32b"), null, { timeout: STEP_MS });
-  assert.equal(await page.textContent("#ollama-models"), "Models on this Ollama, offered in the Ollama card: llama3.2:latest, qwen3:32b.");
+  // Ollama's models are what ProviderService listed from the Ollama server at
+  // the saved address (list_providers' models; the page asks again while the
+  // first listing runs).
+  const ollamaNote = '.provider[data-provider="ollama"] .models-note';
+  await page.waitForFunction((sel) => document.querySelector(sel)?.textContent.startsWith("2 models"), ollamaNote, { timeout: STEP_MS });
+  assert.equal(await page.textContent(ollamaNote), "2 models listed by Ollama, offered as you type.");
   assert.deepEqual(await page.$$eval("#models-ollama option", (os) => os.map((o) => o.value)), ["llama3.2:latest", "qwen3:32b"]);
   assert.equal(await page.getAttribute('.provider[data-provider="ollama"] tr[data-level="default"] [data-field="model"]', "list"), "models-ollama");
 
@@ -130,7 +134,7 @@ test("options page: change the default provider, Ollama's models (offered from i
   const saved = await status(page, "saved");
   assert.equal(
     saved,
-    `Saved: the default agent is now Ollama; OpenCode's and Ollama's effort levels; Ollama's address (${ollama.url}); Ollama key removed; the new web search key.`,
+    "Saved: the default agent is now Ollama; OpenCode's and Ollama's effort levels; Ollama key removed; the new web search key.",
   );
 
   // The real CLI reads what the page saved (keys masked unless asked).
