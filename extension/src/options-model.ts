@@ -50,8 +50,9 @@ export function modelSuggestions(form: ProfileForm | undefined, listed: readonly
  */
 export function modelsNote(info: ProviderInfo): string {
   if (!info.available) return "";
+  const models = info.models ?? [];
   if (info.modelsPending) return `Asking ${info.name} which models it has…`;
-  if (info.models.length > 0) return `${info.models.length === 1 ? "1 model" : `${info.models.length} models`} listed by ${info.name}, offered as you type.`;
+  if (models.length > 0) return `${models.length === 1 ? "1 model" : `${models.length} models`} listed by ${info.name}, offered as you type.`;
   if (info.code === "ollama") return "The Ollama server listed no models (none pulled yet, or not reachable over http://): “ollama pull llama3.2” adds one; type a model's name.";
   return "";
 }

@@ -508,12 +508,12 @@ export type ProviderInfo = {
   available: boolean;
   isDefault: boolean;
   error: string | null;
-  /** The values the CLI takes for a profile's effort (codex reasoning effort, claude --effort, opencode --variant); empty for a CLI without an effort setting. */
-  effortValues: string[];
+  /** The values the CLI takes for a profile's effort (codex reasoning effort, claude --effort, opencode --variant); empty for a CLI without an effort setting. The host always sends it (optional for hosts older than it). */
+  effortValues?: string[];
   /** Model names the CLI lists (codex, opencode, cursor, the Ollama server), as last listed in the background (kept 10 minutes, listed again after a settings change); empty when it cannot list, is unavailable or the listing failed. */
-  models: string[];
+  models?: string[];
   /** True while the first listing of models runs: asking again shortly gives the list. */
-  modelsPending: boolean;
+  modelsPending?: boolean;
 };
 
 export type ListProvidersResult = {
