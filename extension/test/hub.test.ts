@@ -635,7 +635,7 @@ describe("sessions, fan-out and tool owners", () => {
     const p = await page();
     const r = await call(p, "create_session", { provider: "codex", autoEndOnDisconnect: true });
     expect(chrome.host.frames.map((f) => f.type)).toEqual(["hello", "list_sites", "create_session", "attach"]);
-    expect(chrome.host.of("attach")[0]!.payload).toEqual({ sessionId: r.result.sessionId });
+    expect(chrome.host.of("attach")[0]!.payload).toEqual({ sessionId: r.result.sessionId, mergeDeltas: true });
     expect(r.result).toMatchObject({ sessionId: "thr_1", provider: "codex", effortLevel: "default", toolOwner: true });
   });
 
@@ -825,7 +825,7 @@ describe("native port loss", () => {
     expect(chrome.hosts).toHaveLength(2);
     const second = chrome.host;
     expect(second.frames.map((f) => f.type)).toEqual(["hello", "attach"]);
-    expect(second.of("attach")[0]!.payload).toEqual({ sessionId, afterSeq: 2 });
+    expect(second.of("attach")[0]!.payload).toEqual({ sessionId, afterSeq: 2, mergeDeltas: true });
     // replayed duplicates are dropped, new events delivered
     second.event(sessionId, 2, { type: "chat", operationId: "op_1", messageId: "m", text: "a" });
     second.event(sessionId, 3, { type: "chat", operationId: "op_1", messageId: "m2", text: "b" });
@@ -856,7 +856,7 @@ describe("native port loss", () => {
     chrome.host.send({ type: "detached", sessionId, reason: "stream_failed", error: { code: "CORE_UNAVAILABLE", message: "restarting", details: null } });
     await new Promise((r) => setTimeout(r, 20));
     await settle();
-    expect(chrome.host.of("attach").map((f) => f.payload)).toEqual([{ sessionId }, { sessionId, afterSeq: 1 }]);
+    expect(chrome.host.of("attach").map((f) => f.payload)).toEqual([{ sessionId, mergeDeltas: true }, { sessionId, afterSeq: 1, mergeDeltas: true }]);
   });
 
   it("a replay-gap snapshot event reaches the routes", async () => {

@@ -10,6 +10,8 @@ use serde::Serialize;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::sync::mpsc;
 
+use crate::coalesce::{self, Outgoing};
+
 /// Largest browser -> host frame (Chrome's own limit for that direction).
 pub const MAX_INBOUND: u64 = 64 << 20;
 /// Largest host -> browser frame Chrome accepts.
@@ -179,28 +181,43 @@ pub fn encode_with_limit(message: &str, chunk_id: u64, limit: usize, out: &mut V
 
 /// The single writer of stdout: frames every queued message, in queue order,
 /// and flushes whenever the queue runs dry (bursts leave in few writes).
+/// What waits in the queue when the writer looks goes out as one batch, in
+/// which consecutive chat deltas of a thread merge (`coalesce`).
 pub async fn write_loop<W: AsyncWrite + Unpin>(
-    mut queue: mpsc::Receiver<String>,
+    mut queue: mpsc::Receiver<Outgoing>,
     out: W,
 ) -> io::Result<()> {
     let mut out = BufWriter::with_capacity(1 << 18, out);
     let mut buf = Vec::with_capacity(1 << 16);
     let mut next_chunk_id = 1u64;
+    let mut batch = Vec::new();
     while let Some(message) = queue.recv().await {
-        let mut pending = Some(message);
-        while let Some(message) = pending.take() {
-            if message.len() > MAX_OUTBOUND {
-                next_chunk_id += 1;
+        batch.push(message);
+        loop {
+            while batch.len() < WRITE_BATCH
+                && let Ok(more) = queue.try_recv()
+            {
+                batch.push(more);
             }
-            encode(&message, next_chunk_id - 1, &mut buf);
-            out.write_all(&buf).await?;
-            buf.clear();
-            pending = queue.try_recv().ok();
+            if batch.is_empty() {
+                break;
+            }
+            for message in coalesce::frames(std::mem::take(&mut batch)) {
+                if message.len() > MAX_OUTBOUND {
+                    next_chunk_id += 1;
+                }
+                encode(&message, next_chunk_id - 1, &mut buf);
+                out.write_all(&buf).await?;
+                buf.clear();
+            }
         }
         out.flush().await?;
     }
     out.flush().await
 }
+
+/// Messages the writer takes from its queue at most per batch.
+const WRITE_BATCH: usize = 1024;
 
 #[cfg(test)]
 mod tests {
@@ -385,7 +402,7 @@ mod tests {
                 format!("{{\"n\":{i}}}")
             };
             sent.push(m.clone());
-            tx.send(m).await.unwrap();
+            tx.send(m.into()).await.unwrap();
         }
         drop(tx);
         writer.await.unwrap().unwrap();

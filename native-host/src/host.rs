@@ -15,6 +15,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::task::{JoinHandle, JoinSet};
 
+use crate::coalesce::Outgoing;
 use crate::core::{self, Core};
 use crate::error::HostError;
 use crate::frame::{self, FrameReader, Header, Inbound, MAX_INBOUND};
@@ -83,7 +84,7 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    let (out, queue) = mpsc::channel::<String>(OUT_QUEUE);
+    let (out, queue) = mpsc::channel::<Outgoing>(OUT_QUEUE);
     let writer = tokio::spawn(async move {
         if let Err(e) = frame::write_loop(queue, stdout).await {
             tracing::warn!(error = %e, "stdout closed");
@@ -109,7 +110,7 @@ where
 
 async fn refuse<R: AsyncRead + Unpin>(
     reader: &mut FrameReader<R>,
-    out: &mpsc::Sender<String>,
+    out: &mpsc::Sender<Outgoing>,
     error: &HostError,
 ) {
     // Wait a while for the extension's first request so it learns why; then
@@ -127,7 +128,7 @@ async fn refuse<R: AsyncRead + Unpin>(
             },
             Inbound::BadLength(_) => Value::Null,
         };
-        let _ = out.send(p::error_reply(&id, error)).await;
+        let _ = out.send(p::error_reply(&id, error).into()).await;
         wait = REFUSAL_LINGER;
     }
 }
@@ -137,7 +138,7 @@ struct Host {
     /// argv[1], the calling extension's origin: only its own pages may use
     /// the extension-only requests.
     extension_origin: String,
-    out: mpsc::Sender<String>,
+    out: mpsc::Sender<Outgoing>,
     attached: Mutex<HashMap<String, Attachment>>,
     generation: AtomicU64,
 }
@@ -192,7 +193,7 @@ impl Attachment {
 async fn serve<R: AsyncRead + Unpin>(
     reader: &mut FrameReader<R>,
     core: Core,
-    out: mpsc::Sender<String>,
+    out: mpsc::Sender<Outgoing>,
     extension_origin: String,
 ) {
     let host = Arc::new(Host {
@@ -305,7 +306,7 @@ async fn room_for(budget: &Arc<Semaphore>, len: u64) -> OwnedSemaphorePermit {
 impl Host {
     async fn send(&self, message: String) {
         // Fails only when the writer is gone (stdout closed): nothing to tell.
-        let _ = self.out.send(message).await;
+        let _ = self.out.send(message.into()).await;
     }
 
     /// The part of attach and detach that runs in the reader loop, in frame
@@ -648,6 +649,7 @@ impl Host {
         reg: Registration,
     ) -> Result<(), HostError> {
         let session_id = attach.session_id;
+        let merge = attach.merge_deltas;
         let Registration {
             generation,
             mut cancelled,
@@ -718,7 +720,7 @@ impl Host {
         }
         let host = self.clone();
         let sid = session_id.clone();
-        let task = tokio::spawn(async move { host.forward(sid, generation, stream).await });
+        let task = tokio::spawn(async move { host.forward(sid, generation, stream, merge).await });
         if let Some(a) = attached.get_mut(&session_id) {
             a.state = Stream::Forwarding(task);
         }
@@ -730,12 +732,17 @@ impl Host {
         session_id: String,
         generation: u64,
         mut stream: tonic::Streaming<pb::SessionEvent>,
+        merge: bool,
     ) {
         let (reason, error) = loop {
             match stream.message().await {
                 Ok(Some(event)) => {
-                    if let Some(frame) = p::event_frame(&event)
-                        && self.out.send(frame).await.is_err()
+                    let event = Box::new(event);
+                    if self
+                        .out
+                        .send(Outgoing::Event { event, merge })
+                        .await
+                        .is_err()
                     {
                         return; // stdout is gone
                     }

@@ -5,6 +5,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod coalesce;
 pub mod core;
 pub mod error;
 pub mod frame;

@@ -189,6 +189,10 @@ pub struct Attach {
     pub session_id: String,
     pub after_seq: Option<u64>,
     pub route_id: Option<String>,
+    /// Consecutive chat deltas may travel merged while the reader lags
+    /// (`coalesce`; docs §4). Off unless asked for.
+    #[serde(default)]
+    pub merge_deltas: bool,
 }
 
 #[derive(Debug, PartialEq)]
@@ -656,15 +660,24 @@ pub fn error_reply(id: &Value, error: &HostError) -> String {
 /// A whole event frame, serialized: `{type:"event", sessionId, seq, at, event}`.
 /// `None` for an event without a body (a newer service's kind we do not know).
 pub fn event_frame(e: &pb::SessionEvent) -> Option<String> {
+    event_frame_merged(e, None)
+}
+
+/// An event frame; `first_seq` is a merged chat delta's first seq
+/// (`firstSeq`, docs §4; see `coalesce`).
+pub fn event_frame_merged(e: &pb::SessionEvent, first_seq: Option<u64>) -> Option<String> {
     // `type` last: the keys stay in sorted order (see `wire::EventJson`).
     #[derive(serde::Serialize)]
     struct EventFrame<'a> {
         #[serde(flatten)]
         event: wire::EventJson<'a>,
+        #[serde(rename = "firstSeq", skip_serializing_if = "Option::is_none")]
+        first_seq: Option<u64>,
         r#type: &'static str,
     }
     let frame = EventFrame {
         event: wire::event(e)?,
+        first_seq,
         r#type: "event",
     };
     Some(serde_json::to_string(&frame).expect("an event frame always serializes"))

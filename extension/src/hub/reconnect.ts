@@ -92,7 +92,7 @@ export class NativeReconnect {
     if (this.#sessions.get(session.sessionId) !== session) return;
     session.held = [];
     try {
-      const r = await this.#native.request("attach", session.origin, { sessionId: session.sessionId, afterSeq: session.lastSeq });
+      const r = await this.#native.request("attach", session.origin, { sessionId: session.sessionId, afterSeq: session.lastSeq, mergeDeltas: true });
       session.reattachAttempt = 0;
       // Only the status bookkeeping: the routes get the replayed events (or a
       // replay-gap snapshot event), not this reply.

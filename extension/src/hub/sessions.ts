@@ -167,7 +167,7 @@ export class Sessions {
     const created = await this.#native.request("create_session", route.origin, payload);
     const session = this.#newSession(created.sessionId, route.origin, route, created.snapshot.autoEndOnDisconnect);
     try {
-      const attached = await this.#native.request("attach", route.origin, { sessionId: created.sessionId });
+      const attached = await this.#native.request("attach", route.origin, { sessionId: created.sessionId, mergeDeltas: true });
       if (this.#sessions.get(session.sessionId) !== session) {
         // The page left while the session was being made; its leaving already
         // ended (auto-end) or detached the session.
@@ -210,7 +210,7 @@ export class Sessions {
     }
     const session = this.#newSession(sessionId, route.origin, route, false);
     try {
-      const attached = await this.#native.request("attach", route.origin, { sessionId });
+      const attached = await this.#native.request("attach", route.origin, { sessionId, mergeDeltas: true });
       if (this.#sessions.get(sessionId) !== session) throw bridgeError("EXTENSION_DISCONNECTED", "the page disconnected");
       this.#attached(session, attached.snapshot);
       return { sessionId, snapshot: attached.snapshot, toolOwner: true };

@@ -173,6 +173,8 @@ export type AttachPayload = {
   sessionId: SessionId;
   afterSeq?: number;
   routeId?: string;
+  /** While the reader lags, consecutive chat_deltas of one message may arrive as one frame with firstSeq (section 4). Default false: one frame per event. */
+  mergeDeltas?: boolean;
 };
 
 /** Opens the session's event stream (replaces an existing one). */
@@ -721,9 +723,11 @@ export type SessionEvent = SnapshotEvent | StatusEvent | ChatDeltaEvent | ChatEv
 export type EventFrame = {
   type: "event";
   sessionId: SessionId;
-  /** Grows by one per event of a session; re-attach with afterSeq = the last one seen. */
+  /** Grows by one per event of a session; re-attach with afterSeq = the last one seen. A merged chat_delta carries its last delta's seq. */
   seq: number;
-  /** When SessionService emitted the event. */
+  /** Only on a chat_delta that carries several consecutive deltas of one message (sent while the reader lags): the seq of its first delta; its text is theirs in order and seq is the last one's. Its deltas all come after the same snapshot. */
+  firstSeq?: number;
+  /** When SessionService emitted the event (a merged chat_delta: its last delta). */
   at: number | null;
   event: SessionEvent;
 };
