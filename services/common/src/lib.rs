@@ -112,6 +112,20 @@ pub mod env {
     pub const AUTO_END_GRACE_MS: &str = "PEDELEC_AUTO_END_GRACE_MS";
     /// SessionService: how long ended threads stay in memory.
     pub const EVICT_ENDED_MS: &str = "PEDELEC_EVICT_ENDED_MS";
+    /// SessionService: how long an ended thread is kept at all (its record
+    /// and managed workspace are removed after).
+    pub const ENDED_RETENTION_MS: &str = "PEDELEC_ENDED_RETENTION_MS";
+    /// SessionService: turns one web origin may have running at once.
+    pub const MAX_RUNNING_TURNS_PER_ORIGIN: &str = "PEDELEC_MAX_RUNNING_TURNS_PER_ORIGIN";
+    /// SessionService: turns all callers together may have running at once.
+    pub const MAX_RUNNING_TURNS: &str = "PEDELEC_MAX_RUNNING_TURNS";
+    /// SessionService: sessions one web origin may create per rate window.
+    pub const CREATE_RATE_LIMIT: &str = "PEDELEC_CREATE_RATE_LIMIT";
+    /// SessionService: turns (SendText, Prepare) one web origin may start
+    /// per rate window.
+    pub const TURN_RATE_LIMIT: &str = "PEDELEC_TURN_RATE_LIMIT";
+    /// SessionService: the window of those two rates.
+    pub const RATE_WINDOW_MS: &str = "PEDELEC_RATE_WINDOW_MS";
     /// AssetService: the largest upload.
     pub const ASSET_MAX_BYTES: &str = "PEDELEC_ASSET_MAX_BYTES";
     /// AssetService: how long a transfer ticket lives.

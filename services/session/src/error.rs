@@ -16,8 +16,20 @@ pub enum SessionError {
     Busy(String, String),
     #[error("thread {0} has ended")]
     Ended(String),
-    #[error("workspace {path}: {reason}")]
-    Workspace { path: String, reason: String },
+    /// A workspace that cannot be used, in words that name no local path
+    /// but one the caller gave: a thread's recorded workspace that is gone
+    /// ("the session's workspace folder …"), or a local caller's explicit
+    /// folder with the reason. The detail goes to the log where it is found.
+    #[error("{0}")]
+    Workspace(String),
+    /// An explicit workspace a web origin named, listed in its grant, that
+    /// cannot be used now, whatever the reason (missing, not a folder, not
+    /// readable, one Pedelec never uses): one answer that maps nothing of
+    /// the disk (docs/security.md, "What a page learns of a folder").
+    #[error(
+        "workspace {0:?} cannot be used: it is missing, not a folder, cannot be read, or is a folder Pedelec never uses as a workspace (the Pedelec log says which)"
+    )]
+    WorkspaceUnusable(String),
     #[error(
         "tool request {0} is not pending on this thread (unknown, already answered, timed out or cleared)"
     )]
@@ -28,9 +40,17 @@ pub enum SessionError {
     /// removed data dir): the change was not made durable.
     #[error("the session journal could not be written: {0}")]
     Journal(String),
-    /// A resource bound (sessions per origin) was reached.
+    /// A resource bound (sessions per origin, running turns) was reached.
     #[error("{0}")]
     Limit(String),
+    /// A rate limit (creates, turn starts per origin) was reached: a token
+    /// comes back after `retry_after` (the message says when, and the
+    /// details as `retryAfterMs`).
+    #[error("{message}")]
+    Rate {
+        message: String,
+        retry_after: std::time::Duration,
+    },
     /// A create's manifest, refused by the rules ToolBridgeService applies,
     /// with the code, message and pointer the bridge would give.
     #[error("{0}")]
@@ -58,13 +78,20 @@ pub enum SessionError {
     FolderNotGranted { origin: String, path: String },
     #[error("folder {0} can never be granted: {1}")]
     FolderNotGrantable(String, String),
-    #[error(
-        "folder {path} is (or is inside, or contains) the workspace of thread {thread} of another origin"
-    )]
-    WorkspaceInUse { path: String, thread: String },
-    /// `sites.json` could not be written: the grant was not changed.
+    /// `thread` only for a local caller: a page never learns another
+    /// origin's thread ids.
+    #[error("folder {path} is (or is inside, or contains) the workspace of {}", match thread {
+        Some(thread) => format!("thread {thread} of another origin"),
+        None => "another site's session".to_string(),
+    })]
+    WorkspaceInUse {
+        path: String,
+        thread: Option<String>,
+    },
+    /// `sites.json` could not be written: the grant was not changed. The
+    /// message names no path (the log has the file's).
     #[error("the site grants could not be written: {0}")]
-    SiteStore(String, #[source] std::io::Error),
+    SiteStore(#[source] std::io::Error),
     /// An error another service reported, with its own code.
     #[error("{0}")]
     Upstream(CodedError),
@@ -82,9 +109,11 @@ impl SessionError {
             SessionError::AccessDenied(_) => Code::THREAD_ACCESS_DENIED,
             SessionError::Busy(..) => Code::SESSION_BUSY,
             SessionError::Ended(_) => Code::SESSION_ENDED,
-            SessionError::Workspace { .. } => Code::WORKSPACE_OPEN_FAILED,
+            SessionError::Workspace(_) | SessionError::WorkspaceUnusable(_) => {
+                Code::WORKSPACE_OPEN_FAILED
+            }
             SessionError::Journal(_) => Code::JOURNAL_WRITE_FAILED,
-            SessionError::Limit(_) => Code::LIMIT_EXCEEDED,
+            SessionError::Limit(_) | SessionError::Rate { .. } => Code::LIMIT_EXCEEDED,
             SessionError::ManifestInvalid(_) => Code::TOOLS_MANIFEST_INVALID,
             SessionError::Profile(e) => e.code(),
             SessionError::SiteNotApproved(_) => Code::SITE_NOT_APPROVED,
@@ -94,9 +123,7 @@ impl SessionError {
             SessionError::FolderNotGranted { .. } => Code::FOLDER_NOT_GRANTED,
             SessionError::FolderNotGrantable(..) => Code::FOLDER_NOT_GRANTABLE,
             SessionError::WorkspaceInUse { .. } => Code::WORKSPACE_IN_USE,
-            SessionError::SiteStore(_, e) if pedelec_common::is_storage_full(e) => {
-                Code::STORAGE_FULL
-            }
+            SessionError::SiteStore(e) if pedelec_common::is_storage_full(e) => Code::STORAGE_FULL,
             SessionError::SiteStore(..) => Code::INTERNAL,
             SessionError::Upstream(e) => e.code,
             SessionError::Internal(_) => Code::INTERNAL,
@@ -110,6 +137,11 @@ impl SessionError {
                 CodedError::new(self.code(), self.to_string()).with_details(e.details())
             }
             SessionError::Profile(e) => e.to_coded(),
+            SessionError::Rate { retry_after, .. } => {
+                CodedError::new(self.code(), self.to_string()).with_details(serde_json::json!({
+                    "retryAfterMs": u64::try_from(retry_after.as_millis()).unwrap_or(u64::MAX)
+                }))
+            }
             other => CodedError::new(other.code(), other.to_string()),
         }
     }

@@ -7,8 +7,12 @@
 mod error;
 /// The tonic adapter: SessionService RPCs to `Sessions` calls.
 mod grpc;
+/// The caps on running turns and the rates of creates and turn starts.
+pub mod limits;
 /// The program: flags, then the service.
 pub mod program;
+/// Ended threads' records (and managed workspaces) removed after a while.
+mod prune;
 /// A stream kept open to another service, reopened with backoff.
 mod reconnect;
 /// A thread's durable record and the journal of one file per thread.
@@ -27,6 +31,8 @@ mod thread;
 mod tools;
 /// One operation's provider turn through ProviderService.
 mod turn;
+/// Which threads work in which explicit folder, for every journaled thread.
+mod workspaces;
 
 #[cfg(test)]
 mod tests;
@@ -53,6 +59,8 @@ impl Config {
             evict_ended_after: DEFAULT_EVICT_ENDED_AFTER,
             replay: ReplayLimits::default(),
             max_open_threads_per_origin: DEFAULT_MAX_OPEN_THREADS_PER_ORIGIN,
+            limits: limits::LimitConfig::default(),
+            ended_retention: DEFAULT_ENDED_RETENTION,
             service_secret: None,
         }
     }
@@ -65,6 +73,11 @@ pub const DEFAULT_MAX_OPEN_THREADS_PER_ORIGIN: usize = 256;
 
 /// How long an ended thread without routes stays in memory.
 pub const DEFAULT_EVICT_ENDED_AFTER: Duration = Duration::from_secs(600);
+
+/// How long an ended thread is kept at all: after this its journal record and
+/// its managed workspace are removed, at start-up or by the hourly sweep
+/// (docs/decisions.md, "Ended threads are kept a week").
+pub const DEFAULT_ENDED_RETENTION: Duration = Duration::from_secs(7 * 24 * 60 * 60);
 
 /// Ensures the directories, loads the journal and serves until SIGTERM/SIGINT.
 pub async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {

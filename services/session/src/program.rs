@@ -22,6 +22,21 @@ struct Flags {
     /// kept in the journal only and loaded again when asked for).
     #[arg(long, env = env::EVICT_ENDED_MS)]
     evict_ended_ms: Option<u64>,
+    /// Turns one web origin may have running at once.
+    #[arg(long, env = env::MAX_RUNNING_TURNS_PER_ORIGIN)]
+    max_running_turns_per_origin: Option<usize>,
+    /// Turns all callers together may have running at once.
+    #[arg(long, env = env::MAX_RUNNING_TURNS)]
+    max_running_turns: Option<usize>,
+    /// Sessions one web origin may create per rate window (at most that many at once).
+    #[arg(long, env = env::CREATE_RATE_LIMIT)]
+    create_rate_limit: Option<u32>,
+    /// Turns (SendText, Prepare) one web origin may start per rate window.
+    #[arg(long, env = env::TURN_RATE_LIMIT)]
+    turn_rate_limit: Option<u32>,
+    /// Milliseconds of the window those two rates are counted over.
+    #[arg(long, env = env::RATE_WINDOW_MS)]
+    rate_window_ms: Option<u64>,
 }
 
 // #[inline]: compiled where it is called; in pedelec-multicall that is 1.4 MB
@@ -40,6 +55,22 @@ pub fn main() -> std::process::ExitCode {
             }
             if let Some(ms) = flags.evict_ended_ms {
                 config.evict_ended_after = Duration::from_millis(ms);
+            }
+            let limits = &mut config.limits;
+            if let Some(n) = flags.max_running_turns_per_origin {
+                limits.max_running_turns_per_origin = n;
+            }
+            if let Some(n) = flags.max_running_turns {
+                limits.max_running_turns = n;
+            }
+            if let Some(n) = flags.create_rate_limit {
+                limits.creates_per_window = n;
+            }
+            if let Some(n) = flags.turn_rate_limit {
+                limits.turn_starts_per_window = n;
+            }
+            if let Some(ms) = flags.rate_window_ms {
+                limits.rate_window = Duration::from_millis(ms);
             }
             crate::run(config)
         },

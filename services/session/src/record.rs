@@ -145,6 +145,10 @@ pub struct ThreadRecord {
     pub auto_end_on_disconnect: bool,
     pub created_at_ms: u64,
     pub status: Status,
+    /// When the thread last ended, ms since the Unix epoch (None while it is
+    /// open): ended threads are removed a while after (`crate::prune`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_at_ms: Option<u64>,
     #[serde(default)]
     pub provider_session_id: Option<String>,
     /// Whether a route was ever attached: only such a thread is auto-ended
@@ -304,6 +308,27 @@ impl Journal {
             .replace(&Self::file_name(&record.session_id), &bytes)
     }
 
+    /// Removes a thread's record (an ended thread past the retention).
+    pub fn remove(&self, session_id: &str) {
+        match std::fs::remove_file(self.file(session_id)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                tracing::warn!(session = session_id, error = %e, "could not remove a journal record")
+            }
+        }
+    }
+
+    /// When a thread's record file was last written, ms since the Unix epoch.
+    pub fn modified_ms(&self, session_id: &str) -> Option<u64> {
+        let modified = std::fs::metadata(self.file(session_id))
+            .ok()?
+            .modified()
+            .ok()?;
+        let since = modified.duration_since(std::time::UNIX_EPOCH).ok()?;
+        Some(since.as_millis() as u64)
+    }
+
     /// Makes a spare file for the next new thread's record (blocking).
     pub fn refill(&self) -> std::io::Result<()> {
         self.writer.refill()
@@ -387,6 +412,7 @@ mod tests {
             auto_end_on_disconnect: false,
             created_at_ms: 1,
             status: Status::Idle,
+            ended_at_ms: None,
             provider_session_id: None,
             ever_attached: false,
             first_turn_done: false,

@@ -230,8 +230,11 @@ pub fn now_ms() -> u64 {
         .unwrap_or_default()
 }
 
+/// The error a failed write of `path` answers: the file is named in the log
+/// only (a page hears of it when a create uses up a once folder).
 fn store_error(path: &Path, e: std::io::Error) -> SessionError {
-    SessionError::SiteStore(format!("{}: {e}", path.display()), e)
+    tracing::error!(file = %path.display(), error = %e, "could not write the site grants");
+    SessionError::SiteStore(e)
 }
 
 impl Sites {
@@ -406,17 +409,14 @@ impl Sites {
                 "folder {path:?} is not absolute"
             )));
         }
+        // The io error's words name no path; only the one given is added.
         let canonical = requested
             .canonicalize()
-            .map_err(|e| SessionError::Workspace {
-                path: path.to_string(),
-                reason: e.to_string(),
-            })?;
+            .map_err(|e| SessionError::Workspace(format!("folder {path:?}: {e}")))?;
         if !canonical.is_dir() {
-            return Err(SessionError::Workspace {
-                path: path.to_string(),
-                reason: "not a directory".into(),
-            });
+            return Err(SessionError::Workspace(format!(
+                "folder {path:?} is not a folder"
+            )));
         }
         if let Some(why) = self.never.refusal(&canonical) {
             return Err(SessionError::FolderNotGrantable(path.to_string(), why));

@@ -47,6 +47,9 @@ pub struct Thread {
     /// two, and the agent could get the one the bridge no longer holds (every
     /// tool call refused, TOOL_ACCESS_DENIED). The second now sends the first's.
     pub registering: Arc<tokio::sync::Mutex<()>>,
+    /// The running operation's place under the caps on running turns
+    /// (`crate::limits`): taken when it starts, given back when it finishes.
+    pub turn_slot: Option<crate::limits::TurnSlot>,
     /// The assistant message being streamed now, if any, and how many
     /// messages the running operation has had (for their ids).
     open_message: Option<String>,
@@ -66,6 +69,7 @@ impl Thread {
             route_generation: 0,
             stop_operation: Arc::new(Notify::new()),
             registering: Arc::default(),
+            turn_slot: None,
             open_message: None,
             messages: 0,
         }
@@ -229,6 +233,7 @@ impl Thread {
 
     pub fn set_status(&mut self, status: Status) {
         if self.record.status != status {
+            self.record.ended_at_ms = (status == Status::Ended).then(crate::prune::now_ms);
             self.record.status = status;
             self.emit(Event::Status(pb::StatusChanged {
                 status: status_to_pb(status) as i32,
@@ -288,6 +293,7 @@ impl Thread {
             return false;
         }
         let mut op = self.record.active_operation.take().expect("checked above");
+        self.turn_slot = None;
         op.outcome = Some(outcome);
         op.error = error
             .as_ref()

@@ -6,6 +6,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use pedelec_common::{ids, json};
 use pedelec_proto::v1 as pb;
 
+use super::workspace::conflict_error;
 use super::{Sessions, SharedThread, lock};
 use crate::error::{SessionError, upstream};
 use crate::record::{Status, ThreadRecord, UsageRecord, Workspace};
@@ -23,6 +24,8 @@ impl Sessions {
         }
         // None: a local caller (`cli`), which needs no grant.
         let grant = self.inner.sites.check(&req.origin)?;
+        // Every create a granted web origin asks for counts, a refused one too.
+        self.inner.limits.take_create(&req.origin)?;
         let model = req.model.as_deref().filter(|m| !m.is_empty());
         if let Some(model) = model {
             check_model_name(model)?;
@@ -82,6 +85,7 @@ impl Sessions {
             auto_end_on_disconnect: req.auto_end_on_disconnect,
             created_at_ms: now_ms(),
             status: Status::Idle,
+            ended_at_ms: None,
             provider_session_id: None,
             ever_attached: false,
             first_turn_done: false,
@@ -99,21 +103,43 @@ impl Sessions {
         // Checked again: other creates of the origin may have finished while
         // this one awaited ProviderService or the manifest's check.
         self.check_open_threads(&thread.record.origin)?;
-        if workspace == Workspace::Explicit
-            && let Some(grant) = &grant
-            && grant
-                .folders
-                .iter()
-                .any(|f| f.once && f.path == thread.record.workspace_path)
-        {
-            // A folder allowed once is used up by this create.
-            let (sites, origin) = (self.inner.sites.clone(), thread.record.origin.clone());
-            let path = thread.record.workspace_path.clone();
-            tokio::task::spawn_blocking(move || sites.use_once(&origin, &path))
-                .await
-                .map_err(|e| SessionError::Internal(format!("site grants: {e}")))??;
+        // The folder's conflicts checked again and the thread added to the
+        // index under one lock: another create may have claimed a
+        // conflicting folder meanwhile.
+        let explicit = workspace == Workspace::Explicit;
+        if explicit {
+            let given = req.workspace_path.as_deref().unwrap_or_default();
+            let r = &thread.record;
+            self.inner
+                .workspaces
+                .claim(&r.workspace_path, &session_id, &r.origin)
+                .map_err(|c| conflict_error(given, c, grant.is_none()))?;
         }
-        thread.save(&self.inner.journal)?;
+        let stored = async {
+            if explicit
+                && let Some(grant) = &grant
+                && grant
+                    .folders
+                    .iter()
+                    .any(|f| f.once && f.path == thread.record.workspace_path)
+            {
+                // A folder allowed once is used up by this create.
+                let (sites, origin) = (self.inner.sites.clone(), thread.record.origin.clone());
+                let path = thread.record.workspace_path.clone();
+                tokio::task::spawn_blocking(move || sites.use_once(&origin, &path))
+                    .await
+                    .map_err(|e| SessionError::Internal(format!("site grants: {e}")))??;
+            }
+            thread.save(&self.inner.journal)
+        }
+        .await;
+        if let Err(e) = stored {
+            if explicit {
+                let path = &thread.record.workspace_path;
+                self.inner.workspaces.remove(path, &session_id);
+            }
+            return Err(e);
+        }
         let snapshot = thread.snapshot();
         self.threads()
             .insert(session_id.clone(), Arc::new(Mutex::new(thread)));

@@ -134,10 +134,7 @@ impl Sessions {
                 let path = &t.record.workspace_path;
                 // A managed workspace not made yet is made on first use.
                 if t.record.workspace.must_exist() && !path.is_dir() {
-                    return Err(SessionError::Workspace {
-                        path: path.display().to_string(),
-                        reason: "the recorded workspace no longer exists".into(),
-                    });
+                    return Err(super::workspace::workspace_gone(t.id(), path));
                 }
                 t.set_status(Status::Idle);
                 if let Err(e) = t.save(&self.inner.journal) {

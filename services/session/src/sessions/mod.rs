@@ -23,11 +23,13 @@ use pedelec_proto::v1 as pb;
 use tokio::sync::mpsc;
 
 use crate::error::SessionError;
-use crate::record::{Journal, Outcome, Status, ThreadRecord};
+use crate::limits::{LimitConfig, Limits};
+use crate::record::{Journal, Outcome, Status, ThreadRecord, Workspace};
 use crate::replay::ReplayLimits;
 use crate::settings::LatestSettings;
 use crate::sites::{NeverGrantable, Sites};
 use crate::thread::Thread;
+use crate::workspaces::WorkspaceIndex;
 
 /// What a SessionService process needs to know.
 #[derive(Clone, Debug)]
@@ -43,6 +45,12 @@ pub struct Config {
     /// Threads one origin may hold open (not ended) at once; past it,
     /// CreateSession is `LIMIT_EXCEEDED`.
     pub max_open_threads_per_origin: usize,
+    /// Running turns per web origin and overall, creates and turn starts
+    /// per web origin and window (`crate::limits`).
+    pub limits: LimitConfig,
+    /// How long an ended thread's record (and managed workspace) is kept
+    /// after its end (`crate::prune`).
+    pub ended_retention: Duration,
     /// Presented on ToolBridge's and ProviderService's internal RPCs; None
     /// when the service was started by hand without one.
     pub service_secret: Option<ServiceSecret>,
@@ -71,6 +79,10 @@ pub(crate) struct Inner {
     pub settings: LatestSettings,
     /// What the user granted each web origin (`sites.json`).
     pub sites: Arc<Sites>,
+    /// The caps on running turns and the request rates.
+    pub limits: Arc<Limits>,
+    /// Which journaled threads work in which explicit folder.
+    pub workspaces: WorkspaceIndex,
     /// Runs once in [`Sessions::live_thread`] between the lookup and the
     /// locks, so a test can evict the thread exactly there.
     #[cfg(test)]
@@ -111,6 +123,7 @@ impl Sessions {
         let Upstream { provider, tools } = upstream;
         let journal = Journal::new(config.data_dir.sessions());
         let never = NeverGrantable::of_process(&config.data_dir, &config.runtime_dir);
+        let limits = Limits::new(config.limits);
         let sites = Arc::new(Sites::load(config.data_dir.sites_file(), never));
         let sessions = Sessions {
             inner: Arc::new(Inner {
@@ -121,6 +134,8 @@ impl Sessions {
                 tools,
                 settings: LatestSettings::default(),
                 sites,
+                limits,
+                workspaces: WorkspaceIndex::default(),
                 #[cfg(test)]
                 pause_after_lookup: Mutex::new(None),
             }),
@@ -133,6 +148,7 @@ impl Sessions {
             tokio::time::sleep(FIRST_SPARES_AFTER).await;
             later.refill_spares();
         });
+        tokio::spawn(crate::prune::sweep_every(sessions.clone()));
         tokio::spawn(crate::tools::follow(sessions.clone()));
         tokio::spawn(crate::settings::follow(sessions.clone()));
         sessions
@@ -156,7 +172,19 @@ impl Sessions {
             tracing::error!(file = %path.display(), %error, "skipping unreadable journal record");
         }
         let count = records.len();
+        let now = crate::prune::now_ms();
         for record in records {
+            if self.expired(&record, now) {
+                self.remove_record(&record);
+                continue;
+            }
+            if record.workspace == Workspace::Explicit {
+                self.inner.workspaces.insert(
+                    &record.workspace_path,
+                    &record.session_id,
+                    &record.origin,
+                );
+            }
             if record.status == Status::Ended {
                 continue; // loaded when asked for
             }

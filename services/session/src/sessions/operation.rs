@@ -36,6 +36,8 @@ impl Sessions {
         text: Option<String>,
     ) -> Result<String, SessionError> {
         let thread = self.thread(id, origin)?;
+        // Every start a web origin asks for counts, a refused one too.
+        self.inner.limits.take_turn_start(origin)?;
         let operation_id = ids::new_id("op");
         let stop = {
             let mut t = lock(&thread);
@@ -45,7 +47,10 @@ impl Sessions {
             if let Some(op) = &t.record.active_operation {
                 return Err(SessionError::Busy(id.to_string(), op.operation_id.clone()));
             }
+            // Held by the thread until the operation finishes, however.
+            let slot = self.inner.limits.turn_slot(origin)?;
             t.start_operation(operation_id.clone(), kind);
+            t.turn_slot = Some(slot);
             if let Err(e) = t.save(&self.inner.journal) {
                 // Not started: the operation ends at once, with the reason.
                 t.finish_operation(

@@ -5,27 +5,74 @@ use std::path::{Path, PathBuf};
 
 use pedelec_proto::v1 as pb;
 
-use super::{Sessions, SharedThread, lock};
+use super::{Sessions, lock};
 use crate::error::SessionError;
 use crate::record::{Status, Workspace};
 use crate::sites::Grant;
 use crate::thread::Thread;
+use crate::workspaces::Conflict;
 
 /// The folder Pedelec keeps inside every workspace (assets, agent state).
 const RUNTIME_FOLDER: &str = ".pedelec-runtime";
 
 impl Sessions {
-    /// An explicit workspace must be an absolute, existing directory that
-    /// may be granted (never Pedelec's own folders, home, `/` or credential
-    /// folders: FOLDER_NOT_GRANTABLE, for every caller), is no other
-    /// origin's workspace (WORKSPACE_IN_USE) and, for a web origin, is one of
-    /// its grant's folders (FOLDER_NOT_GRANTED). All on the canonical path.
+    /// The folder an explicit workspace will be, canonical. It must be an
+    /// absolute, existing, readable directory that may be granted (never
+    /// Pedelec's own folders, home, `/` or credential folders), outside any
+    /// `.pedelec-runtime` folder, no other origin's workspace
+    /// (WORKSPACE_IN_USE) and not inside a workspace of the same origin.
+    ///
+    /// A web origin's grant is asked first, before the disk: a folder it
+    /// does not list (as given, or once resolved) is FOLDER_NOT_GRANTED
+    /// whatever is or is not on the disk there. A listed folder that cannot
+    /// be used, for any of the reasons above but another origin's workspace,
+    /// is one answer naming only the path the page gave
+    /// ([`SessionError::WorkspaceUnusable`]); the reason goes to the log.
+    /// Local callers get the reason (their words name no Pedelec folder).
     pub(super) fn check_explicit_workspace(
         &self,
         path: &str,
         origin: &str,
         grant: Option<&Grant>,
     ) -> Result<PathBuf, SessionError> {
+        if !Path::new(path).is_absolute() {
+            return Err(SessionError::InvalidInput(format!(
+                "workspace_path {path:?} is not absolute"
+            )));
+        }
+        let canonical = match grant {
+            None => self.usable_folder(path)?,
+            Some(grant) if !granted(grant, path) => {
+                return Err(SessionError::FolderNotGranted {
+                    origin: origin.to_string(),
+                    path: path.to_string(),
+                });
+            }
+            // What the folder is now must be what was granted: a granted
+            // path swapped for a link elsewhere is refused too.
+            Some(grant) => self
+                .usable_folder(path)
+                .and_then(|canonical| match listed(grant, &canonical) {
+                    true => Ok(canonical),
+                    false => Err(SessionError::Workspace(format!(
+                        "workspace {path:?} resolves to {} now, which the grant does not list",
+                        canonical.display()
+                    ))),
+                })
+                .map_err(|detail| {
+                    tracing::info!(%origin, workspace = %path, error = %detail, "a granted folder cannot be used as a workspace");
+                    SessionError::WorkspaceUnusable(path.to_string())
+                })?,
+        };
+        match self.inner.workspaces.conflict(&canonical, origin) {
+            None => Ok(canonical),
+            Some(conflict) => Err(conflict_error(path, conflict, grant.is_none())),
+        }
+    }
+
+    /// The folder `path` on the disk, canonical, if it may be a workspace:
+    /// grantable, outside Pedelec's own folders, readable.
+    fn usable_folder(&self, path: &str) -> Result<PathBuf, SessionError> {
         let canonical = self.inner.sites.grantable_folder(path)?;
         // Pedelec's own folders (a thread's uploaded assets among them) hold
         // what a page put there: as another agent's workspace they would hand
@@ -38,73 +85,14 @@ impl Sessions {
                 "workspace_path {path:?} lies inside a {RUNTIME_FOLDER} folder (Pedelec's own files)"
             )));
         }
-        if let Some(grant) = grant
-            && !grant.folders.iter().any(|f| f.path == canonical)
-        {
-            return Err(SessionError::FolderNotGranted {
-                origin: origin.to_string(),
-                path: canonical.display().to_string(),
-            });
-        }
-        let (other_origin, container) = self.workspace_conflicts(&canonical, origin);
-        if let Some(thread) = other_origin {
-            return Err(SessionError::WorkspaceInUse {
-                path: canonical.display().to_string(),
-                thread,
-            });
-        }
-        // Sharing another thread's workspace is allowed; a folder
-        // inside one is not: that thread's agent writes there.
-        if let Some(owner) = container {
-            return Err(SessionError::InvalidInput(format!(
-                "workspace_path {path:?} lies inside the workspace of thread {owner}"
+        // An agent must be able to list its workspace (a folder of mode 000,
+        // or under one, is refused here rather than at every turn).
+        if let Err(e) = std::fs::read_dir(&canonical) {
+            return Err(SessionError::Workspace(format!(
+                "workspace {path:?} cannot be read: {e}"
             )));
         }
         Ok(canonical)
-    }
-
-    /// The threads whose workspaces `path` may not join, looked up in
-    /// memory and then, unless memory already answered, in the journal read
-    /// once: the first of another origin whose workspace is `path`, lies
-    /// inside it or contains it; and the first of any origin whose workspace
-    /// strictly contains it.
-    fn workspace_conflicts(&self, path: &Path, origin: &str) -> (Option<String>, Option<String>) {
-        let (mut other_origin, mut container) = (None, None);
-        let mut see = |ws: &Path, owner: &str, id: &str, other_origin: &mut Option<String>| {
-            if other_origin.is_none()
-                && owner != origin
-                && (path.starts_with(ws) || ws.starts_with(path))
-            {
-                *other_origin = Some(id.to_string());
-            }
-            if container.is_none() && path != ws && path.starts_with(ws) {
-                container = Some(id.to_string());
-            }
-        };
-        let threads: Vec<SharedThread> = self.threads().values().cloned().collect();
-        for t in &threads {
-            let t = lock(t);
-            see(
-                &t.record.workspace_path,
-                &t.record.origin,
-                t.id(),
-                &mut other_origin,
-            );
-        }
-        // A conflict with another origin decides alone; only without one is
-        // the journal (ended threads too) read.
-        if other_origin.is_none() {
-            let (records, _) = self.inner.journal.load_all();
-            for r in &records {
-                see(
-                    &r.workspace_path,
-                    &r.origin,
-                    &r.session_id,
-                    &mut other_origin,
-                );
-            }
-        }
-        (other_origin, container)
     }
 
     /// The snapshot of a thread whose workspace folder exists: made now if it
@@ -125,21 +113,19 @@ impl Sessions {
     /// Blocking, but one `mkdir`, once per thread.
     pub(crate) fn make_workspace(&self, t: &mut Thread) -> Result<(), SessionError> {
         let path = &t.record.workspace_path;
-        let workspace_error = |reason: String| SessionError::Workspace {
-            path: path.display().to_string(),
-            reason,
-        };
         if t.record.workspace.must_exist() {
             return if path.is_dir() {
                 Ok(())
             } else {
-                Err(workspace_error(
-                    "the recorded workspace no longer exists".into(),
-                ))
+                Err(workspace_gone(t.id(), path))
             };
         }
-        pedelec_common::paths::ensure_private_dir(path)
-            .map_err(|e| workspace_error(e.to_string()))?;
+        pedelec_common::paths::ensure_private_dir(path).map_err(|e| {
+            tracing::error!(session = %t.id(), error = %e, "could not make the managed workspace");
+            SessionError::Workspace(
+                "the session's workspace folder could not be made; the Pedelec log says why".into(),
+            )
+        })?;
         t.record.workspace = Workspace::ManagedMade;
         // A failed write only leaves the record saying "not made": the folder
         // is there, and making it again finds it.
@@ -148,4 +134,41 @@ impl Sessions {
         }
         Ok(())
     }
+}
+
+/// Whether `grant` lists the folder a page named: as given (the grant holds
+/// canonical paths), or once resolved. A path that does not resolve is not
+/// listed: nothing about the disk is told apart.
+fn granted(grant: &Grant, path: &str) -> bool {
+    listed(grant, Path::new(path))
+        || Path::new(path)
+            .canonicalize()
+            .is_ok_and(|c| listed(grant, &c))
+}
+
+fn listed(grant: &Grant, folder: &Path) -> bool {
+    grant.folders.iter().any(|f| f.path == folder)
+}
+
+pub(super) fn conflict_error(path: &str, conflict: Conflict, local: bool) -> SessionError {
+    match conflict {
+        Conflict::OtherOrigin { thread } => SessionError::WorkspaceInUse {
+            path: path.to_string(),
+            thread: local.then_some(thread),
+        },
+        // The same origin's thread: nothing a page does not know.
+        Conflict::Inside { thread } => SessionError::InvalidInput(format!(
+            "workspace_path {path:?} lies inside the workspace of thread {thread}"
+        )),
+    }
+}
+
+/// A thread's recorded workspace that is no longer a folder: general words
+/// for every caller (a managed workspace's path names the user); the path
+/// goes to the log.
+pub(crate) fn workspace_gone(session: &str, path: &Path) -> SessionError {
+    tracing::warn!(%session, workspace = %path.display(), "the recorded workspace is gone or no longer a folder");
+    SessionError::Workspace(
+        "the session's workspace folder is gone or is no longer a folder".into(),
+    )
 }

@@ -73,25 +73,19 @@ impl NeverGrantable {
         NeverGrantable::new(data_dir, runtime_dir, home.as_deref())
     }
 
-    /// Why the canonical path `path` may never be granted, if it may not.
+    /// Why the canonical path `path` may never be granted, if it may not:
+    /// what it is, is inside or contains, in words that name no folder (the
+    /// answer can reach a page: the data dir's path holds the user's name).
     pub fn refusal(&self, path: &Path) -> Option<String> {
-        if let Some((p, what)) = self.exact.iter().find(|(p, _)| p == path) {
-            return Some(format!("{} is {what}", p.display()));
+        if let Some((_, what)) = self.exact.iter().find(|(p, _)| p == path) {
+            return Some(format!("it is {what}"));
         }
         for (p, what) in &self.protected {
             if path == p || path.starts_with(p) {
-                return Some(format!(
-                    "{} is inside {what} ({})",
-                    path.display(),
-                    p.display()
-                ));
+                return Some(format!("it is or lies inside {what}"));
             }
             if p.starts_with(path) {
-                return Some(format!(
-                    "{} contains {what} ({})",
-                    path.display(),
-                    p.display()
-                ));
+                return Some(format!("it contains {what}"));
             }
         }
         None
