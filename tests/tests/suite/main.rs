@@ -15,6 +15,7 @@ mod assets;
 mod backbone;
 mod client_checks;
 mod confinement;
+mod exhaustion;
 mod grpc_clients;
 mod grpcurl;
 mod host_fuzz;
