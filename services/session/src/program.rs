@@ -22,6 +22,10 @@ struct Flags {
     /// kept in the journal only and loaded again when asked for).
     #[arg(long, env = env::EVICT_ENDED_MS)]
     evict_ended_ms: Option<u64>,
+    /// Milliseconds an ended thread is kept at all (default a week); then its
+    /// journal record and its managed workspace are removed.
+    #[arg(long, env = env::ENDED_RETENTION_MS)]
+    ended_retention_ms: Option<u64>,
     /// Turns one web origin may have running at once.
     #[arg(long, env = env::MAX_RUNNING_TURNS_PER_ORIGIN)]
     max_running_turns_per_origin: Option<usize>,
@@ -55,6 +59,9 @@ pub fn main() -> std::process::ExitCode {
             }
             if let Some(ms) = flags.evict_ended_ms {
                 config.evict_ended_after = Duration::from_millis(ms);
+            }
+            if let Some(ms) = flags.ended_retention_ms {
+                config.ended_retention = Duration::from_millis(ms);
             }
             let limits = &mut config.limits;
             if let Some(n) = flags.max_running_turns_per_origin {
