@@ -22,13 +22,13 @@ use crate::sessions::{Sessions, attach_request, next_event, open_host_session, s
 /// what was lost instead of stopping, since loss is a result worth reporting.
 /// Collects per-delta latency from the stub's timestamps.
 #[derive(Default)]
-struct DeltaCheck {
+pub(crate) struct DeltaCheck {
     next_index: u64,
     last_seq: Option<u64>,
     /// Events that carried deltas (more than one delta per event is allowed).
-    events: u64,
-    first_ns: Option<u64>,
-    last_ns: u64,
+    pub(crate) events: u64,
+    pub(crate) first_ns: Option<u64>,
+    pub(crate) last_ns: u64,
     latencies: Vec<f64>,
     delivered: u64,
     lost: u64,
@@ -36,21 +36,21 @@ struct DeltaCheck {
     gaps: Vec<String>,
 }
 
-struct DeltaResult {
+pub(crate) struct DeltaResult {
     /// Delivered deltas per second, first to last delivered delta.
     rate: f64,
-    delivered: u64,
+    pub(crate) delivered: u64,
     lost: u64,
     out_of_order: u64,
     gaps: Vec<String>,
 }
 
 impl DeltaResult {
-    fn clean(&self) -> bool {
+    pub(crate) fn clean(&self) -> bool {
         self.lost == 0 && self.out_of_order == 0 && self.gaps.is_empty()
     }
 
-    fn describe(&self, n: u64) -> String {
+    pub(crate) fn describe(&self, n: u64) -> String {
         format!(
             "{} of {n} deltas delivered, {} lost, {} out of order; seq gaps: {}",
             self.delivered,
@@ -67,9 +67,15 @@ impl DeltaResult {
 
 impl DeltaCheck {
     /// `what` names the event, for the report when its seq is not the next one.
-    fn seq(&mut self, seq: u64, what: impl FnOnce() -> String) {
+    pub(crate) fn seq(&mut self, seq: u64, what: impl FnOnce() -> String) {
+        self.span(seq, seq, what)
+    }
+
+    /// A frame standing for seqs `first..=last` (a merged chat delta's
+    /// `firstSeq`, docs/native-messaging.md §4).
+    pub(crate) fn span(&mut self, first: u64, seq: u64, what: impl FnOnce() -> String) {
         if let Some(last) = self.last_seq
-            && seq != last + 1
+            && first != last + 1
             && self.gaps.len() < 5
         {
             self.gaps.push(format!("{last} -> {seq} ({})", what()));
@@ -77,7 +83,7 @@ impl DeltaCheck {
         self.last_seq = Some(seq);
     }
 
-    fn delta(&mut self, text: &str, at_ns: u64) {
+    pub(crate) fn delta(&mut self, text: &str, at_ns: u64) {
         self.events += 1;
         for token in text.split_whitespace() {
             let Some((i, stamp)) = token
@@ -101,7 +107,7 @@ impl DeltaCheck {
         }
     }
 
-    fn finish(&self, n: u64) -> DeltaResult {
+    pub(crate) fn finish(&self, n: u64) -> DeltaResult {
         let secs = (self.last_ns - self.first_ns.unwrap_or(self.last_ns)) as f64 / 1e9;
         DeltaResult {
             rate: if secs > 0.0 {

@@ -12,7 +12,11 @@ use crate::env::mono_ns;
 /// - `@@stream N`: N chat deltas as fast as the pipe takes them;
 /// - `@@paced N US`: N deltas, one every US µs, each flushed on its own;
 /// - `@@wait FILE`: writes its environment to FILE and waits, so the harness
-///   can act as the agent (tool calls) while the turn runs.
+///   can act as the agent (tool calls) while the turn runs;
+/// - `@@load N K FILE`: N deltas as fast as the pipe takes them, with K
+///   `pedelec-cli tool-call`s spread among them (each timed spawn -> result,
+///   its µs appended to FILE as a line, `ERR <output>` when the result was not
+///   the echo).
 ///
 /// Every delta's text is `<index>:<CLOCK_MONOTONIC ns> ` so the receiver can
 /// check order and compute the latency.
@@ -59,6 +63,24 @@ pub fn agent_main() -> i32 {
             let _ = out.flush();
             std::thread::sleep(Duration::from_micros(gap));
         }
+    } else if prompt.contains("@@load ") {
+        let w = words("@@load ");
+        let (n, k) = (arg(&w, 0), arg(&w, 1).max(1));
+        let file = w.get(2).cloned().unwrap_or_default();
+        let step = (n / k).max(1);
+        let mut timings = String::new();
+        for i in 0..n {
+            if i % step == step / 2 && timings.lines().count() < k as usize {
+                let _ = out.flush();
+                timings.push_str(&load_tool_call());
+            }
+            let _ = writeln!(
+                out,
+                r#"{{"type":"chat_delta","text":"{i}:{} "}}"#,
+                mono_ns()
+            );
+        }
+        let _ = std::fs::write(&file, timings);
     } else if prompt.contains("@@wait ") {
         let _ = out.flush();
         if let Some(file) = words("@@wait ").first() {
@@ -77,6 +99,32 @@ pub fn agent_main() -> i32 {
     let _ = writeln!(out, r#"{{"type":"usage","input":10,"output":5}}"#);
     let _ = out.flush();
     0
+}
+
+/// One `pedelec-cli tool-call` of the bench tool as the stub agent runs it
+/// (its own environment, the CLI beside it): a line of µs, or `ERR ...`.
+fn load_tool_call() -> String {
+    let cli = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(|d| d.join("pedelec-cli")))
+        .unwrap_or_default();
+    let thread = std::env::var("PEDELEC_THREAD_ID").unwrap_or_default();
+    let t = std::time::Instant::now();
+    let out = std::process::Command::new(cli)
+        .args(["--thread-id", &thread, "tool-call", "bench_echo", r#"{"q":"x"}"#])
+        .stdin(std::process::Stdio::null())
+        .output();
+    let took = t.elapsed();
+    match out {
+        Ok(o) if String::from_utf8_lossy(&o.stdout).contains(r#""echo":"x""#) => {
+            format!("{}\n", took.as_micros())
+        }
+        Ok(o) => format!(
+            "ERR {}\n",
+            String::from_utf8_lossy(&o.stdout).replace('\n', " ")
+        ),
+        Err(e) => format!("ERR {e}\n"),
+    }
 }
 
 /// Echoes native-messaging frames (4-byte LE length + body) from stdin to stdout.

@@ -46,6 +46,9 @@ pub struct EventFrame<'a> {
     pub session_id: Cow<'a, str>,
     #[serde(default)]
     pub seq: u64,
+    /// A merged chat delta's first seq (docs/native-messaging.md §4).
+    #[serde(rename = "firstSeq", default)]
+    pub first_seq: Option<u64>,
     #[serde(default, borrow)]
     pub event: Option<EventBody<'a>>,
 }

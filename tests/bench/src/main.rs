@@ -15,6 +15,7 @@ mod helpers;
 mod host;
 mod journal;
 mod lifecycle;
+mod load;
 mod main_phase;
 mod measure;
 mod memory;
@@ -44,6 +45,9 @@ pub struct Config {
     pub out: PathBuf,
     /// `--profile DIR`: record perf profiles of the hot loops there.
     pub profile: Option<PathBuf>,
+    /// `--full-load`: the load group at its full size (50 threads × 10,000
+    /// deltas × 20 tool calls) instead of its short one.
+    pub full_load: bool,
     /// `--only PREFIX`: run only the phases whose id starts with it (e.g. `agent`).
     pub only: Option<String>,
 }
@@ -55,7 +59,7 @@ impl Config {
     }
 }
 
-const USAGE: &str = "usage: pedelec-bench [--quick] [--release DIR] [--agent PROGRAM] [--noop PROGRAM] [--noop-bare PROGRAM] [--out FILE] [--profile DIR] [--only PREFIX]";
+const USAGE: &str = "usage: pedelec-bench [--quick] [--release DIR] [--agent PROGRAM] [--noop PROGRAM] [--noop-bare PROGRAM] [--out FILE] [--profile DIR] [--only PREFIX] [--full-load]";
 
 fn main() {
     let argv0 = std::env::args().next().unwrap_or_default();
@@ -81,6 +85,7 @@ fn main() {
         out: PathBuf::from("target/bench/results.json"),
         profile: None,
         only: None,
+        full_load: false,
         release,
         agent: None,
     };
@@ -88,6 +93,7 @@ fn main() {
     while let Some(a) = it.next() {
         match a.as_str() {
             "--quick" => cfg.quick = true,
+            "--full-load" => cfg.full_load = true,
             "--release" => cfg.release = it.next().map(PathBuf::from).unwrap_or_default(),
             "--agent" => cfg.agent = it.next().map(PathBuf::from),
             "--noop" => cfg.noop = it.next().map(PathBuf::from).unwrap_or_default(),

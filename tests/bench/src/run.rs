@@ -8,7 +8,7 @@ use std::time::Instant;
 use serde_json::json;
 
 use crate::report::{Row, print_table, to_json};
-use crate::{Config, agent, autostart, floors, journal, main_phase, provider, turn, up};
+use crate::{Config, agent, autostart, floors, journal, load, main_phase, provider, turn, up};
 
 pub async fn run(cfg: &Config) -> i32 {
     let started = Instant::now();
@@ -93,6 +93,14 @@ pub async fn run(cfg: &Config) -> i32 {
         "provider",
         "the real pinned codex and opencode (through their per-thread servers) and claude against the mock model",
         provider::provider_phase(cfg),
+    )
+    .await;
+    phase(
+        cfg,
+        &mut rows,
+        "load.tool_call",
+        "tool calls and deltas of many threads through one host",
+        load::load_phase(cfg),
     )
     .await;
     phase(

@@ -1,0 +1,269 @@
+//! The load group: many threads streaming at once through one native host
+//! (one browser, many tabs), each agent making tool calls while the deltas
+//! of every thread stream. What a busy user feels: how long a tool call and
+//! a turn's start wait behind streamed text, the aggregate delta rate through
+//! the one host, and what memory does during and after.
+//!
+//! The default size is short (CI's quick run and a plain full run stay
+//! short); `--full-load` runs 50 threads × 10,000 deltas × 20 tool calls.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::Config;
+use crate::deltas::DeltaCheck;
+use crate::env::{BenchEnv, PATIENCE, memory_kib, mono_ns, stop};
+use crate::host::Host;
+use crate::memory::Procs;
+use crate::report::{Row, Target};
+use crate::sessions::{open_host_session, stub_agent_settings};
+
+/// (threads, deltas per thread, tool calls per thread, seconds after).
+fn size(cfg: &Config) -> (usize, u64, u64, u64) {
+    if cfg.full_load {
+        (50, 10_000, 20, 10)
+    } else if cfg.quick {
+        (4, 1_000, 2, 2)
+    } else {
+        (12, 5_000, 10, 10)
+    }
+}
+
+pub(crate) async fn load_phase(cfg: &Config) -> Result<Vec<Row>, String> {
+    let env = BenchEnv::new(&cfg.release)?;
+    let mut launcher = env.spawn_up("launcher.log")?;
+    let result = load_inner(cfg, &env, launcher.id()).await;
+    stop(&mut launcher);
+    result
+}
+
+fn mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
+}
+
+async fn load_inner(cfg: &Config, env: &BenchEnv, launcher: u32) -> Result<Vec<Row>, String> {
+    let (threads, n, k, after) = size(cfg);
+    env.wait_serving(Duration::from_millis(5)).await?;
+    env.grant(crate::env::ORIGIN).await?;
+    let provider = pedelec_common::uds::connect(&env.socket(pedelec_common::ServiceName::Provider))
+        .await
+        .map_err(|e| e.to_string())?;
+    stub_agent_settings(provider).await?;
+    let mut host = Host::spawn(env)?;
+    host.call("ping", json!({})).await?;
+    let mut ids = Vec::new();
+    for _ in 0..threads {
+        let id = open_host_session(&mut host).await?;
+        // Attached again as the extension attaches: merged deltas allowed
+        // (a host without them ignores the field).
+        host.call("attach", json!({"sessionId": id, "mergeDeltas": true}))
+            .await?;
+        ids.push(id);
+    }
+    // A warm-up turn each (first spawns, connections), then idle.
+    host.set_auto_answer(true);
+    for id in &ids {
+        host.call("send_text", json!({"sessionId": id, "text": "@@stream 10"}))
+            .await?;
+    }
+    let mut finished = 0;
+    while finished < threads {
+        let e = host.event().await?;
+        if e.frame()?.event.is_some_and(|ev| ev.kind == "operation_finished") {
+            finished += 1;
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let procs = Procs::of(env, launcher, host.pid).await?;
+    let idle = procs.sample();
+
+    let peaks: Arc<Mutex<HashMap<u32, u64>>> = Arc::default();
+    let sampler = {
+        let peaks = peaks.clone();
+        let list = procs.list.clone();
+        tokio::spawn(async move {
+            loop {
+                for (_, pid) in &list {
+                    let (rss, _) = memory_kib(*pid);
+                    let mut p = peaks.lock().unwrap();
+                    let e = p.entry(*pid).or_default();
+                    *e = (*e).max(rss);
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+    };
+
+    let files: Vec<_> = (0..threads)
+        .map(|i| env.root.join(format!("load-{i}.calls")))
+        .collect();
+    let mut sent_ns: HashMap<String, u64> = HashMap::new();
+    let mut checks: HashMap<String, DeltaCheck> = HashMap::new();
+    let mut started: Vec<f64> = Vec::new();
+    let mut done = 0usize;
+    let mut seen_events = 0u64;
+    host.drain();
+    // The turns start one after the other; the events already streaming
+    // wait in the channel, read below with their arrival stamps.
+    for (i, id) in ids.iter().enumerate() {
+        sent_ns.insert(id.clone(), mono_ns());
+        checks.insert(id.clone(), DeltaCheck::default());
+        let text = format!("@@load {n} {k} {}", files[i].display());
+        host.call("send_text", json!({"sessionId": id, "text": text}))
+            .await?;
+    }
+    let deadline = tokio::time::Instant::now() + PATIENCE * 6;
+    while done < threads {
+        if tokio::time::Instant::now() > deadline {
+            return Err(format!("{done} of {threads} turns finished in time"));
+        }
+        let e = host.event().await?;
+        seen_events += 1;
+        let f = e.frame()?;
+        let Some(check) = checks.get_mut(&*f.session_id) else {
+            continue;
+        };
+        check.span(f.first_seq.unwrap_or(f.seq), f.seq, || format!("{:.160}", e.text()));
+        match f.event.as_ref().map(|ev| &*ev.kind) {
+            Some("chat_delta") => {
+                let text = f.event.as_ref().and_then(|ev| ev.text.as_deref());
+                check.delta(text.unwrap_or_default(), e.at_ns)
+            }
+            Some("operation_started") => {
+                let t0 = sent_ns.get(&*f.session_id).copied().unwrap_or(e.at_ns);
+                started.push(e.at_ns.saturating_sub(t0) as f64 / 1000.0);
+            }
+            Some("operation_finished") => {
+                if f.event.as_ref().and_then(|ev| ev.outcome.as_deref()) != Some("completed") {
+                    return Err(format!("turn did not complete: {}", e.text()));
+                }
+                done += 1;
+            }
+            _ => {}
+        }
+    }
+    sampler.abort();
+    let (answered, failed_answers) = host.answers();
+
+    let mut calls = Vec::new();
+    let mut call_errors = Vec::new();
+    for f in &files {
+        let text = std::fs::read_to_string(f).map_err(|e| format!("{}: {e}", f.display()))?;
+        for line in text.lines() {
+            match line.parse::<f64>() {
+                Ok(us) => calls.push(us),
+                Err(_) => call_errors.push(line.to_string()),
+            }
+        }
+    }
+    let mut delivered = 0;
+    let mut first = u64::MAX;
+    let mut last = 0;
+    let mut dirty = Vec::new();
+    for (id, c) in &checks {
+        let r = c.finish(n);
+        delivered += r.delivered;
+        first = first.min(c.first_ns.unwrap_or(u64::MAX));
+        last = last.max(c.last_ns);
+        if !r.clean() {
+            dirty.push(format!("{id}: {}", r.describe(n)));
+        }
+    }
+    let secs = last.saturating_sub(first) as f64 / 1e9;
+    let rate = if secs > 0.0 { delivered as f64 / secs } else { 0.0 };
+    let loaded_session = procs
+        .list
+        .iter()
+        .find(|(name, _)| name.contains("session"))
+        .map(|(_, pid)| peaks.lock().unwrap().get(pid).copied().unwrap_or(0))
+        .unwrap_or(0);
+    let loaded_all: String = procs
+        .list
+        .iter()
+        .map(|(name, pid)| {
+            format!(
+                "{name} {:.1}",
+                mib(peaks.lock().unwrap().get(pid).copied().unwrap_or(0))
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+
+    tokio::time::sleep(Duration::from_secs(after)).await;
+    let later = procs.sample();
+    let mut worst = 0.0f64;
+    let growth: String = idle
+        .iter()
+        .zip(&later)
+        .map(|(a, b)| {
+            let d = mib(b.1) - mib(a.1);
+            worst = worst.max(d);
+            format!("{} {:.1} -> {:.1}", a.0, mib(a.1), mib(b.1))
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    for id in &ids {
+        let _ = host.call("end", json!({"sessionId": id})).await;
+    }
+    if let Some(e) = host.protocol_error() {
+        return Err(format!("native-messaging protocol error: {e}"));
+    }
+    host.close().await;
+
+    let shape = format!("{threads} threads × {n} deltas × {k} tool calls through one host");
+    let total = threads as u64 * n;
+    Ok(vec![
+        Row::latency(
+            "load.tool_call",
+            format!("pedelec-cli tool-call spawn -> result, made by each stub agent while {shape} stream"),
+            calls.clone(),
+        )
+        .target(
+            Target::Latency { p50: 10_000.0, p99: Some(50_000.0) },
+            "p50 ≤ 10 ms, p99 ≤ 50 ms",
+        )
+        .floor("floor.spawn_static")
+        .broken_if(
+            !call_errors.is_empty() || calls.len() as u64 != threads as u64 * k,
+            format!("{} of {} calls answered; errors: {:.300}", calls.len(), threads as u64 * k, call_errors.join("; ")),
+        )
+        .note(format!("page answers sent {answered}, failed {failed_answers}")),
+        Row::latency(
+            "load.operation_started",
+            format!("send_text frame written -> the thread's operation_started frame read, the turns of {shape} started one after the other"),
+            started,
+        )
+        .target(Target::Latency { p50: 50_000.0, p99: Some(50_000.0) }, "p99 ≤ 50 ms"),
+        Row::value(
+            "load.deltas",
+            format!("chat deltas through the one host, all threads (delivered ÷ first to last read), {shape}"),
+            "events/s",
+            rate,
+            total as usize,
+        )
+        .target(Target::AtLeast(250_000.0), "≥ 250,000 events/s, none lost, in order")
+        .broken_if(!dirty.is_empty(), format!("{:.600}", dirty.join("; ")))
+        .note(format!("{delivered} of {total} delivered in {seen_events} host frames")),
+        Row::value(
+            "load.rss_session_peak",
+            "SessionService's VmRSS peak during the load (sampled every 50 ms)",
+            "MiB",
+            mib(loaded_session),
+            1,
+        )
+        .target(Target::AtMost(64.0), "≤ 64 MiB")
+        .note(loaded_all),
+        Row::value(
+            "load.rss_after",
+            format!("largest VmRSS growth of one process, {after} s after the load against its own idle figure"),
+            "MiB",
+            worst,
+            1,
+        )
+        .target(Target::AtMost(2.0), "≤ 2 MiB")
+        .note(growth),
+    ])
+}
