@@ -116,6 +116,22 @@ impl TestEnv {
         env
     }
 
+    /// Lifts SessionService's caps on running turns and its per-origin rates
+    /// of creates and turn starts (docs/security.md, "Running turns and
+    /// request rates"), for a load or stress test that creates or runs more
+    /// at once than one page may.
+    pub fn lift_session_limits(&mut self) {
+        use pedelec_common::env;
+        for knob in [
+            env::MAX_RUNNING_TURNS_PER_ORIGIN,
+            env::MAX_RUNNING_TURNS,
+            env::CREATE_RATE_LIMIT,
+            env::TURN_RATE_LIMIT,
+        ] {
+            self.extra_env.insert(knob.into(), "100000".into());
+        }
+    }
+
     pub fn new() -> TestEnv {
         // Keep the root short: socket paths must stay under 100 bytes.
         let root = tempfile::Builder::new()

@@ -245,7 +245,9 @@ async fn provider_service_lists_resolves_and_keeps_settings() {
 /// over, alternating two models.
 #[tokio::test]
 async fn the_next_create_sees_what_update_settings_returned_from() {
-    let env = env_with_codex();
+    let mut env = env_with_codex();
+    // 200 creates in a row: more than one origin may make a minute.
+    env.lift_session_limits();
     let _launcher = env.up().await;
     let mut provider = env.provider().await;
     let mut sessions = env.session().await;

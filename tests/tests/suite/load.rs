@@ -78,6 +78,8 @@ struct Seen {
 async fn fifty_sessions_stream_and_call_tools_without_loss() {
     let size = size();
     let mut env = TestEnv::new();
+    // Fifty turns of one origin at once: more than a page may run.
+    env.lift_session_limits();
     let launcher = services(&mut env).await;
     let mut host = Host::spawn(&env, EXTENSION);
 
