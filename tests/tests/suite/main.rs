@@ -13,6 +13,7 @@ mod agents_real;
 mod asset_limits;
 mod assets;
 mod backbone;
+mod backlog;
 mod client_checks;
 mod confinement;
 mod exhaustion;

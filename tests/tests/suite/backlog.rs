@@ -1,0 +1,158 @@
+//! A tool request behind a deep backlog of chat deltas: the stub agent
+//! streams many deltas and then calls a page tool while the page (the
+//! reader of the native host's stdout) is not reading. Once it reads, the
+//! tool request must reach it after a few frames, not after every delta as
+//! a frame of its own, and the deltas must still arrive whole, in order,
+//! with every seq accounted for (merged frames, docs/native-messaging.md §4).
+
+use std::process::Stdio;
+use std::sync::Arc;
+
+use pedelec_proto::v1 as pb;
+use pedelec_tests::*;
+use serde_json::{Value, json};
+use tokio::io::AsyncReadExt;
+use tokio::sync::{mpsc, watch};
+
+/// Deltas the agent streams before its tool call.
+const DELTAS: usize = 20_000;
+
+/// Like `read_frames`, but reads nothing while `paused` holds: the lagging page.
+async fn gated_reader(
+    mut stdout: tokio::process::ChildStdout,
+    mut paused: watch::Receiver<bool>,
+    tx: mpsc::UnboundedSender<Result<Received, String>>,
+) {
+    loop {
+        while *paused.borrow_and_update() {
+            if paused.changed().await.is_err() {
+                return;
+            }
+        }
+        let mut len = [0u8; 4];
+        if stdout.read_exact(&mut len).await.is_err() {
+            return;
+        }
+        let len = u32::from_le_bytes(len) as usize;
+        assert!(len <= MAX_FRAME, "frame of {len} bytes");
+        let mut body = vec![0; len];
+        if stdout.read_exact(&mut body).await.is_err() {
+            return;
+        }
+        let text = String::from_utf8(body).expect("UTF-8 frame");
+        let value: Value = serde_json::from_str(&text).expect("JSON frame");
+        assert_ne!(value["type"], "chunk", "no frame here is that large");
+        if tx
+            .send(Ok(Received {
+                value,
+                text,
+                frames: 1,
+            }))
+            .is_err()
+        {
+            return;
+        }
+    }
+}
+
+fn spawn_gated(env: &TestEnv, paused: watch::Receiver<bool>) -> Host {
+    let exe = env_bin_dir(env).join("pedelec-native-host");
+    let mut cmd = env.command(&exe);
+    cmd.arg(EXTENSION)
+        .current_dir(exe.parent().unwrap())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(env.root.path().join("host.stderr")).unwrap());
+    set_own_process_group(&mut cmd);
+    let mut child = tokio::process::Command::from(cmd)
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn pedelec-native-host");
+    let (tx, incoming) = mpsc::unbounded_channel();
+    tokio::spawn(gated_reader(child.stdout.take().unwrap(), paused, tx));
+    Host {
+        stdin: child.stdin.take(),
+        child,
+        incoming,
+        stash: Default::default(),
+        next_id: 0,
+    }
+}
+
+#[tokio::test]
+async fn a_tool_request_behind_a_deep_delta_backlog_reaches_a_lagging_page_in_few_frames() {
+    let mut env = TestEnv::new();
+    let _launcher = services(&mut env).await;
+    let (pause, paused) = watch::channel(false);
+    let pause = Arc::new(pause);
+    let mut host = spawn_gated(&env, paused);
+    let id = open_session(&mut host).await;
+    // As the extension attaches: merged deltas allowed.
+    host.ok("attach", json!({"sessionId": id, "mergeDeltas": true}))
+        .await;
+
+    pause.send_replace(true);
+    // The request goes out unread-reply: the reply waits in the pipe too.
+    host.send(&json!({"id": "go", "type": "send_text", "origin": ORIGIN,
+        "payload": {"sessionId": id, "text": format!("@@load {DELTAS} 1")}}))
+        .await;
+    // The agent has streamed every delta and waits on its tool call; the
+    // page has read nothing since.
+    let mut sessions = env.session().await;
+    wait_for_status(
+        &mut sessions,
+        &id,
+        pb::SessionStatus::WaitingToolResult,
+        "the agent's tool call behind the backlog",
+    )
+    .await;
+    pause.send_replace(false);
+
+    let mut frames = 0usize;
+    let mut events = Vec::new();
+    let request = loop {
+        let r = host.recv().await.value;
+        frames += 1;
+        if r["type"] != "event" {
+            continue;
+        }
+        let is_request = r["event"]["type"] == "tool_request";
+        events.push(r);
+        if is_request {
+            break events.last().unwrap()["event"].clone();
+        }
+    };
+    // Before merged deltas: every one of the DELTAS deltas was a frame ahead
+    // of the request.
+    assert!(
+        frames < DELTAS / 4,
+        "{frames} frames reached the page before the tool request ({DELTAS} deltas ahead of it)"
+    );
+    host.ok(
+        "submit_tool_result",
+        json!({"sessionId": id, "toolRequestId": request["toolRequestId"], "result": {"ok": true}}),
+    )
+    .await;
+    events.extend(host.events_until(&id, finished).await);
+    let last = &events.last().unwrap()["event"];
+    assert_eq!(last["outcome"], "completed", "{last}");
+    // Every seq accounted for, in order: a merged frame stands for
+    // firstSeq..=seq.
+    let mut next = events[0]["firstSeq"]
+        .as_u64()
+        .unwrap_or_else(|| events[0]["seq"].as_u64().unwrap());
+    let mut merged = 0;
+    for e in &events {
+        let seq = e["seq"].as_u64().unwrap();
+        let first = e["firstSeq"].as_u64().unwrap_or(seq);
+        assert_eq!(first, next, "seq gap or overlap before {e}");
+        assert!(seq >= first);
+        if seq > first {
+            merged += 1;
+            assert_eq!(e["event"]["type"], "chat_delta", "{e}");
+        }
+        next = seq + 1;
+    }
+    assert!(merged > 0, "no delta travelled merged");
+    assert_eq!(frame_delta_text(&events), expected_deltas(DELTAS));
+}
