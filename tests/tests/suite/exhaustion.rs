@@ -158,6 +158,25 @@ async fn creates_and_turn_starts_are_rate_limited_per_web_origin() {
     unchanged(&mut s, &a[2], ORIGIN).await;
 }
 
+#[tokio::test]
+async fn a_failed_turn_gives_its_place_back() {
+    let (_env, _launcher, mut s) =
+        up_with_agent(&[("PEDELEC_MAX_RUNNING_TURNS", "1")], failing_cursor()).await;
+    let first = create(&mut s, ORIGIN).await.unwrap();
+    let second = create(&mut s, ORIGIN).await.unwrap();
+    for id in [&first, &second, &first] {
+        let mut events = attach_past_snapshot(&mut s, id, "route-1").await;
+        send(&mut s, id, ORIGIN).await.unwrap();
+        let seen = events.until(is_finished).await;
+        assert_eq!(
+            kinds(&seen).last().map(String::as_str),
+            Some("operation_finished:failed")
+        );
+        // Its place is free once the operation has finished: the next
+        // send (one place in all) starts.
+    }
+}
+
 // ---- What a page learns of the folders it names, and how long ended
 // threads are kept (docs/security.md, "What a page learns of a folder";
 // docs/decisions.md, "Ended threads are kept a week").
@@ -413,23 +432,4 @@ async fn an_ended_thread_is_removed_a_week_after_its_end_and_a_recent_one_kept()
     s.reactivate(thread_request(recent)).await.unwrap();
     // The index let the folder go with its last thread.
     s.create_session(theirs).await.unwrap();
-}
-
-#[tokio::test]
-async fn a_failed_turn_gives_its_place_back() {
-    let (_env, _launcher, mut s) =
-        up_with_agent(&[("PEDELEC_MAX_RUNNING_TURNS", "1")], failing_cursor()).await;
-    let first = create(&mut s, ORIGIN).await.unwrap();
-    let second = create(&mut s, ORIGIN).await.unwrap();
-    for id in [&first, &second, &first] {
-        let mut events = attach_past_snapshot(&mut s, id, "route-1").await;
-        send(&mut s, id, ORIGIN).await.unwrap();
-        let seen = events.until(is_finished).await;
-        assert_eq!(
-            kinds(&seen).last().map(String::as_str),
-            Some("operation_finished:failed")
-        );
-        // Its place is free once the operation has finished: the next
-        // send (one place in all) starts.
-    }
 }
