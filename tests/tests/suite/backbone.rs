@@ -383,17 +383,19 @@ async fn session_lifecycle_errors_and_replay() {
         code(sessions.create_session(relative).await),
         "INVALID_INPUT"
     );
+    // A web origin: folders outside its grant are refused before the disk
+    // is looked at (exhaustion.rs has every kind of folder).
     let mut missing = create_session_request(Some("codex"));
     missing.workspace_path = Some(env.root.path().join("missing").display().to_string());
     assert_eq!(
         code(sessions.create_session(missing).await),
-        "WORKSPACE_OPEN_FAILED"
+        "FOLDER_NOT_GRANTED"
     );
     let mut inside_managed = create_session_request(Some("codex"));
     inside_managed.workspace_path = Some(snapshot.workspace_path.clone());
     assert_eq!(
         code(sessions.create_session(inside_managed).await),
-        "FOLDER_NOT_GRANTABLE"
+        "FOLDER_NOT_GRANTED"
     );
     let app_dir = env.root.path().join("app-workspace");
     std::fs::create_dir(&app_dir).unwrap();

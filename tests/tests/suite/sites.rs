@@ -447,12 +447,16 @@ async fn never_grantable_folders_and_other_origins_workspaces_are_refused() {
             "GrantSite {}",
             dir.display()
         );
-        for origin in [SITE, "cli"] {
+        // A site's grant cannot list it, and the grant is asked first.
+        for (origin, refused) in [
+            (SITE, "FOLDER_NOT_GRANTED"),
+            ("cli", "FOLDER_NOT_GRANTABLE"),
+        ] {
             let mut r = create_at(origin, Some("codex"));
             r.workspace_path = Some(dir.display().to_string());
             assert_eq!(
                 code(create(&env, r).await),
-                "FOLDER_NOT_GRANTABLE",
+                refused,
                 "CreateSession from {origin} in {}",
                 dir.display()
             );
