@@ -58,7 +58,7 @@ struct Run {
 pub fn frames(batch: Vec<Outgoing>) -> Vec<String> {
     enum Slot {
         Done(String),
-        Run(Run),
+        Run(Box<Run>),
     }
     let mut slots: Vec<Slot> = Vec::with_capacity(batch.len());
     // Per thread, the slot of its open run (only a run that may still grow).
@@ -104,7 +104,7 @@ pub fn frames(batch: Vec<Outgoing>) -> Vec<String> {
         if matches!(event.event, Some(pb::session_event::Event::ChatDelta(_))) {
             open.push((event.session_id.clone(), slots.len()));
             let first_seq = event.seq;
-            slots.push(Slot::Run(Run { event, first_seq }));
+            slots.push(Slot::Run(Box::new(Run { event, first_seq })));
         } else if let Some(f) = p::event_frame(&event) {
             slots.push(Slot::Done(f));
         }

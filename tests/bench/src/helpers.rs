@@ -111,7 +111,13 @@ fn load_tool_call() -> String {
     let thread = std::env::var("PEDELEC_THREAD_ID").unwrap_or_default();
     let t = std::time::Instant::now();
     let out = std::process::Command::new(cli)
-        .args(["--thread-id", &thread, "tool-call", "bench_echo", r#"{"q":"x"}"#])
+        .args([
+            "--thread-id",
+            &thread,
+            "tool-call",
+            "bench_echo",
+            r#"{"q":"x"}"#,
+        ])
         .stdin(std::process::Stdio::null())
         .output();
     let took = t.elapsed();

@@ -72,7 +72,10 @@ async fn load_inner(cfg: &Config, env: &BenchEnv, launcher: u32) -> Result<Vec<R
     let mut finished = 0;
     while finished < threads {
         let e = host.event().await?;
-        if e.frame()?.event.is_some_and(|ev| ev.kind == "operation_finished") {
+        if e.frame()?
+            .event
+            .is_some_and(|ev| ev.kind == "operation_finished")
+        {
             finished += 1;
         }
     }
@@ -126,7 +129,9 @@ async fn load_inner(cfg: &Config, env: &BenchEnv, launcher: u32) -> Result<Vec<R
         let Some(check) = checks.get_mut(&*f.session_id) else {
             continue;
         };
-        check.span(f.first_seq.unwrap_or(f.seq), f.seq, || format!("{:.160}", e.text()));
+        check.span(f.first_seq.unwrap_or(f.seq), f.seq, || {
+            format!("{:.160}", e.text())
+        });
         match f.event.as_ref().map(|ev| &*ev.kind) {
             Some("chat_delta") => {
                 let text = f.event.as_ref().and_then(|ev| ev.text.as_deref());
@@ -173,7 +178,11 @@ async fn load_inner(cfg: &Config, env: &BenchEnv, launcher: u32) -> Result<Vec<R
         }
     }
     let secs = last.saturating_sub(first) as f64 / 1e9;
-    let rate = if secs > 0.0 { delivered as f64 / secs } else { 0.0 };
+    let rate = if secs > 0.0 {
+        delivered as f64 / secs
+    } else {
+        0.0
+    };
     let loaded_session = procs
         .list
         .iter()
