@@ -1248,3 +1248,54 @@ async fn the_first_operation_makes_the_workspace() {
         "RunTurn was sent before the folder was made"
     );
 }
+
+/// The sweep removes ended threads past the retention (record, memory, the
+/// managed workspace) and keeps a recent one, one still attached, and any
+/// open thread; what it removed is THREAD_NOT_FOUND.
+#[tokio::test]
+async fn the_sweep_removes_ended_threads_past_the_retention_only() {
+    let h = harness(|_| {}).await;
+    let ids: Vec<String> = [
+        h.create(false).await,
+        h.create(false).await,
+        h.create(false).await,
+        h.create(false).await,
+    ]
+    .into();
+    for id in &ids {
+        h.sessions.open_workspace(id, ORIGIN).unwrap();
+    }
+    for id in &ids[..3] {
+        h.sessions
+            .end(id, ORIGIN, pb::EndReason::Requested)
+            .await
+            .unwrap();
+    }
+    let (old, recent, watched, open) = (&ids[0], &ids[1], &ids[2], &ids[3]);
+    let _route = attach(&h, watched);
+    let week = h.config.ended_retention.as_millis() as u64;
+    for id in [old, watched, open] {
+        let thread = h.sessions.thread(id, ORIGIN).unwrap();
+        let mut t = crate::sessions::lock(&thread);
+        // As if they had ended (or, the open one, been created) a week and a minute ago.
+        t.record.ended_at_ms = Some(crate::prune::now_ms() - week - 60_000);
+        t.save(&h.sessions.inner.journal).unwrap();
+    }
+    assert_eq!(h.sessions.sweep(), 1);
+    assert_eq!(
+        h.sessions.get(old, ORIGIN).unwrap_err().code(),
+        pedelec_common::Code::THREAD_NOT_FOUND
+    );
+    assert!(!h.sessions.in_memory(old));
+    let workspaces = h.config.data_dir.workspaces();
+    assert!(
+        !workspaces.join(old).exists(),
+        "its managed workspace is kept"
+    );
+    for kept in [recent, watched] {
+        assert_eq!(h.status(kept), pb::SessionStatus::Ended);
+        assert!(workspaces.join(kept).is_dir());
+    }
+    assert_eq!(h.status(open), pb::SessionStatus::Idle);
+    assert_eq!(h.sessions.sweep(), 0, "nothing more to remove");
+}
