@@ -66,6 +66,22 @@ describe("callbacks", () => {
     expect(got.filter((g) => (g as unknown[])[0] === "chat")).toHaveLength(1);
   });
 
+  it("take a merged chat_delta (firstSeq..seq) as its deltas' text once, and drop its replay", async () => {
+    const got: unknown[] = [];
+    session.onChatDelta((d, ctx) => got.push([d, ctx.seq]));
+    const merged = { type: "chat_delta", operationId: "op_1", messageId: "m1", text: "Hello, wor" } as const;
+    ext.broadcast({ kind: "event", frame: { type: "event", sessionId: "thr_1", firstSeq: 1, seq: 3, at: 1764524403003, event: merged }, toolOwner: false });
+    ext.event("thr_1", 4, { type: "chat_delta", operationId: "op_1", messageId: "m1", text: "ld" });
+    // The same frames again (a replay after a re-attach): duplicates.
+    ext.broadcast({ kind: "event", frame: { type: "event", sessionId: "thr_1", firstSeq: 1, seq: 3, at: 1764524403003, event: merged }, toolOwner: false });
+    ext.event("thr_1", 4, { type: "chat_delta", operationId: "op_1", messageId: "m1", text: "ld" });
+    await settle();
+    expect(got).toEqual([
+      ["Hello, wor", 3],
+      ["ld", 4],
+    ]);
+  });
+
   it("drop events already seen (by seq), e.g. replayed after a re-attach", async () => {
     const chats: string[] = [];
     session.onChat((t) => chats.push(t));
