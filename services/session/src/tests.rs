@@ -1299,3 +1299,37 @@ async fn the_sweep_removes_ended_threads_past_the_retention_only() {
     assert_eq!(h.status(open), pb::SessionStatus::Idle);
     assert_eq!(h.sessions.sweep(), 0, "nothing more to remove");
 }
+
+/// A record written before `ended_at_ms` existed counts from its file's last
+/// write, and keeps that time when a Get loads it (and writes it) again.
+#[tokio::test]
+async fn an_ended_record_without_its_end_time_counts_from_its_file() {
+    let h = harness(|_| {}).await;
+    let id = h.create(false).await;
+    h.sessions
+        .end(&id, ORIGIN, pb::EndReason::Requested)
+        .await
+        .unwrap();
+    let thread = h.sessions.thread(&id, ORIGIN).unwrap();
+    assert!(h.sessions.evict_if_unused(&thread));
+    let file = h.config.data_dir.sessions().join(format!("{id}.json"));
+    let mut json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    json.as_object_mut().unwrap().remove("ended_at_ms");
+    std::fs::write(&file, serde_json::to_vec(&json).unwrap()).unwrap();
+    let eight_days = Duration::from_secs(8 * 24 * 60 * 60);
+    let then = std::time::SystemTime::now() - eight_days;
+    std::fs::File::options()
+        .write(true)
+        .open(&file)
+        .unwrap()
+        .set_modified(then)
+        .unwrap();
+    // Loaded (and written) again by a Get: the end time is the file's.
+    assert_eq!(h.status(&id), pb::SessionStatus::Ended);
+    assert_eq!(h.sessions.sweep(), 1);
+    assert_eq!(
+        h.sessions.get(&id, ORIGIN).unwrap_err().code(),
+        pedelec_common::Code::THREAD_NOT_FOUND
+    );
+}

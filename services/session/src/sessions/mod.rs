@@ -210,6 +210,11 @@ impl Sessions {
     fn restore(&self, mut record: ThreadRecord) -> Thread {
         // Numbering continues above anything handed out before the restart.
         record.last_seq = record.last_seq.max(record.seq_reserved);
+        // A record from before `ended_at_ms` existed: its file's last write is
+        // when it ended, and stays so once this restore writes it again.
+        if record.status == Status::Ended && record.ended_at_ms.is_none() {
+            record.ended_at_ms = self.inner.journal.modified_ms(&record.session_id);
+        }
         let mut thread = Thread::new(record, self.inner.config.replay);
         {
             if let Some(op) = thread.record.active_operation.clone() {
