@@ -162,7 +162,9 @@ fn execute(command: AdminCommand) -> Result<String, CliError> {
             AdminCommand::Providers { json } => {
                 let mut client = provider_client(&clients).await?;
                 let resp = client
-                    .list_providers(ListProvidersRequest {})
+                    .list_providers(ListProvidersRequest {
+                        include_models: true,
+                    })
                     .await
                     .map_err(|s| CliError::from_status(&s))?
                     .into_inner();

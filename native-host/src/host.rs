@@ -365,7 +365,7 @@ impl Host {
     /// web page's route. The one place this is checked.
     fn own_pages_only(&self, origin: &str, request: &Request) -> Result<(), HostError> {
         let own = self.extension_origin.trim_end_matches('/');
-        if !request.extension_only() || (!own.is_empty() && origin.trim_end_matches('/') == own) {
+        if !request.extension_only() || self.is_own_page(origin) {
             return Ok(());
         }
         Err(HostError::ExtensionOnly {
@@ -373,6 +373,12 @@ impl Host {
             origin: origin.to_string(),
             extension: own.to_string(),
         })
+    }
+
+    /// Whether `origin` is the extension's own page (popup, settings).
+    fn is_own_page(&self, origin: &str) -> bool {
+        let own = self.extension_origin.trim_end_matches('/');
+        !own.is_empty() && origin.trim_end_matches('/') == own
     }
 
     async fn dispatch(&self, origin: &str, request: Request) -> Result<Value, HostError> {
@@ -411,7 +417,9 @@ impl Host {
                 let r = rpc!(
                     core,
                     core::PROVIDER,
-                    provider.list_providers(pb::ListProvidersRequest {})
+                    provider.list_providers(pb::ListProvidersRequest {
+                        include_models: self.is_own_page(origin),
+                    })
                 )?;
                 let providers: Vec<Value> = r
                     .get_ref()

@@ -318,7 +318,7 @@ impl TestEnv {
         let providers = self
             .provider()
             .await
-            .list_providers(pb::ListProvidersRequest {})
+            .list_providers(pb::ListProvidersRequest::default())
             .await
             .expect("ListProviders")
             .into_inner()

@@ -287,7 +287,7 @@ mod tests {
         // answered UNIMPLEMENTED, which a call that never connected is not.
         let err = clients
             .provider()
-            .list_providers(pedelec_proto::v1::ListProvidersRequest {})
+            .list_providers(pedelec_proto::v1::ListProvidersRequest::default())
             .await
             .unwrap_err();
         assert_eq!(err.code(), tonic::Code::Unimplemented);

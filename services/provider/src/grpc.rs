@@ -42,9 +42,10 @@ impl ProviderGrpc {
 impl ProviderService for ProviderGrpc {
     async fn list_providers(
         &self,
-        _request: Request<ListProvidersRequest>,
+        request: Request<ListProvidersRequest>,
     ) -> Result<Response<ListProvidersResponse>, Status> {
-        let providers = self.providers.list_providers().await?;
+        let include_models = request.get_ref().include_models;
+        let providers = self.providers.list_providers(include_models).await?;
         Ok(Response::new(ListProvidersResponse { providers }))
     }
 

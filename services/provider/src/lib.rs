@@ -236,7 +236,7 @@ mod tests {
         assert_eq!(public.default_provider.as_deref(), Some("claude"));
 
         let list = client
-            .list_providers(ListProvidersRequest {})
+            .list_providers(ListProvidersRequest::default())
             .await
             .unwrap()
             .into_inner()

@@ -129,9 +129,13 @@ impl Providers {
     /// file younger than the cache's TTL is reused (a page polling
     /// ListProviders must not spawn six `--version` processes per call); the
     /// lookup is fresh, and a replaced, installed or removed CLI is seen at once.
-    /// The models are what crate::models keeps; a listing they lack starts in
-    /// the background and is not waited for.
-    pub async fn list_providers(&self) -> Result<Vec<ProviderInfo>, ProviderError> {
+    /// With `include_models`, the models are what crate::models keeps; a
+    /// listing they lack starts in the background and is not waited for.
+    /// Without, no CLI is started for a listing and the models stay empty.
+    pub async fn list_providers(
+        &self,
+        include_models: bool,
+    ) -> Result<Vec<ProviderInfo>, ProviderError> {
         let settings = self.settings.load();
         let default = settings.default_provider.clone();
         let checks: Vec<_> = catalog::PROVIDERS
@@ -146,12 +150,16 @@ impl Providers {
             let outcome = check
                 .await
                 .map_err(|e| ProviderError::Internal(format!("availability check failed: {e}")))?;
-            let kept = self.models.kept(
-                spec.provider,
-                outcome.as_ref().ok().cloned(),
-                &settings,
-                self.availability.env(),
-            );
+            let kept = if include_models {
+                self.models.kept(
+                    spec.provider,
+                    outcome.as_ref().ok().cloned(),
+                    &settings,
+                    self.availability.env(),
+                )
+            } else {
+                Default::default()
+            };
             out.push(ProviderInfo {
                 name: spec.name.to_string(),
                 code: spec.code.to_string(),
@@ -440,14 +448,14 @@ mod tests {
                 .unwrap_or(0)
         };
         for _ in 0..5 {
-            let list = f.providers.list_providers().await.unwrap();
+            let list = f.providers.list_providers(false).await.unwrap();
             assert!(list[0].available, "{list:?}");
         }
         assert_eq!(runs(), 1);
         // A new version of the CLI is probed at once.
         f.bin
             .script("codex", &format!("{body}; echo broken >&2; exit 3"));
-        let list = f.providers.list_providers().await.unwrap();
+        let list = f.providers.list_providers(false).await.unwrap();
         assert!(!list[0].available);
         assert_eq!(runs(), 2);
     }
@@ -462,7 +470,7 @@ mod tests {
         );
         f.set_default("cursor").await;
 
-        let list = f.providers.list_providers().await.unwrap();
+        let list = f.providers.list_providers(false).await.unwrap();
         let rows: Vec<_> = list
             .iter()
             .map(|p| (p.code.as_str(), p.name.as_str(), p.available, p.is_default))
@@ -514,7 +522,7 @@ mod tests {
             f.bin.script(program, "/bin/sleep 0.4");
         }
         let started = std::time::Instant::now();
-        let list = f.providers.list_providers().await.unwrap();
+        let list = f.providers.list_providers(false).await.unwrap();
         assert!(list.iter().all(|p| p.available));
         assert!(
             started.elapsed() < std::time::Duration::from_millis(2000),

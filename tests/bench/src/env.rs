@@ -193,7 +193,7 @@ impl BenchEnv {
             .await
             .map_err(|e| e.to_string())?;
         let providers = pb::provider_service_client::ProviderServiceClient::new(provider)
-            .list_providers(pb::ListProvidersRequest {})
+            .list_providers(pb::ListProvidersRequest::default())
             .await
             .map_err(|e| e.to_string())?
             .into_inner()

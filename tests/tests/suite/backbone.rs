@@ -58,7 +58,7 @@ async fn provider_service_lists_resolves_and_keeps_settings() {
     let mut provider = env.service_clients().await.provider();
 
     let list = provider
-        .list_providers(pb::ListProvidersRequest {})
+        .list_providers(pb::ListProvidersRequest::default())
         .await
         .unwrap()
         .into_inner()
@@ -113,7 +113,7 @@ async fn provider_service_lists_resolves_and_keeps_settings() {
         .await
         .unwrap();
     let list = provider
-        .list_providers(pb::ListProvidersRequest {})
+        .list_providers(pb::ListProvidersRequest::default())
         .await
         .unwrap()
         .into_inner()

@@ -70,7 +70,9 @@ fn real_clis(env: &mut TestEnv) {
 async fn list(env: &TestEnv) -> HashMap<String, pb::ProviderInfo> {
     env.provider()
         .await
-        .list_providers(pb::ListProvidersRequest {})
+        .list_providers(pb::ListProvidersRequest {
+            include_models: true,
+        })
         .await
         .unwrap()
         .into_inner()

@@ -394,7 +394,7 @@ async fn public_rpcs_need_no_secret() {
     sessions.reactivate(thread_request(&id)).await.unwrap();
     let mut provider = Provider::new(env.channel(ServiceName::Provider).await);
     provider
-        .list_providers(pb::ListProvidersRequest {})
+        .list_providers(pb::ListProvidersRequest::default())
         .await
         .unwrap();
     provider
