@@ -3,7 +3,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use pedelec_common::{ids, json};
+use pedelec_common::{agent_args, ids, json};
 use pedelec_proto::v1 as pb;
 
 use super::workspace::conflict_error;
@@ -238,18 +238,11 @@ fn check_provider(origin: &str, grant: &Grant, provider: &str) -> Result<(), Ses
     })
 }
 
-/// A model reaches the CLI as one `--model=<value>` argument; this shape
-/// keeps it from reading as an option or spanning arguments.
+/// A model reaches the CLI as one `--model=<value>` argument; the rule is
+/// ProviderService's ([`agent_args::check_model`]), asked here so a create
+/// with a model no turn could run fails at once.
 pub fn check_model_name(model: &str) -> Result<(), SessionError> {
-    let mut bytes = model.bytes();
-    let first_ok = bytes.next().is_some_and(|b| b.is_ascii_alphanumeric());
-    let rest_ok = bytes.all(|b| b.is_ascii_alphanumeric() || b"._:/@+-".contains(&b));
-    if first_ok && rest_ok && model.len() <= 128 {
-        return Ok(());
-    }
-    Err(SessionError::InvalidInput(format!(
-        "model {model:?} is not a model name: a letter or digit, then up to 127 of letters, digits and ._:/@+-"
-    )))
+    agent_args::check_model(model).map_err(SessionError::InvalidInput)
 }
 
 fn now_ms() -> u64 {
@@ -257,4 +250,25 @@ fn now_ms() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_model_name;
+
+    #[test]
+    fn model_names_follow_provider_services_rule() {
+        for model in [
+            "gpt-5.2",
+            "llama3.1:8b-instruct-q4_K_M",
+            "qwen2.5-coder:7b_q4_K_M",
+            "sonnet[1m]",
+            "anthropic/claude-sonnet-4-5",
+        ] {
+            assert!(check_model_name(model).is_ok(), "{model}");
+        }
+        for model in ["-m", "--model=x", "a b", "a=b", "", "[1m]"] {
+            assert!(check_model_name(model).is_err(), "{model}");
+        }
+    }
 }
