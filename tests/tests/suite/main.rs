@@ -30,6 +30,7 @@ mod mcp;
 mod native_host;
 mod protocol;
 mod provider_models;
+mod pruning;
 mod readme;
 mod resilience;
 mod secret;
