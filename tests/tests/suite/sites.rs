@@ -19,7 +19,10 @@ const CURSOR_SESSION: &str = "5f3c2a1e-0b7d-4c8e-9a6f-1d2e3f4a5b6c";
 /// Services up with a codex stub and a cursor-agent stub whose turn writes
 /// its pid to `<stubs>/cursor.pid` and hangs.
 async fn start() -> (TestEnv, Launcher) {
-    let env = TestEnv::with_codex_stub();
+    let mut env = TestEnv::with_codex_stub();
+    // Some tests here make dozens of (refused) creates from one origin in a
+    // second, over the per-origin create rate a page meets (exhaustion::).
+    env.lift_session_limits();
     let pid = env.stubs().join("cursor.pid");
     env.stub(
         "cursor-agent",
