@@ -22,6 +22,7 @@ pub mod install;
 pub mod json;
 #[allow(unsafe_code)]
 pub mod memory;
+pub mod page_safe;
 pub mod paths;
 #[allow(unsafe_code)]
 pub mod process;

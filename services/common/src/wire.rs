@@ -96,9 +96,11 @@ pub fn error(e: &pb::PedelecError) -> Value {
             map.remove(*key);
         }
     }
+    // Events reach pages: no local path, whoever wrote the error.
+    crate::page_safe::scrub_json(&mut details, &[]);
     json!({
         "code": e.code,
-        "message": e.message,
+        "message": crate::page_safe::without_paths(&e.message, &[]),
         "details": details,
         "source": source,
     })

@@ -539,7 +539,9 @@ async fn providers(dirs: &Dirs) -> Check {
     let clients = Clients::new(dirs.runtime.clone());
     let call = async {
         let mut client = clients.provider();
-        client.list_providers(pb::ListProvidersRequest::default()).await
+        client
+            .list_providers(pb::ListProvidersRequest::default())
+            .await
     };
     let list = match tokio::time::timeout(RPC_TIMEOUT, call).await {
         Ok(Ok(r)) => r.into_inner().providers,

@@ -6,6 +6,7 @@
 use std::process::ExitStatus;
 
 use pb::provider_event::Event as Out;
+use pedelec_common::page_safe::without_paths;
 use pedelec_common::{Code, json};
 use pedelec_proto::v1 as pb;
 use serde_json::Value as Json;
@@ -74,7 +75,7 @@ pub(super) fn provider_error(
     message: String,
     details: Option<&Json>,
 ) -> pb::PedelecError {
-    let safe = without_paths(&message);
+    let safe = without_paths(&message, &[]);
     if safe != message {
         tracing::info!(
             code = code.as_str(),
@@ -102,7 +103,7 @@ pub(super) const STDERR_TAIL_KEY: &str = "stderrTail";
 
 fn scrub_details(value: &mut Json) {
     match value {
-        Json::String(s) => *s = without_paths(s),
+        Json::String(s) => *s = without_paths(s, &[]),
         Json::Array(items) => items.iter_mut().for_each(scrub_details),
         Json::Object(map) => {
             for (key, v) in map.iter_mut() {
@@ -113,46 +114,6 @@ fn scrub_details(value: &mut Json) {
         }
         _ => {}
     }
-}
-
-/// What replaces an absolute path in a page-bound provider error.
-pub(super) const PATH_MARK: &str = "<path>";
-
-/// `text` with each absolute path replaced by [`PATH_MARK`]: a `/` that
-/// starts the text or follows a space, a quote or one of `([{=,:` and is
-/// followed by something other than `/` or a space (so `https://…`, `a/b`
-/// and `and / or` stay), up to the next space, quote or `)]}>,;`; a final
-/// `.` or `:` is kept as punctuation.
-pub(super) fn without_paths(text: &str) -> String {
-    const BEFORE: &[char] = &['"', '\'', '`', '(', '[', '{', '=', ',', ':'];
-    const AFTER: &[char] = &['"', '\'', '`', ')', ']', '}', '>', ',', ';'];
-    let mut out = String::with_capacity(text.len());
-    let mut prev: Option<char> = None;
-    let mut rest = text;
-    while let Some(c) = rest.chars().next() {
-        let starts_path = c == '/'
-            && prev.is_none_or(|p| p.is_whitespace() || BEFORE.contains(&p))
-            && rest[1..]
-                .chars()
-                .next()
-                .is_some_and(|n| n != '/' && !n.is_whitespace());
-        if starts_path {
-            let end = rest
-                .find(|ch: char| ch.is_whitespace() || AFTER.contains(&ch))
-                .unwrap_or(rest.len());
-            let path = &rest[..end];
-            let kept = path.trim_end_matches(['.', ':']);
-            out.push_str(PATH_MARK);
-            out.push_str(&path[kept.len()..]);
-            prev = path.chars().next_back();
-            rest = &rest[end..];
-            continue;
-        }
-        out.push(c);
-        prev = Some(c);
-        rest = &rest[c.len_utf8()..];
-    }
-    out
 }
 
 pub(super) fn error_event(code: Code, message: String, details: Option<Json>) -> Out {
@@ -176,30 +137,6 @@ pub(super) fn exited(status: ExitStatus) -> Out {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn absolute_paths_leave_a_page_bound_error() {
-        let cases = [
-            (
-                "failed to read /home/alice/.codex/auth.json: denied",
-                "failed to read <path>: denied",
-            ),
-            (
-                "\"/root/x\" (/tmp/a/b) at=/w/ws.",
-                "\"<path>\" (<path>) at=<path>.",
-            ),
-            ("/etc/passwd", "<path>"),
-            ("error:/var/lib/x", "error:<path>"),
-            (
-                "see https://example.com/a/b and a/b, and / or 1/2",
-                "see https://example.com/a/b and a/b, and / or 1/2",
-            ),
-            ("model overloaded", "model overloaded"),
-        ];
-        for (text, safe) in cases {
-            assert_eq!(without_paths(text), safe, "{text}");
-        }
-    }
 
     #[test]
     fn details_lose_paths_but_the_stderr_tail_stays_for_local_callers() {
