@@ -32,6 +32,18 @@ pub fn ensure_private_dir(path: &Path) -> Result<(), CommonError> {
             Err(e) => return Err(CommonError::io(path, e)),
         }
     }
+    let meta = own_dir(path)?;
+    if meta.mode() & 0o777 != 0o700 {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| CommonError::io(path, e))?;
+    }
+    Ok(())
+}
+
+/// `path`'s metadata when it is a directory (not a symlink) owned by this
+/// user that other users may not write to: what both the services (who then
+/// tighten it) and the clients (who change nothing) require of a folder.
+fn own_dir(path: &Path) -> Result<std::fs::Metadata, CommonError> {
     let meta = std::fs::symlink_metadata(path).map_err(|e| CommonError::io(path, e))?;
     if !meta.is_dir() {
         return Err(CommonError::NotADirectory { path: path.into() });
@@ -50,11 +62,7 @@ pub fn ensure_private_dir(path: &Path) -> Result<(), CommonError> {
             mode: meta.mode() & 0o7777,
         });
     }
-    if meta.mode() & 0o777 != 0o700 {
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700))
-            .map_err(|e| CommonError::io(path, e))?;
-    }
-    Ok(())
+    Ok(meta)
 }
 
 /// What a client checks of the folder a socket lies in before it connects
@@ -65,24 +73,7 @@ pub fn ensure_private_dir(path: &Path) -> Result<(), CommonError> {
 /// tmpfs of mode 0755 (docs/security.md, "Filesystem view"). A missing folder
 /// is the `Io` error NotFound, as connecting would be.
 pub fn check_private_dir(path: &Path) -> Result<(), CommonError> {
-    let meta = std::fs::symlink_metadata(path).map_err(|e| CommonError::io(path, e))?;
-    if !meta.is_dir() {
-        return Err(CommonError::NotADirectory { path: path.into() });
-    }
-    let me = crate::process::uid();
-    if meta.uid() != me {
-        return Err(CommonError::NotOwned {
-            path: path.into(),
-            owner: meta.uid(),
-            me,
-        });
-    }
-    if meta.mode() & 0o002 != 0 {
-        return Err(CommonError::WritableByOthers {
-            path: path.into(),
-            mode: meta.mode() & 0o7777,
-        });
-    }
+    let meta = own_dir(path)?;
     if meta.mode() & 0o020 != 0 {
         return Err(CommonError::WritableByGroup {
             path: path.into(),
