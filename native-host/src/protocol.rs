@@ -655,29 +655,6 @@ pub fn error_reply(id: &Value, error: &HostError) -> String {
     json!({"id": id, "ok": false, "error": error.to_json()}).to_string()
 }
 
-/// [`error_reply`] for a web page: no absolute path but those the page gave
-/// (`keep`) in the message and the details (`pedelec_common::page_safe`).
-pub fn page_error_reply(id: &Value, error: &HostError, keep: &[&str]) -> String {
-    let mut e = error.to_json();
-    for field in ["message", "details"] {
-        if let Some(v) = e.get_mut(field) {
-            pedelec_common::page_safe::scrub_json(v, keep);
-        }
-    }
-    json!({"id": id, "ok": false, "error": e}).to_string()
-}
-
-impl Request {
-    /// The absolute paths this request names (a create's workspace): a page
-    /// may be told of them again.
-    pub fn given_paths(&self) -> Vec<String> {
-        match self {
-            Request::CreateSession(c) => c.workspace.iter().map(|w| w.path.clone()).collect(),
-            _ => Vec::new(),
-        }
-    }
-}
-
 // ---- Frames (the shapes inside them live in pedelec_common::wire) ----
 
 /// A whole event frame, serialized: `{type:"event", sessionId, seq, at, event}`.
@@ -720,46 +697,6 @@ pub fn detached_frame(session_id: &str, reason: &str, error: Option<&HostError>)
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn a_web_pages_error_names_no_local_path_but_its_own() {
-        let status = pedelec_common::codes::CodedError::new(
-            pedelec_common::Code::WORKSPACE_OPEN_FAILED,
-            "workspace \"/home/a/proj\" cannot be used: /home/a/.local/share/pedelec/data",
-        )
-        .with_details(json!({"where": "/var/x", "n": 1}))
-        .to_status();
-        let e = HostError::from_status(&status);
-        let reply: Value =
-            serde_json::from_str(&page_error_reply(&json!(7), &e, &["/home/a/proj"])).unwrap();
-        assert_eq!(
-            reply["error"]["message"],
-            "workspace \"/home/a/proj\" cannot be used: <path>"
-        );
-        assert_eq!(
-            reply["error"]["details"],
-            json!({"where": "<path>", "n": 1})
-        );
-        // The extension's own pages get it whole.
-        let whole: Value = serde_json::from_str(&error_reply(&json!(7), &e)).unwrap();
-        assert!(
-            whole["error"]["message"]
-                .as_str()
-                .unwrap()
-                .contains("/data")
-        );
-    }
-
-    #[test]
-    fn a_create_gives_its_workspace_path() {
-        let env = parse(
-            br#"{"id":1,"origin":"https://a.example","type":"create_session","payload":{"workspace":{"path":"/w/p"}}}"#,
-        );
-        assert_eq!(
-            env.map(|e| e.request.given_paths()).ok(),
-            Some(vec!["/w/p".to_string()])
-        );
-    }
-
     use super::*;
 
     fn parse_str(s: &str) -> Result<Envelope, Rejected> {

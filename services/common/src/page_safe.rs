@@ -1,10 +1,8 @@
-//! The one sanitizer for what a web page is told: absolute local paths leave
-//! an error's text (docs/security.md, "What a page is not shown"). The
-//! services word their page-bound errors without paths in the first place;
-//! ProviderService runs an agent's own error text through this, and the
-//! native host runs every error it answers a web page through it last, so a
-//! path a service let slip still stops at the boundary. The one path a page
-//! may see is the one it gave (`keep`).
+//! Absolute local paths out of an error's text before a web page is told it
+//! (docs/security.md, "What a page is not shown"). The services word their
+//! page-bound errors without paths in the first place; ProviderService runs
+//! an agent's own error text (which it does not write) through this. `keep`
+//! names paths a page may see again: the ones it gave.
 
 /// What replaces an absolute path.
 pub const PATH_MARK: &str = "<path>";
@@ -50,16 +48,6 @@ pub fn without_paths(text: &str, keep: &[&str]) -> String {
     out
 }
 
-/// [`without_paths`] over every string in a JSON value (keys stay).
-pub fn scrub_json(value: &mut serde_json::Value, keep: &[&str]) {
-    match value {
-        serde_json::Value::String(s) => *s = without_paths(s, keep),
-        serde_json::Value::Array(items) => items.iter_mut().for_each(|v| scrub_json(v, keep)),
-        serde_json::Value::Object(map) => map.values_mut().for_each(|v| scrub_json(v, keep)),
-        _ => {}
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -99,16 +87,6 @@ mod tests {
         assert_eq!(
             without_paths("at /home/a/proj/x", &["/home/a/proj"]),
             "at <path>"
-        );
-    }
-
-    #[test]
-    fn json_strings_lose_paths() {
-        let mut v = serde_json::json!({"m": "in /a/b", "list": ["/c", 3], "/k": "x"});
-        scrub_json(&mut v, &[]);
-        assert_eq!(
-            v,
-            serde_json::json!({"m": "in <path>", "list": ["<path>", 3], "/k": "x"})
         );
     }
 }

@@ -96,11 +96,9 @@ pub fn error(e: &pb::PedelecError) -> Value {
             map.remove(*key);
         }
     }
-    // Events reach pages: no local path, whoever wrote the error.
-    crate::page_safe::scrub_json(&mut details, &[]);
     json!({
         "code": e.code,
-        "message": crate::page_safe::without_paths(&e.message, &[]),
+        "message": e.message,
         "details": details,
         "source": source,
     })
