@@ -12,8 +12,7 @@ use crate::sites::Grant;
 use crate::thread::Thread;
 use crate::workspaces::Conflict;
 
-/// The folder Pedelec keeps inside every workspace (assets, agent state).
-const RUNTIME_FOLDER: &str = ".pedelec-runtime";
+use pedelec_common::beneath::RUNTIME_FOLDER;
 
 impl Sessions {
     /// The folder an explicit workspace will be, canonical. It must be an
