@@ -89,6 +89,14 @@ impl SessionService for SessionGrpc {
         Ok(Response::new(pb::ListResponse { sessions }))
     }
 
+    async fn get_history(
+        &self,
+        _: Request<pb::GetHistoryRequest>,
+    ) -> Reply<pb::GetHistoryResponse> {
+        // The history store is being built; the contract is in session.proto.
+        Err(Status::unimplemented("GetHistory is not available yet"))
+    }
+
     async fn list_sites(&self, _: Request<pb::ListSitesRequest>) -> Reply<pb::ListSitesResponse> {
         let sites = self.0.list_sites();
         Ok(Response::new(pb::ListSitesResponse { sites }))
