@@ -284,8 +284,8 @@ impl Core {
             let exe = &self.inner.pedelecd;
             if !exe.exists() {
                 return Err(format!(
-                    "Pedelec services are not running and cannot be started: {} not found \
-                     (set PEDELEC_BIN_DIR or reinstall Pedelec)",
+                    "Pedelec services are not running and cannot be started: pedelecd not found \
+                     at {} (set PEDELEC_BIN_DIR or reinstall Pedelec)",
                     exe.display()
                 ));
             }

@@ -324,6 +324,16 @@ impl Host {
     async fn handle(self: Arc<Self>, env: Envelope, early: Early) {
         let kind = env.request.type_name();
         let id = env.id.clone();
+        // A web page's errors pass the one sanitizer (no local path but its
+        // own); the extension's own pages are the user's and see them whole.
+        let page_keep = (!self.is_own_page(&env.origin)).then(|| env.request.given_paths());
+        let error_reply = |e: &HostError| match &page_keep {
+            Some(keep) => {
+                let keep: Vec<&str> = keep.iter().map(String::as_str).collect();
+                p::page_error_reply(&id, e, &keep)
+            }
+            None => p::error_reply(&id, e),
+        };
         tracing::debug!(%id, kind, origin = %env.origin, "request");
         let result = match (env.request, early) {
             (Request::Attach(attach), Early::Attach(registered)) => {
@@ -334,7 +344,7 @@ impl Host {
                 };
                 if let Err(e) = attached {
                     tracing::info!(%id, kind, code = %e.code(), error = %e, "request failed");
-                    self.send(p::error_reply(&id, &e)).await;
+                    self.send(error_reply(&e)).await;
                 }
                 return;
             }
@@ -353,7 +363,7 @@ impl Host {
             Ok(result) => p::ok_reply(&id, result),
             Err(e) => {
                 tracing::info!(%id, kind, code = %e.code(), error = %e, "request failed");
-                p::error_reply(&id, &e)
+                error_reply(&e)
             }
         };
         self.send(reply).await;

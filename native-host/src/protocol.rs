@@ -655,6 +655,35 @@ pub fn error_reply(id: &Value, error: &HostError) -> String {
     json!({"id": id, "ok": false, "error": error.to_json()}).to_string()
 }
 
+/// [`error_reply`] for a web page: no local path but those the page gave
+/// (`keep`).
+pub fn page_error_reply(id: &Value, error: &HostError, keep: &[&str]) -> String {
+    json!({"id": id, "ok": false, "error": page_error(error, keep)}).to_string()
+}
+
+/// A host error as a web page sees it: the message and the details without
+/// a local path but `keep` (`pedelec_common::page_safe`).
+fn page_error(error: &HostError, keep: &[&str]) -> Value {
+    let mut e = error.to_json();
+    for field in ["message", "details"] {
+        if let Some(v) = e.get_mut(field) {
+            pedelec_common::page_safe::scrub_json(v, keep);
+        }
+    }
+    e
+}
+
+impl Request {
+    /// The absolute paths this request names (a create's workspace): a page
+    /// may be told of them again.
+    pub fn given_paths(&self) -> Vec<String> {
+        match self {
+            Request::CreateSession(c) => c.workspace.iter().map(|w| w.path.clone()).collect(),
+            _ => Vec::new(),
+        }
+    }
+}
+
 // ---- Frames (the shapes inside them live in pedelec_common::wire) ----
 
 /// A whole event frame, serialized: `{type:"event", sessionId, seq, at, event}`.
@@ -690,13 +719,54 @@ pub fn detached_frame(session_id: &str, reason: &str, error: Option<&HostError>)
         "type": "detached",
         "sessionId": session_id,
         "reason": reason,
-        "error": error.map(HostError::to_json).unwrap_or(Value::Null),
+        // Sessions are web pages': the error as a page may see it.
+        "error": error.map_or(Value::Null, |e| page_error(e, &[])),
     })
     .to_string()
 }
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_web_pages_error_names_no_local_path_but_its_own() {
+        let status = pedelec_common::codes::CodedError::new(
+            pedelec_common::Code::WORKSPACE_OPEN_FAILED,
+            "workspace \"/home/a/proj\" cannot be used: /home/a/.local/share/pedelec/data",
+        )
+        .with_details(json!({"where": "/var/x", "n": 1}))
+        .to_status();
+        let e = HostError::from_status(&status);
+        let reply: Value =
+            serde_json::from_str(&page_error_reply(&json!(7), &e, &["/home/a/proj"])).unwrap();
+        assert_eq!(
+            reply["error"]["message"],
+            "workspace \"/home/a/proj\" cannot be used: <path>"
+        );
+        assert_eq!(
+            reply["error"]["details"],
+            json!({"where": "<path>", "n": 1})
+        );
+        // The extension's own pages get it whole.
+        let whole: Value = serde_json::from_str(&error_reply(&json!(7), &e)).unwrap();
+        assert!(
+            whole["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("/data")
+        );
+    }
+
+    #[test]
+    fn a_create_gives_its_workspace_path() {
+        let env = parse(
+            br#"{"id":1,"origin":"https://a.example","type":"create_session","payload":{"workspace":{"path":"/w/p"}}}"#,
+        );
+        assert_eq!(
+            env.map(|e| e.request.given_paths()).ok(),
+            Some(vec!["/w/p".to_string()])
+        );
+    }
+
     use super::*;
 
     fn parse_str(s: &str) -> Result<Envelope, Rejected> {

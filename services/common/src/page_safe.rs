@@ -1,14 +1,25 @@
-//! Absolute local paths out of an error's text before a web page is told it
-//! (docs/security.md, "What a page is not shown"). The services word their
-//! page-bound errors without paths in the first place; ProviderService runs
-//! an agent's own error text (which it does not write) through this. `keep`
-//! names paths a page may see again: the ones it gave.
+//! The one sanitizer for what a web page is told: local paths leave an
+//! error's text (docs/security.md, "What a page is not shown"). The services
+//! word their page-bound errors without paths in the first place;
+//! ProviderService runs an agent's own error text through this, and the
+//! native host runs every error it sends a web page (replies and events)
+//! through it last, so a path a service let slip still stops at the boundary.
+//!
+//! What counts as a local path: an absolute path whose first component is an
+//! entry of this machine's root folder (`/home/…`, `/tmp/…`, `/run/…`). A
+//! path-shaped text that names nothing on the machine tells a page nothing of
+//! it and stays: a JSON pointer such as `/tools/3/argsSchema` in a manifest
+//! refusal, or a path the page made up. The one local path a page may see
+//! again is one it gave (`keep`).
+
+use std::collections::HashSet;
+use std::sync::OnceLock;
 
 /// What replaces an absolute path.
 pub const PATH_MARK: &str = "<path>";
 
-/// `text` with each absolute path replaced by [`PATH_MARK`], except one equal
-/// to a `keep` path: a `/` that starts the text or follows a space, a quote
+/// `text` with each local path (see the module) replaced by [`PATH_MARK`],
+/// except one equal to a `keep` path. An absolute path is a `/` that starts the text or follows a space, a quote
 /// or one of `([{=,:` and is followed by something other than `/` or a space
 /// (so `https://…`, `a/b` and `and / or` stay), up to the next space, quote
 /// or `)]}>,;`; a final `.` or `:` is kept as punctuation.
@@ -31,7 +42,7 @@ pub fn without_paths(text: &str, keep: &[&str]) -> String {
                 .unwrap_or(rest.len());
             let path = &rest[..end];
             let kept = path.trim_end_matches(['.', ':']);
-            if keep.contains(&kept) {
+            if keep.contains(&kept) || !names_the_machine(kept) {
                 out.push_str(kept);
             } else {
                 out.push_str(PATH_MARK);
@@ -48,6 +59,32 @@ pub fn without_paths(text: &str, keep: &[&str]) -> String {
     out
 }
 
+/// [`without_paths`] over every string in a JSON value (keys stay).
+pub fn scrub_json(value: &mut serde_json::Value, keep: &[&str]) {
+    match value {
+        serde_json::Value::String(s) => *s = without_paths(s, keep),
+        serde_json::Value::Array(items) => items.iter_mut().for_each(|v| scrub_json(v, keep)),
+        serde_json::Value::Object(map) => map.values_mut().for_each(|v| scrub_json(v, keep)),
+        _ => {}
+    }
+}
+
+/// Whether an absolute path starts in a folder this machine's root holds.
+/// When the root cannot be read every absolute path counts.
+fn names_the_machine(path: &str) -> bool {
+    static ROOT: OnceLock<Option<HashSet<String>>> = OnceLock::new();
+    let root = ROOT.get_or_init(|| {
+        let entries = std::fs::read_dir("/").ok()?;
+        Some(
+            entries
+                .filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .collect(),
+        )
+    });
+    let first = path.trim_start_matches('/').split('/').next().unwrap_or("");
+    root.as_ref().is_none_or(|names| names.contains(first))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -60,7 +97,7 @@ mod tests {
                 "failed to read <path>: denied",
             ),
             (
-                "\"/root/x\" (/tmp/a/b) at=/w/ws.",
+                "\"/root/x\" (/tmp/a/b) at=/usr/ws.",
                 "\"<path>\" (<path>) at=<path>.",
             ),
             ("/etc/passwd", "<path>"),
@@ -87,6 +124,24 @@ mod tests {
         assert_eq!(
             without_paths("at /home/a/proj/x", &["/home/a/proj"]),
             "at <path>"
+        );
+    }
+
+    #[test]
+    fn a_path_that_names_nothing_here_stays() {
+        // A manifest refusal's JSON pointer: no such root folder.
+        let text = "the tools manifest is invalid at /tools/77/argsSchema: not an object";
+        assert_eq!(without_paths(text, &[]), text);
+        assert_eq!(without_paths("in /tmp/x", &[]), "in <path>");
+    }
+
+    #[test]
+    fn json_strings_lose_paths() {
+        let mut v = serde_json::json!({"m": "in /tmp/b", "list": ["/etc", 3], "/k": "x"});
+        scrub_json(&mut v, &[]);
+        assert_eq!(
+            v,
+            serde_json::json!({"m": "in <path>", "list": ["<path>", 3], "/k": "x"})
         );
     }
 }

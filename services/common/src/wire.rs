@@ -96,9 +96,11 @@ pub fn error(e: &pb::PedelecError) -> Value {
             map.remove(*key);
         }
     }
+    // Events reach pages: no local path, whoever wrote the error.
+    crate::page_safe::scrub_json(&mut details, &[]);
     json!({
         "code": e.code,
-        "message": e.message,
+        "message": crate::page_safe::without_paths(&e.message, &[]),
         "details": details,
         "source": source,
     })
@@ -530,6 +532,24 @@ mod tests {
         let body = event_body(&pb::session_event::Event::Error(e));
         assert_eq!(body["operationId"], "op_1");
         assert_eq!(body["type"], "error");
+    }
+
+    #[test]
+    fn an_events_error_names_no_local_path() {
+        let e = pb::PedelecError {
+            code: "WORKSPACE_OPEN_FAILED".into(),
+            message: "cannot enter /home/u/proj: gone (manifest /tools/0/name)".into(),
+            details: Some(pjson::to_value(
+                &json!({"at": "/tmp/x", "path": "/tools/0"}),
+            )),
+            ..Default::default()
+        };
+        let page = error(&e);
+        assert_eq!(
+            page["message"],
+            "cannot enter <path>: gone (manifest /tools/0/name)"
+        );
+        assert_eq!(page["details"], json!({"at": "<path>", "path": "/tools/0"}));
     }
 
     #[test]
