@@ -16,6 +16,7 @@ import {
   type TransferResult,
 } from "../../sdk/src/protocol/bridge.js";
 import type { PageRuntime, Port } from "./chrome-api.js";
+import { webext } from "./webext.js";
 
 
 /**
@@ -174,5 +175,5 @@ export function installBridge(win: Window, runtime: PageRuntime): void {
   });
 }
 
-declare const chrome: { runtime?: Partial<PageRuntime> } | undefined;
-if (typeof chrome !== "undefined" && typeof chrome?.runtime?.connect === "function") installBridge(window, chrome.runtime as PageRuntime);
+const api = webext<{ runtime?: Partial<PageRuntime> }>();
+if (typeof api?.runtime?.connect === "function") installBridge(window, api.runtime as PageRuntime);

@@ -14,6 +14,7 @@ import {
 } from "../../sdk/src/protocol/bridge.js";
 import type { EffortLevel, FullSettingsResult, KeyChange, MaskedKey, ProviderCode, ProviderInfo } from "../../sdk/src/protocol/native.js";
 import type { PageRuntime, Port } from "./chrome-api.js";
+import { webext } from "./webext.js";
 import { ACCESS_LEVELS, ACCESS_TEXT, embedderOrigin, inputOf, isLoopback, showFolder, withEmbedder, withoutEmbedder, type Access, type Site } from "./sites.js";
 import {
   EFFORT_LEVELS,
@@ -32,7 +33,7 @@ import {
   type SettingsForm,
 } from "./options-model.js";
 
-declare const chrome: { runtime: PageRuntime };
+const chrome = webext<{ runtime: PageRuntime }>()!;
 
 class OptionsError extends Error {
   constructor(readonly error: BridgeError) {

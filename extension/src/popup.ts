@@ -15,13 +15,14 @@ import {
   type WorkerToPopup,
 } from "../../sdk/src/protocol/bridge.js";
 import type { PageRuntime } from "./chrome-api.js";
+import { webext } from "./webext.js";
 import { ACCESS_LEVELS, ACCESS_TEXT, DEFAULT_ACCESS, showFolder, type Access } from "./sites.js";
 import { activityByOrigin, activityText, hostAdvice, siteState, type Activity, type Command, type Platform } from "./popup-model.js";
 
-declare const chrome: {
+const chrome = webext<{
   runtime: PageRuntime & { id: string; openOptionsPage(): Promise<void> };
   tabs?: { query(q: { active: boolean; currentWindow: boolean }): Promise<Array<{ id?: number }>> };
-};
+}>()!;
 
 const port = chrome.runtime.connect({ name: POPUP_PORT_NAME });
 const send = (msg: PopupToWorker) => port.postMessage(msg);

@@ -9,8 +9,9 @@
 // frame is no general proxy into the loopback interface.
 import { TRANSFER_NAMESPACE, TRANSFER_PORT_NAME, type FrameReply, type FrameRequest, type TransferCheck, type TransferCheckResult } from "../../sdk/src/protocol/bridge.js";
 import type { PageRuntime, Port } from "./chrome-api.js";
+import { webext } from "./webext.js";
 
-declare const chrome: { runtime: PageRuntime };
+const chrome = webext<{ runtime: PageRuntime }>()!;
 
 let worker: Port | null = null;
 let nextCheck = 1;

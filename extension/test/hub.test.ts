@@ -275,6 +275,28 @@ describe("approval", () => {
     expect(last.prompts).toEqual([]);
   });
 
+  it("a popup open while a prompt is being made is shown it only with its agents (an approval then grants the one the page named)", async () => {
+    // The providers answer late: the prompt exists before its view is complete.
+    chrome.hostHandlers.list_providers = (frame, host) => {
+      const result = { providers: [{ name: "Codex", code: "codex", available: true, isDefault: false, error: null }] };
+      setTimeout(() => host.send({ id: frame.id, ok: true, result }), 30);
+      return NO_REPLY;
+    };
+    const p = await page();
+    const popup = chrome.connectPopup();
+    const created = start(p, "create_session", { provider: "codex" });
+    await new Promise((r) => setTimeout(r, 10));
+    popup.postMessage({ kind: "get_state" });
+    await new Promise((r) => setTimeout(r, 60));
+    await settle();
+    const shown = popup.of("state").flatMap((m) => (m.state as PopupState).prompts);
+    expect(shown.length).toBeGreaterThan(0);
+    for (const prompt of shown) expect(prompt.providers).toEqual([{ code: "codex", name: "Codex", available: true, preselected: true }]);
+    popup.postMessage({ kind: "approve", promptId: shown[0]!.id, access: "edit", providers: ["codex"] });
+    await settle();
+    expect(created()?.ok).toBe(true);
+  });
+
   it("one prompt per origin, shared by its routes", async () => {
     const a = await page();
     const b = await page();

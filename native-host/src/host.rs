@@ -15,6 +15,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::task::{JoinHandle, JoinSet};
 
+use crate::caller::Caller;
 use crate::coalesce::Outgoing;
 use crate::core::{self, Core};
 use crate::error::HostError;
@@ -53,20 +54,6 @@ pub const MAX_IN_FLIGHT: usize = 64;
 /// host's memory then peaks at: docs/native-messaging.md, "Figures".
 pub const MAX_IN_FLIGHT_BYTES: usize = MAX_INBOUND as usize;
 
-/// The id in `chrome-extension://<id>/`, if argv[1] has that shape.
-pub fn extension_id(origin: &str) -> Option<&str> {
-    let id = origin
-        .strip_prefix("chrome-extension://")?
-        .strip_suffix('/')?;
-    pedelec_common::extension::is_valid_id(id).then_some(id)
-}
-
-pub fn is_allowed(origin: Option<&str>, allowed: &[String]) -> bool {
-    origin
-        .and_then(extension_id)
-        .is_some_and(|id| allowed.iter().any(|a| a == id))
-}
-
 /// What the host does with the extension that started it.
 pub enum Admission {
     /// One of the extensions this host was installed for: serve it through
@@ -79,7 +66,7 @@ pub enum Admission {
 }
 
 /// Serves stdin/stdout until stdin ends, as `admission` says.
-pub async fn run<R, W>(stdin: R, stdout: W, extension_origin: String, admission: Admission)
+pub async fn run<R, W>(stdin: R, stdout: W, caller: Caller, admission: Admission)
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
@@ -93,7 +80,7 @@ where
     let mut reader = FrameReader::new(stdin);
     pedelec_common::memory::spawn_trimmer();
     match admission {
-        Admission::Serve(core) => serve(&mut reader, core, out, extension_origin).await,
+        Admission::Serve(core) => serve(&mut reader, core, out, caller).await,
         Admission::Refuse(error) => {
             refuse(&mut reader, &out, &error).await;
             drop(out);
@@ -135,9 +122,9 @@ async fn refuse<R: AsyncRead + Unpin>(
 
 struct Host {
     core: Core,
-    /// argv[1], the calling extension's origin: only its own pages may use
-    /// the extension-only requests.
-    extension_origin: String,
+    /// The extension that started the host: only its own pages may use the
+    /// extension-only requests.
+    caller: Caller,
     out: mpsc::Sender<Outgoing>,
     attached: Mutex<HashMap<String, Attachment>>,
     generation: AtomicU64,
@@ -194,11 +181,11 @@ async fn serve<R: AsyncRead + Unpin>(
     reader: &mut FrameReader<R>,
     core: Core,
     out: mpsc::Sender<Outgoing>,
-    extension_origin: String,
+    caller: Caller,
 ) {
     let host = Arc::new(Host {
         core,
-        extension_origin,
+        caller,
         out,
         attached: Mutex::new(HashMap::new()),
         generation: AtomicU64::new(0),
@@ -370,25 +357,23 @@ impl Host {
     }
 
     /// The extension-only requests (settings with credentials, site grants,
-    /// every origin's sessions): only the extension's own pages (origin
-    /// `chrome-extension://<id>`, the id from argv[1]) may send them, never a
-    /// web page's route. The one place this is checked.
+    /// every origin's sessions): only the extension's own pages (see
+    /// `Caller::owns_page`) may send them, never a web page's route. The one
+    /// place this is checked.
     fn own_pages_only(&self, origin: &str, request: &Request) -> Result<(), HostError> {
-        let own = self.extension_origin.trim_end_matches('/');
         if !request.extension_only() || self.is_own_page(origin) {
             return Ok(());
         }
         Err(HostError::ExtensionOnly {
             request: request.type_name(),
             origin: origin.to_string(),
-            extension: own.to_string(),
+            extension: self.caller.own_origin(),
         })
     }
 
     /// Whether `origin` is the extension's own page (popup, settings).
     fn is_own_page(&self, origin: &str) -> bool {
-        let own = self.extension_origin.trim_end_matches('/');
-        !own.is_empty() && origin.trim_end_matches('/') == own
+        self.caller.owns_page(origin)
     }
 
     async fn dispatch(&self, origin: &str, request: Request) -> Result<Value, HostError> {
@@ -825,26 +810,4 @@ fn superseded(session_id: &str) -> HostError {
         )
         .with_details(json!({"sessionId": session_id})),
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn extension_origins_are_checked_exactly() {
-        let allowed = vec!["ekeclpceddngodnkncegoclkkeknaacb".to_string()];
-        let ok = "chrome-extension://ekeclpceddngodnkncegoclkkeknaacb/";
-        assert!(is_allowed(Some(ok), &allowed));
-        for bad in [
-            "chrome-extension://ekeclpceddngodnkncegoclkkeknaacb",
-            "chrome-extension://aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa/",
-            "https://ekeclpceddngodnkncegoclkkeknaacb/",
-            "chrome-extension://EKECLPCEDDNGODNKNCEGOCLKKEKNAACB/",
-            "",
-        ] {
-            assert!(!is_allowed(Some(bad), &allowed), "{bad}");
-        }
-        assert!(!is_allowed(None, &allowed));
-    }
 }

@@ -5,6 +5,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod caller;
 pub mod coalesce;
 pub mod core;
 pub mod error;
@@ -16,8 +17,9 @@ pub mod protocol;
 
 pub use error::HostError;
 
-/// The whole program after argv: logs, origin check, serve stdin until EOF.
-pub async fn main(extension_origin: Option<String>) {
+/// The whole program after argv (`args`: the arguments after the program's
+/// name): logs, caller check, serve stdin until EOF.
+pub async fn main(args: Vec<String>) {
     // A browser-started host has the browser's environment, not the
     // installer's: the install's host config fills in what it does not say.
     let config = pedelec_common::install::HostConfig::beside_current_exe();
@@ -28,8 +30,9 @@ pub async fn main(extension_origin: Option<String>) {
         tracing::warn!(error = %why, "ignoring an unreadable host config");
     }
     let allowed_ids = pedelec_common::install::allowed_ids(installed);
-    let origin = extension_origin.clone().unwrap_or_default();
-    let admission = if !host::is_allowed(extension_origin.as_deref(), &allowed_ids) {
+    let caller = caller::Caller::from_args(&args);
+    let origin = caller.describe();
+    let admission = if !caller.is_allowed(&allowed_ids) {
         tracing::warn!(extension = %origin, allowed = ?allowed_ids, "refusing an extension this host was not installed for");
         host::Admission::Refuse(HostError::NotAllowed {
             origin: origin.clone(),
@@ -50,7 +53,7 @@ pub async fn main(extension_origin: Option<String>) {
     host::run(
         pedelec_common::stdio::stdin(),
         pedelec_common::stdio::stdout(),
-        origin,
+        caller,
         admission,
     )
     .await;

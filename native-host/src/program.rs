@@ -1,6 +1,6 @@
 //! The pedelec-native-host program. Chrome runs `pedelec-native-host
-//! chrome-extension://<id>/ [--parent-window=…]` with stdin/stdout as the
-//! message pipe. Its own binary and the shared release executable
+//! chrome-extension://<id>/ [--parent-window=…]`, Firefox `pedelec-native-host
+//! <manifest path> <add-on id>`, with stdin/stdout as the message pipe. Its own binary and the shared release executable
 //! (`pedelec-multicall`) both start here.
 
 use std::process::ExitCode;
@@ -11,11 +11,8 @@ use pedelec_common::Program;
 // less text (docs/decisions.md, "One executable for the long-running processes").
 #[inline]
 pub fn main() -> ExitCode {
-    let extension_origin = std::env::args().nth(1);
-    pedelec_common::runtime::block_on(
-        Program::NativeHost.file_name(),
-        crate::main(extension_origin),
-    );
+    let args = std::env::args().skip(1).collect();
+    pedelec_common::runtime::block_on(Program::NativeHost.file_name(), crate::main(args));
     // Leave without waiting on a blocking stdin reader thread (when stdin is
     // neither a pipe nor a socket), which may still sit in read(2) when
     // stdout closed first.

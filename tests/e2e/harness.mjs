@@ -49,7 +49,7 @@ const codexHomes = "/var/tmp/pedelec-e2e-codex";
 const bridge = await import(pathToFileURL(join(sdkDist, "protocol/bridge.js")).href).catch((e) => {
   throw new Error(`not built: sdk/dist (npm --prefix sdk run build): ${e.message}`);
 });
-export const { EXTENSION_ID, NATIVE_HOST_NAME, BRIDGE_NAMESPACE, SDK_PORT_NAME, OPTIONS_PORT_NAME, TRANSFER_PAGE } = bridge;
+export const { EXTENSION_ID, FIREFOX_ADDON_ID, NATIVE_HOST_NAME, BRIDGE_NAMESPACE, SDK_PORT_NAME, OPTIONS_PORT_NAME, TRANSFER_PAGE } = bridge;
 export const POPUP_URL = `chrome-extension://${EXTENSION_ID}/popup.html`;
 export const CLI = join(buildDir, "pedelec-cli");
 /** Ceilings for hangs, never performance assertions. Real CLIs on 2 shared cores are slow to start. */
@@ -231,7 +231,8 @@ esac
  * `env` (merged over this process's environment).
  */
 export function installHost(bin, env, profile) {
-  const r = spawnSync(join(bin, "pedelecd"), ["install", "--no-login-start", "--user-data-dir", profile], { env: { ...process.env, ...env }, encoding: "utf8", timeout: 60_000 });
+  const args = ["install", "--no-login-start", ...(profile ? ["--user-data-dir", profile] : [])];
+  const r = spawnSync(join(bin, "pedelecd"), args, { env: { ...process.env, ...env }, encoding: "utf8", timeout: 60_000 });
   if (r.status !== 0) throw new Error(`pedelecd install: ${r.stdout}${r.stderr}`);
 }
 
@@ -283,6 +284,9 @@ export async function extensionWorker(context) {
  *     browser no PEDELEC_* variable, so the native host runs on what
  *     `pedelecd install` wrote alone (host config, manifest) and starts the
  *     daemon itself, as for a user whose browser was not started by a script
+ *   options.firefox: a Firefox instead of Chromium (firefox.mjs): the host
+ *     registered for Firefox in the temp HOME (as after Firefox's first run),
+ *     the Firefox build installed as a temporary add-on; `world.firefox`
  */
 export async function startWorld(t, mock, options = {}) {
   const extension = options.extension ?? true;
@@ -336,6 +340,7 @@ export async function startWorld(t, mock, options = {}) {
     if (stopped) return;
     stopped = true;
     await context?.close().catch(() => undefined);
+    await world.firefox?.close();
     run("pedelecd", ["stop"], 20_000);
     if (process.env.PEDELEC_E2E_KEEP) console.log(`kept ${base} and ${codexHome}`);
     else for (const dir of [base, codexHome]) rmSync(dir, { recursive: true, force: true });
@@ -355,6 +360,17 @@ export async function startWorld(t, mock, options = {}) {
     }
   }
 
+  if (options.firefox) {
+    // Firefox's own folder, as its first run leaves it: install registers the host beside it.
+    mkdirSync(join(home, ".mozilla/firefox"), { recursive: true });
+    world.installedBin = join(home, ".local/lib/pedelec/bin");
+    installHost(buildDir, fullEnv, null);
+    const { Firefox } = await import("./firefox.mjs");
+    world.browserEnv = { ...fullEnv };
+    world.firefox = await Firefox.launch(world.browserEnv, { addonId: FIREFOX_ADDON_ID });
+    world.cleanup = cleanup;
+    return world;
+  }
   const profile = join(base, "profile");
   world.profile = profile;
   // The temp HOME's install (docs/install.md): the binaries under it, the host

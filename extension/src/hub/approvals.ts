@@ -34,6 +34,13 @@ type PendingPrompt = {
   /** Runs once, with the user's decision; its result (or error) goes to every waiter. */
   act: (d: Decision) => Promise<unknown>;
   settled: boolean;
+  /**
+   * Its view is complete (the providers offered are known). Until then the
+   * popup is not shown it: a popup keeps a card as first drawn (so a state
+   * push cannot reset a choice), and a card drawn from the empty view would
+   * offer no agent, so an approval granted none.
+   */
+  ready: boolean;
 };
 
 type Cached = { sites: Site[]; rejected: string[] };
@@ -113,7 +120,7 @@ export class Approvals {
   }
 
   prompts(): ApprovalPrompt[] {
-    return [...this.#prompts.values()].map((p) => p.view);
+    return [...this.#prompts.values()].filter((p) => p.ready).map((p) => p.view);
   }
 
   /** grant_site; a site prompt of that origin waiting is answered by it. */
@@ -297,12 +304,14 @@ export class Approvals {
         windowId: null,
         act,
         settled: false,
+        ready: false,
         timer: setTimeout(() => void this.decide(id, { kind: "gone", error: bridgeError("APPROVAL_TIMEOUT", `${route.origin}: no answer in time`) }), this.#timeoutMs),
       };
       pending = created;
       // Registered before anything is awaited, so a second request meanwhile joins it.
       this.#prompts.set(id, created);
       Object.assign(view, await make());
+      created.ready = true;
       if (created.settled) return this.#wait(created, route);
       this.#changed();
       // One window shows every prompt: a window already open for another prompt serves this one too.

@@ -32,6 +32,8 @@ import type { ErrorCode } from "./codes.js";
 
 /** The extension's fixed id, given by the manifest `key` (docs/native-messaging.md §1). */
 export const EXTENSION_ID = "ekeclpceddngodnkncegoclkkeknaacb";
+/** The Firefox add-on's fixed id (its manifest's `browser_specific_settings.gecko.id`): the one the native host admits from Firefox. */
+export const FIREFOX_ADDON_ID = "pedelec@pedelec.dev";
 /** The native-messaging host name, registered by the installer and the tests. */
 export const NATIVE_HOST_NAME = "dev.pedelec.host";
 /** The native protocol version the extension speaks (checked by `hello`). */

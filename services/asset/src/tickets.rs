@@ -174,7 +174,9 @@ impl Tickets {
 
     /// Whether a request from `origin` may use a ticket issued to `ticket_origin`.
     pub fn origin_may_use(&self, ticket_origin: &str, origin: &str) -> bool {
-        origin == ticket_origin || self.extension_origins.iter().any(|o| o == origin)
+        origin == ticket_origin
+            || self.extension_origins.iter().any(|o| o == origin)
+            || pedelec_common::extension::is_firefox_extension_origin(origin)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Store> {
@@ -394,6 +396,12 @@ mod tests {
         );
         assert!(t.origin_may_use("https://app.example", extension));
         assert!(!t.origin_may_use("https://app.example", "chrome-extension://other"));
+        // Pedelec's Firefox add-on: its pages' origin has a per-install uuid.
+        assert!(t.origin_may_use(
+            "https://app.example",
+            "moz-extension://0b1c2d3e-aaaa-4bbb-8ccc-0123456789ab"
+        ));
+        assert!(!t.origin_may_use("https://app.example", "moz-extension://evil"));
         let grant = t
             .redeem(&i.id, Kind::Upload, Some(&i.token), Some(extension))
             .unwrap();

@@ -7,6 +7,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use pedelec_common::extension::PEDELEC_FIREFOX_ADDON_ID;
 use pedelec_common::install::{HostConfig, NATIVE_HOST_NAME, SYSTEMD_UNIT, ServiceManager};
 use pedelec_common::{Clients, Program};
 use pedelec_proto::v1 as pb;
@@ -14,7 +15,8 @@ use serde::Serialize;
 
 use crate::Dirs;
 use crate::install::{
-    Layout, Platform, Record, allowed_origins, manifest_path, service_manager_running,
+    Layout, Platform, Record, allowed_origins, firefox_manifest_path, manifest_path,
+    service_manager_running,
 };
 
 const RPC_TIMEOUT: Duration = Duration::from_secs(3);
@@ -153,15 +155,33 @@ pub async fn run(layout: &Layout, dirs: &Dirs) -> Vec<Check> {
                 .map(|d| (format!("profile {}", d.display()), d.clone())),
         );
     }
-    if folders.is_empty() {
+    let firefox = layout.firefox();
+    if folders.is_empty() && firefox.is_none() {
         checks.push(Check::warn(
             "browsers",
-            "no supported browser's config folder found (Chrome, Chromium, Brave, Edge, Vivaldi)",
+            "no supported browser's config folder found (Chrome, Chromium, Brave, Edge, Vivaldi, Firefox)",
             "start the browser once (it creates its folder), then run pedelecd install again",
         ));
     }
     for (name, folder) in &folders {
-        checks.push(browser(name, folder, layout, &extra, &reinstall));
+        let allowed = Allowed::Origins(allowed_origins(&extra));
+        checks.push(browser(
+            name,
+            &manifest_path(folder),
+            layout,
+            allowed,
+            &reinstall,
+        ));
+    }
+    if let Some(hosts) = &firefox {
+        let allowed = Allowed::Extensions(vec![PEDELEC_FIREFOX_ADDON_ID.to_string()]);
+        checks.push(browser(
+            "Firefox",
+            &firefox_manifest_path(hosts),
+            layout,
+            allowed,
+            &reinstall,
+        ));
     }
     for (name, dir) in layout.sandboxed() {
         checks.push(Check::warn(
@@ -172,7 +192,8 @@ pub async fn run(layout: &Layout, dirs: &Dirs) -> Vec<Check> {
                 layout.bin.display()
             ),
             "use a browser installed from your distribution's or the vendor's .deb/.rpm \
-             (e.g. Google Chrome, Brave's apt repo, Debian's chromium), then pedelecd install",
+             (e.g. Google Chrome, Brave's apt repo, Debian's chromium or firefox-esr, Mozilla's \
+             Firefox .deb), then pedelecd install",
         ));
     }
     let manager = record.as_ref().and_then(|r| r.service_manager);
@@ -245,10 +266,16 @@ fn binaries(layout: &Layout, reinstall: &str) -> Check {
     Check::fail("binaries", problems.join("; "), reinstall.to_string())
 }
 
-fn browser(name: &str, folder: &Path, layout: &Layout, extra: &[String], reinstall: &str) -> Check {
+/// Whom a host manifest must admit: Chromium's `allowed_origins`, Firefox's
+/// `allowed_extensions`.
+enum Allowed {
+    Origins(Vec<String>),
+    Extensions(Vec<String>),
+}
+
+fn browser(name: &str, path: &Path, layout: &Layout, allowed: Allowed, reinstall: &str) -> Check {
     let id = format!("browser:{name}");
-    let path = manifest_path(folder);
-    let text = match std::fs::read_to_string(&path) {
+    let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) => {
             return Check::fail(
@@ -291,8 +318,11 @@ fn browser(name: &str, folder: &Path, layout: &Layout, extra: &[String], reinsta
             reinstall.to_string(),
         );
     }
-    let expected = allowed_origins(extra);
-    let mut have: Vec<String> = doc["allowed_origins"]
+    let (key, expected) = match allowed {
+        Allowed::Origins(o) => ("allowed_origins", o),
+        Allowed::Extensions(e) => ("allowed_extensions", e),
+    };
+    let mut have: Vec<String> = doc[key]
         .as_array()
         .map(|a| {
             a.iter()

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use pedelec_common::Program;
-use pedelec_common::extension::{PEDELEC_EXTENSION_ID, is_valid_id};
+use pedelec_common::extension::{PEDELEC_EXTENSION_ID, PEDELEC_FIREFOX_ADDON_ID, is_valid_id};
 use pedelec_common::install::{
     HOST_CONFIG_FILE, HostConfig, LAUNCHD_LABEL, NATIVE_HOST_NAME, SYSTEMD_UNIT, ServiceManager,
 };
@@ -67,7 +67,9 @@ pub const BROWSERS: [(&str, &str, &str); 7] = [
 
 /// Sandboxed browsers (snap, flatpak) cannot start a host binary outside their
 /// sandbox: (what, folder under HOME). Linux only.
-pub const SANDBOXED: [(&str, &str); 9] = [
+pub const SANDBOXED: [(&str, &str); 11] = [
+    ("Firefox (snap)", "snap/firefox"),
+    ("Firefox (flatpak)", ".var/app/org.mozilla.firefox"),
     ("Chromium (snap)", "snap/chromium"),
     ("Brave (snap)", "snap/brave"),
     ("Vivaldi (snap)", "snap/vivaldi"),
@@ -189,6 +191,25 @@ impl Layout {
             .collect()
     }
 
+    /// Firefox's per-user native-messaging folder, when Firefox has run for
+    /// this user (its own folder exists): `~/.mozilla/native-messaging-hosts`
+    /// beside `~/.mozilla/firefox`; on macOS
+    /// `~/Library/Application Support/Mozilla/NativeMessagingHosts` when
+    /// `~/Library/Application Support/Firefox` exists.
+    pub fn firefox(&self) -> Option<PathBuf> {
+        let (shows, hosts) = match self.platform {
+            Platform::Linux => (
+                self.home.join(".mozilla"),
+                self.home.join(".mozilla/native-messaging-hosts"),
+            ),
+            Platform::Macos => (
+                self.browsers_base.join("Firefox"),
+                self.browsers_base.join("Mozilla/NativeMessagingHosts"),
+            ),
+        };
+        shows.is_dir().then_some(hosts)
+    }
+
     /// The sandboxed browsers found for this user.
     pub fn sandboxed(&self) -> Vec<(&'static str, PathBuf)> {
         if self.platform != Platform::Linux {
@@ -230,6 +251,26 @@ pub fn host_manifest(native_host: &Path, extra_ids: &[String]) -> String {
         "path": native_host,
         "type": "stdio",
         "allowed_origins": allowed_origins(extra_ids),
+    });
+    let mut s = serde_json::to_string_pretty(&doc).expect("json");
+    s.push('\n');
+    s
+}
+
+/// The host manifest in Firefox's native-messaging folder.
+pub fn firefox_manifest_path(hosts: &Path) -> PathBuf {
+    hosts.join(format!("{NATIVE_HOST_NAME}.json"))
+}
+
+/// Firefox's native-messaging host manifest: Firefox names the add-ons that
+/// may start the host in `allowed_extensions` (Pedelec's add-on only).
+pub fn firefox_host_manifest(native_host: &Path) -> String {
+    let doc = serde_json::json!({
+        "name": NATIVE_HOST_NAME,
+        "description": "Pedelec native messaging host",
+        "path": native_host,
+        "type": "stdio",
+        "allowed_extensions": [PEDELEC_FIREFOX_ADDON_ID],
     });
     let mut s = serde_json::to_string_pretty(&doc).expect("json");
     s.push('\n');
@@ -446,6 +487,13 @@ fn plan(
         files.push(Planned {
             path: manifest_path(&folder),
             content: Content::Bytes(manifest.clone()),
+            mode: 0o644,
+        });
+    }
+    if let Some(hosts) = layout.firefox() {
+        files.push(Planned {
+            path: firefox_manifest_path(&hosts),
+            content: Content::Bytes(firefox_host_manifest(&layout.native_host()).into_bytes()),
             mode: 0o644,
         });
     }
