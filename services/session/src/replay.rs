@@ -8,8 +8,21 @@
 //! their protobuf size plus 4 bytes, and whole segments go back to the
 //! allocator when they are evicted. Events are decoded again only for a route
 //! that asks for them. The thread id, the same in every event, is not stored.
+//!
+//! Memory comes back (docs/decisions.md "Replay buffer"): once a thread is idle
+//! (no operation) and every attached route has taken its events, the buffer
+//! keeps only its newest [`IDLE_TAIL_EVENTS`], compacted
+//! (`Thread::give_back_when_idle`); and all buffers of the process together
+//! hold at most [`TOTAL_BYTES`] of events every attached route has already
+//! taken: past that, a thread that emits drops its oldest taken segments
+//! first. What it buys under 50 threads × 10,000 deltas through one host:
+//! docs/benchmarks.md, the `load` group (before, SessionService stayed
+//! ~68 MiB above idle after the load: every thread's last turn, ~1.3 MiB
+//! each). A re-attach behind what is held gets the replay-gap snapshot, as
+//! before.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use pedelec_proto::v1 as pb;
 use prost::Message;
@@ -35,6 +48,25 @@ impl Default for ReplayLimits {
 
 /// A segment is closed once it holds this many bytes.
 const SEGMENT_BYTES: usize = 64 << 10;
+
+/// What an idle thread whose routes have taken everything keeps for a
+/// re-attach: its newest events (a turn's last delta, chat, finish and status),
+/// the same tail an ended thread keeps.
+pub const IDLE_TAIL_EVENTS: usize = 64;
+
+/// Bytes of events, across every thread's buffer, above which events every
+/// attached route has already taken are dropped (oldest segments first, by
+/// the thread that emits). Events a route has yet to take are never dropped
+/// for this budget: those stay bounded by each thread's [`ReplayLimits`].
+pub const TOTAL_BYTES: usize = 16 << 20;
+
+/// Bytes held by every replay buffer of the process.
+static HELD: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether the buffers together hold more than [`TOTAL_BYTES`].
+pub fn over_budget() -> bool {
+    HELD.load(Ordering::Relaxed) > TOTAL_BYTES
+}
 
 struct Segment {
     /// The seq of the segment's first event; the others follow without gaps.
@@ -120,6 +152,7 @@ impl ReplayBuffer {
         segment.ends.push(segment.data.len() as u32);
         self.events += 1;
         self.bytes += size;
+        HELD.fetch_add(size, Ordering::Relaxed);
         self.total += size as u64;
         while (self.events > self.limits.max_events || self.bytes > self.limits.max_bytes)
             && self.segments.len() > 1
@@ -132,13 +165,38 @@ impl ReplayBuffer {
         if let Some(s) = self.segments.pop_front() {
             self.events -= s.len();
             self.bytes -= s.data.len();
+            HELD.fetch_sub(s.data.len(), Ordering::Relaxed);
         }
+    }
+
+    /// Drops the oldest segments whose events all have seq ≤ `taken` (every
+    /// route has them), keeping the newest segment.
+    pub fn drop_taken(&mut self, taken: u64) {
+        while self.segments.len() > 1
+            && self.segments[0].first_seq + self.segments[0].len() as u64 <= taken + 1
+        {
+            self.pop_segment();
+        }
+    }
+
+    /// Whether the buffer is already no more than `n` events in one
+    /// compacted segment (what `keep_last(n)` leaves).
+    fn compact_within(&self, n: usize) -> bool {
+        self.events <= n
+            && self.segments.len() <= 1
+            && self
+                .segments
+                .front()
+                .is_none_or(|s| s.data.capacity() == s.data.len())
     }
 
     /// Keeps only the newest `n` events, compacted (an ended thread's history
     /// is no longer worth its memory; a route further behind reconciles from
     /// a snapshot).
     pub fn keep_last(&mut self, n: usize) {
+        if self.compact_within(n) {
+            return;
+        }
         let Some(last_seq) = self.last_held_seq() else {
             return;
         };
@@ -155,6 +213,8 @@ impl ReplayBuffer {
             segment.ends.push(segment.data.len() as u32);
         }
         self.events = segment.len();
+        HELD.fetch_sub(self.bytes, Ordering::Relaxed);
+        HELD.fetch_add(segment.data.len(), Ordering::Relaxed);
         self.bytes = segment.data.len();
         self.segments.clear();
         if segment.len() > 0 {
@@ -230,6 +290,12 @@ impl ReplayBuffer {
             i += 1;
         }
         Some(out)
+    }
+}
+
+impl Drop for ReplayBuffer {
+    fn drop(&mut self) {
+        HELD.fetch_sub(self.bytes, Ordering::Relaxed);
     }
 }
 
@@ -392,5 +458,43 @@ mod tests {
         small.push(&event(1));
         small.keep_last(64);
         assert_eq!(seqs(small.after(0, 1, 10).unwrap()), vec![1]);
+    }
+
+    #[test]
+    fn drop_taken_gives_back_only_whole_segments_every_route_took() {
+        let mut buf = ReplayBuffer::new("t", ReplayLimits::default());
+        let n = 4 * SEGMENT_BYTES / held_size();
+        for seq in 1..=n as u64 {
+            buf.push(&event(seq));
+        }
+        let segments = buf.segments.len();
+        assert!(segments >= 4);
+        // Taken up to the middle of the second segment: only the first goes.
+        let second = buf.segments[1].first_seq;
+        buf.drop_taken(second + 2);
+        assert_eq!(buf.segments.len(), segments - 1);
+        assert_eq!(buf.oldest_seq(), Some(second));
+        assert_eq!(seqs(buf.after(second + 2, n as u64, 3).unwrap()).len(), 3);
+        // Everything taken: the newest segment stays.
+        buf.drop_taken(n as u64);
+        assert_eq!(buf.segments.len(), 1);
+        assert_eq!(buf.last_held_seq(), Some(n as u64));
+        assert!(!buf.half_full_after(n as u64));
+    }
+
+    #[test]
+    fn keep_last_on_a_compact_buffer_changes_nothing() {
+        let mut buf = ReplayBuffer::new("t", ReplayLimits::default());
+        for seq in 1..=10 {
+            buf.push(&event(seq));
+        }
+        buf.keep_last(IDLE_TAIL_EVENTS);
+        let data = buf.segments[0].data.as_ptr();
+        buf.keep_last(IDLE_TAIL_EVENTS);
+        assert_eq!(buf.segments[0].data.as_ptr(), data, "not rebuilt");
+        assert_eq!(
+            seqs(buf.after(0, 10, usize::MAX).unwrap()),
+            (1..=10).collect::<Vec<_>>()
+        );
     }
 }

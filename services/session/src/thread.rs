@@ -92,6 +92,18 @@ impl Thread {
     pub fn route_took(&mut self, key: u64, seq: u64) {
         self.routes.insert(key, seq);
         self.progress.notify_waiters();
+        self.give_back_when_idle();
+    }
+
+    /// Gives the replay buffer back down to a small tail once no operation
+    /// runs and every attached route has taken every event
+    /// (`replay::IDLE_TAIL_EVENTS`); a later re-attach behind the tail gets
+    /// the replay-gap snapshot. Cheap when there is nothing to give back.
+    pub fn give_back_when_idle(&mut self) {
+        let last = self.record.last_seq;
+        if self.record.active_operation.is_none() && self.routes.values().all(|&t| t >= last) {
+            self.replay.keep_last(crate::replay::IDLE_TAIL_EVENTS);
+        }
     }
 
     pub fn remove_route(&mut self, key: u64) {
@@ -119,6 +131,10 @@ impl Thread {
             at: Some(now_timestamp()),
             event: Some(event),
         });
+        if crate::replay::over_budget() {
+            let taken = self.routes.values().min().copied().unwrap_or(seq);
+            self.replay.drop_taken(taken);
+        }
         self.notify.send_replace(seq);
     }
 
@@ -332,6 +348,7 @@ impl Thread {
             self.set_status(next);
         }
         self.stop_operation.notify_one();
+        self.give_back_when_idle();
         true
     }
 

@@ -157,3 +157,51 @@ async fn a_tool_request_behind_a_deep_delta_backlog_reaches_a_lagging_page_in_fe
     assert!(merged > 0, "no delta travelled merged");
     assert_eq!(frame_delta_text(&events), expected_deltas(DELTAS));
 }
+
+/// Memory comes back after a turn: once the thread is idle and its route has
+/// taken every event, SessionService keeps only a small tail of them for a
+/// re-attach (docs/native-messaging.md, `attach`). A re-attach within the
+/// tail gets those events; one behind it gets the replay-gap snapshot, where
+/// before the whole turn stayed held until the thread ended.
+#[tokio::test]
+async fn an_idle_thread_keeps_only_a_small_tail_once_its_route_took_everything() {
+    let mut env = TestEnv::new();
+    let _launcher = services(&mut env).await;
+    let mut host = Host::spawn(&env, EXTENSION);
+    let id = open_session(&mut host).await;
+    host.ok(
+        "send_text",
+        json!({"sessionId": id, "text": "@@stream 1000"}),
+    )
+    .await;
+    let turn = host.events_until(&id, finished).await;
+    let first = turn[0]["seq"].as_u64().unwrap();
+    // The route reads the finish and the idle status together: the thread is
+    // idle and the route has everything once the status is here.
+    let idle = host
+        .events_until(&id, |e| e["type"] == "status" && e["status"] == "idle")
+        .await;
+    let last = idle.last().unwrap()["seq"].as_u64().unwrap();
+    assert!(last - first > 1000, "{first}..{last}");
+
+    // Within the tail: replayed, no gap.
+    host.ok("detach", json!({"sessionId": id})).await;
+    let near = host
+        .ok("attach", json!({"sessionId": id, "afterSeq": last - 10}))
+        .await;
+    assert_eq!(near["snapshot"]["replayGap"], false, "{near}");
+    let replayed = host
+        .events_until(&id, |e| e["type"] == "status" && e["status"] == "idle")
+        .await;
+    assert_eq!(replayed[0]["seq"].as_u64().unwrap(), last - 9);
+    assert_eq!(replayed.last().unwrap()["seq"].as_u64().unwrap(), last);
+
+    // The turn's start is no longer held.
+    host.ok("detach", json!({"sessionId": id})).await;
+    let far = host
+        .ok("attach", json!({"sessionId": id, "afterSeq": first}))
+        .await;
+    assert_eq!(far["snapshot"]["replayGap"], true, "{far}");
+    let gap = host.events_until(&id, |e| e["type"] == "snapshot").await;
+    assert_eq!(gap.last().unwrap()["event"]["snapshot"]["replayGap"], true);
+}
