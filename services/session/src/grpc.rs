@@ -91,10 +91,9 @@ impl SessionService for SessionGrpc {
 
     async fn get_history(
         &self,
-        _: Request<pb::GetHistoryRequest>,
+        request: Request<pb::GetHistoryRequest>,
     ) -> Reply<pb::GetHistoryResponse> {
-        // The history store is being built; the contract is in session.proto.
-        Err(Status::unimplemented("GetHistory is not available yet"))
+        Ok(Response::new(self.0.history(request.into_inner()).await?))
     }
 
     async fn list_sites(&self, _: Request<pb::ListSitesRequest>) -> Reply<pb::ListSitesResponse> {

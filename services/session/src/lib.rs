@@ -7,6 +7,8 @@
 mod error;
 /// The tonic adapter: SessionService RPCs to `Sessions` calls.
 mod grpc;
+/// Each thread's durable, bounded conversation history.
+mod history;
 /// The caps on running turns and the rates of creates and turn starts.
 pub mod limits;
 /// The program: flags, then the service.

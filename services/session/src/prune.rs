@@ -95,6 +95,7 @@ impl Sessions {
     pub(crate) fn remove_record(&self, record: &ThreadRecord) {
         let id = &record.session_id;
         self.inner.journal.remove(id);
+        crate::history::remove(&self.history_file(id));
         match record.workspace {
             Workspace::Explicit => self.inner.workspaces.remove(&record.workspace_path, id),
             Workspace::ManagedPending | Workspace::ManagedMade => {

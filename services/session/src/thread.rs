@@ -11,6 +11,7 @@ use pedelec_proto::v1 as pb;
 use tokio::sync::{Notify, watch};
 
 use crate::error::SessionError;
+use crate::history::History;
 use crate::record::{
     ErrorRecord, Journal, OpKind, OperationRecord, Outcome, RECENT_OPERATIONS, SEQ_RESERVATION,
     Status, ThreadRecord, ToolRequestRecord, UsageRecord,
@@ -54,6 +55,9 @@ pub struct Thread {
     /// messages the running operation has had (for their ids).
     open_message: Option<String>,
     messages: u32,
+    /// The conversation's durable history (`crate::history`): every emitted
+    /// event that belongs in it is written there before it is published.
+    pub history: History,
 }
 
 impl Thread {
@@ -72,6 +76,7 @@ impl Thread {
             turn_slot: None,
             open_message: None,
             messages: 0,
+            history: History::default(),
         }
     }
 
@@ -125,10 +130,15 @@ impl Thread {
     pub fn emit(&mut self, event: Event) {
         self.record.last_seq += 1;
         let seq = self.record.last_seq;
+        let at = now_timestamp();
+        // Written before any route can see the event.
+        let usage = self.record.usage;
+        self.history
+            .record(seq, &at, &event, || usage.map(usage_to_pb));
         self.replay.push(&pb::SessionEvent {
             session_id: self.record.session_id.clone(),
             seq,
-            at: Some(now_timestamp()),
+            at: Some(at),
             event: Some(event),
         });
         if crate::replay::over_budget() {

@@ -100,6 +100,7 @@ impl Sessions {
             seq_reserved: 0,
         };
         let mut thread = Thread::new(record, self.inner.config.replay);
+        thread.history = self.history_of(&session_id);
         // Checked again: other creates of the origin may have finished while
         // this one awaited ProviderService or the manifest's check.
         self.check_open_threads(&thread.record.origin)?;

@@ -7,6 +7,7 @@ mod attach;
 mod auto_end;
 mod create;
 mod end;
+mod history;
 mod operation;
 mod sites;
 mod tool_results;
@@ -216,6 +217,7 @@ impl Sessions {
             record.ended_at_ms = self.inner.journal.modified_ms(&record.session_id);
         }
         let mut thread = Thread::new(record, self.inner.config.replay);
+        thread.history = self.history_of(thread.id());
         {
             if let Some(op) = thread.record.active_operation.clone() {
                 let error = CodedError::new(

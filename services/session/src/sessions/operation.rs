@@ -49,6 +49,9 @@ impl Sessions {
             }
             // Held by the thread until the operation finishes, however.
             let slot = self.inner.limits.turn_slot(origin)?;
+            if let Some(text) = &text {
+                t.history.user_text_next(text);
+            }
             t.start_operation(operation_id.clone(), kind);
             t.turn_slot = Some(slot);
             if let Err(e) = t.save(&self.inner.journal) {

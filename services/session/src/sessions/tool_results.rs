@@ -39,10 +39,14 @@ impl Sessions {
         // whatever the agent prints next finds the request settled (not
         // dropped), however late the bridge's reply or Watch event arrives.
         {
-            let mut t = lock(&thread);
+            let mut guard = lock(&thread);
+            let t = &mut *guard;
             match t.record.pending_tool_request.as_mut() {
                 Some(p) if p.tool_request_id == req.tool_request_id && !p.answered => {
                     p.answered = true;
+                    if let Some(outcome) = &req.outcome {
+                        t.history.answered(&req.tool_request_id, outcome, size);
+                    }
                 }
                 _ => return Err(SessionError::UnknownToolRequest(req.tool_request_id)),
             }
@@ -66,7 +70,8 @@ impl Sessions {
                 outcome,
             })
             .await;
-        let mut t = lock(&thread);
+        let mut guard = lock(&thread);
+        let t = &mut *guard;
         match resolved {
             Ok(_) => {
                 if t.clear_answered(&tool_request_id) {
@@ -81,6 +86,7 @@ impl Sessions {
                     && p.tool_request_id == tool_request_id
                 {
                     p.answered = false;
+                    t.history.unanswered(&tool_request_id);
                 }
                 Err(upstream(status))
             }
