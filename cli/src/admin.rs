@@ -8,9 +8,9 @@ use pedelec_common::clients::{ProviderClient, SessionClient};
 use pedelec_common::{Clients, Code, CodedError, RuntimeDir, ServiceName};
 use pedelec_proto::prost_types::FieldMask;
 use pedelec_proto::v1::{
-    EffortProfile, FolderGrant, GetSettingsRequest, GrantSiteRequest, ListProvidersRequest,
-    ListRequest, ListSitesRequest, Settings, Site, SiteRequest, ThreadRequest,
-    UpdateSettingsRequest,
+    EffortProfile, FolderGrant, GetHistoryRequest, GetSettingsRequest, GrantSiteRequest,
+    HistoryEntry, ListProvidersRequest, ListRequest, ListSitesRequest, Settings, Site, SiteRequest,
+    ThreadRequest, UpdateSettingsRequest,
 };
 use serde_json::Value as Json;
 
@@ -22,6 +22,7 @@ use pedelec_common::wire;
 pub enum AdminCommand {
     SessionsList { origin: Option<String>, json: bool },
     SessionsShow { session_id: String, origin: String },
+    SessionsHistory { session_id: String, json: bool },
     Providers { json: bool },
     SettingsGet { secrets: Secrets },
     SettingsSet(SettingChange),
@@ -158,6 +159,17 @@ fn execute(command: AdminCommand) -> Result<String, CliError> {
                     .map_err(|s| CliError::from_status(&s))?
                     .into_inner();
                 Ok(output::pretty(&wire::snapshot(&snapshot)))
+            }
+            AdminCommand::SessionsHistory { session_id, json } => {
+                let mut client = session_client(&clients).await?;
+                let entries = whole_history(&mut client, session_id).await?;
+                Ok(if json {
+                    output::pretty(&Json::Array(
+                        entries.iter().map(wire::history_entry).collect(),
+                    ))
+                } else {
+                    output::transcript(&entries)
+                })
             }
             AdminCommand::Providers { json } => {
                 let mut client = provider_client(&clients).await?;
@@ -304,6 +316,37 @@ fn ended_output(what: &str, ended: &[String], json: bool) -> String {
 async fn session_client(clients: &Clients) -> Result<SessionClient, CliError> {
     clients.connect(ServiceName::Session).await?;
     Ok(clients.session())
+}
+
+/// The origin of pedelec-cli's own requests: a local caller, which
+/// SessionService lets read any thread's history.
+const CLI_ORIGIN: &str = "cli";
+
+/// Every entry of a thread's history, oldest first, read a page at a time.
+async fn whole_history(
+    client: &mut SessionClient,
+    session_id: String,
+) -> Result<Vec<HistoryEntry>, CliError> {
+    let mut entries: Vec<HistoryEntry> = Vec::new();
+    let mut before = 0;
+    loop {
+        let page = client
+            .get_history(GetHistoryRequest {
+                session_id: session_id.clone(),
+                origin: CLI_ORIGIN.into(),
+                before,
+                limit: pedelec_common::MAX_HISTORY_PAGE,
+            })
+            .await
+            .map_err(|s| CliError::from_status(&s))?
+            .into_inner();
+        before = page.entries.first().map_or(0, |e| e.id);
+        let newer = std::mem::replace(&mut entries, page.entries);
+        entries.extend(newer);
+        if !page.has_more || before == 0 {
+            return Ok(entries);
+        }
+    }
 }
 
 async fn provider_client(clients: &Clients) -> Result<ProviderClient, CliError> {

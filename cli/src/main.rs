@@ -213,6 +213,16 @@ enum SessionsCommand {
         #[arg(long)]
         origin: String,
     },
+    /// A thread's conversation as a transcript: the user's texts (you:), the
+    /// agent's messages (agent:), tool calls with their results, each
+    /// operation's outcome. Any thread, whichever origin owns it.
+    History {
+        /// The thread id.
+        id: String,
+        /// Print the entries as JSON (oldest first) instead.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -283,6 +293,12 @@ fn plan(cli: Cli) -> Plan {
             Plan::Admin(AdminCommand::SessionsShow {
                 session_id: id,
                 origin,
+            })
+        }
+        Command::Sessions(SessionsCommand::History { id, json }) => {
+            Plan::Admin(AdminCommand::SessionsHistory {
+                session_id: id,
+                json,
             })
         }
         Command::Providers { json } => Plan::Admin(AdminCommand::Providers { json }),
@@ -566,6 +582,13 @@ mod tests {
             AdminCommand::SessionsShow {
                 session_id: "thr_1".into(),
                 origin: "https://a.example".into()
+            }
+        );
+        assert_eq!(
+            admin("sessions history thr_1 --json"),
+            AdminCommand::SessionsHistory {
+                session_id: "thr_1".into(),
+                json: true
             }
         );
         assert_eq!(admin("providers"), AdminCommand::Providers { json: false });

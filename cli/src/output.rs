@@ -5,7 +5,7 @@
 use std::io::Write;
 
 use pedelec_common::wire;
-use pedelec_proto::v1::{ProviderInfo, SessionSummary, Site};
+use pedelec_proto::v1::{HistoryEntry, ProviderInfo, SessionSummary, Site};
 use serde_json::Value as Json;
 
 use crate::error::CliError;
@@ -98,6 +98,84 @@ pub fn sessions_table(sessions: &[SessionSummary]) -> String {
         ],
         &rows,
     )
+}
+
+/// A thread's history as a transcript, one line (or an indented block) per
+/// entry: `you:` and `agent:` texts, `tool NAME ARGS` with `→` its result,
+/// error or why nobody answered, `·` operation lines, `error CODE: message`.
+pub fn transcript(entries: &[HistoryEntry]) -> String {
+    use pedelec_proto::v1::history_entry::Entry;
+    use pedelec_proto::v1::tool_outcome::Outcome;
+    let mut tools = std::collections::HashMap::new();
+    let mut out = String::new();
+    let mut line = |prefix: &str, text: &str| {
+        let indent = " ".repeat(prefix.chars().count() + 1);
+        for (i, l) in text.lines().enumerate() {
+            out.push_str(if i == 0 { prefix } else { &indent });
+            if i == 0 && !prefix.is_empty() {
+                out.push(' ');
+            }
+            out.push_str(l);
+            out.push('\n');
+        }
+        if text.is_empty() {
+            out.push_str(prefix);
+            out.push('\n');
+        }
+    };
+    let json = |v: Option<&pedelec_proto::prost_types::Value>| {
+        v.map_or(Json::Null, pedelec_common::json::from_value)
+            .to_string()
+    };
+    for e in entries {
+        match &e.entry {
+            Some(Entry::UserText(t)) => {
+                let cut = if t.truncated { " […]" } else { "" };
+                line("you:", &format!("{}{cut}", t.text));
+            }
+            Some(Entry::AgentMessage(c)) => line("agent:", &c.text),
+            Some(Entry::ToolRequest(t)) => {
+                tools.insert(t.tool_request_id.clone(), t.tool.clone());
+                line("tool", &format!("{} {}", t.tool, json(t.args.as_ref())));
+            }
+            Some(Entry::ToolOutcome(o)) => {
+                let tool = tools.get(&o.tool_request_id).map_or("?", String::as_str);
+                let what = match &o.outcome {
+                    Some(Outcome::Result(v)) => json(Some(v)),
+                    Some(Outcome::Error(err)) => format!("error {}: {}", err.code, err.message),
+                    None if o.truncated => format!("{} […]", o.result_preview),
+                    None => wire::settle_reason(o.reason).to_string(),
+                };
+                line(&format!("tool {tool} →"), &what);
+            }
+            Some(Entry::OperationStarted(o)) => {
+                let kind = wire::operation_kind(o.kind);
+                if kind != "send_text" {
+                    line("·", &format!("{kind} started"));
+                }
+            }
+            Some(Entry::OperationFinished(f)) => {
+                let Some(op) = &f.finished else { continue };
+                let outcome = wire::outcome(op.outcome);
+                let mut text = format!(
+                    "{} {}",
+                    wire::operation_kind(op.kind),
+                    outcome.as_str().unwrap_or("unknown")
+                );
+                if let Some(err) = &op.error {
+                    text.push_str(&format!(" ({}: {})", err.code, err.message));
+                }
+                if let Some(u) = &f.usage {
+                    text.push_str(&format!(", {} tokens so far", u.total_tokens));
+                }
+                line("·", &text);
+            }
+            Some(Entry::Error(err)) => line("error", &format!("{}: {}", err.code, err.message)),
+            Some(Entry::Dropped(d)) => line("·", &format!("{} older entries dropped", d.count)),
+            None => {}
+        }
+    }
+    out
 }
 
 pub fn providers_table(providers: &[ProviderInfo]) -> String {
@@ -230,6 +308,86 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_transcript_reads_as_a_conversation() {
+        use pb::history_entry::Entry;
+        use pedelec_proto::v1 as pb;
+        let entry = |id: u64, entry: Entry| pb::HistoryEntry {
+            id,
+            entry: Some(entry),
+            ..Default::default()
+        };
+        let entries = [
+            entry(1, Entry::Dropped(pb::HistoryDropped { count: 1 })),
+            entry(
+                2,
+                Entry::OperationStarted(pb::OperationStarted {
+                    operation_id: "op_1".into(),
+                    kind: pb::OperationKind::SendText as i32,
+                }),
+            ),
+            entry(
+                3,
+                Entry::UserText(pb::UserText {
+                    text: "hello\nthere".into(),
+                    truncated: false,
+                }),
+            ),
+            entry(
+                4,
+                Entry::ToolRequest(pb::ToolRequest {
+                    tool_request_id: "tr_1".into(),
+                    tool: "get_page".into(),
+                    args: Some(pedelec_common::json::to_value(&json!({"q": "x"}))),
+                    ..Default::default()
+                }),
+            ),
+            entry(
+                5,
+                Entry::ToolOutcome(pb::ToolOutcome {
+                    tool_request_id: "tr_1".into(),
+                    reason: pb::ToolSettleReason::Resolved as i32,
+                    outcome: Some(pb::tool_outcome::Outcome::Result(
+                        pedelec_common::json::to_value(&json!({"title": "t"})),
+                    )),
+                    ..Default::default()
+                }),
+            ),
+            entry(
+                6,
+                Entry::AgentMessage(pb::Chat {
+                    text: "hi".into(),
+                    ..Default::default()
+                }),
+            ),
+            entry(
+                7,
+                Entry::OperationFinished(pb::HistoryOperationFinished {
+                    finished: Some(pb::OperationFinished {
+                        operation_id: "op_1".into(),
+                        kind: pb::OperationKind::SendText as i32,
+                        outcome: pb::OperationOutcome::Completed as i32,
+                        error: None,
+                    }),
+                    usage: Some(pb::Usage {
+                        total_tokens: 15,
+                        ..Default::default()
+                    }),
+                }),
+            ),
+        ];
+        assert_eq!(
+            transcript(&entries),
+            "· 1 older entries dropped\n\
+             you: hello\n\
+             \x20    there\n\
+             tool get_page {\"q\":\"x\"}\n\
+             tool get_page → {\"title\":\"t\"}\n\
+             agent: hi\n\
+             · send_text completed, 15 tokens so far\n"
+        );
+    }
 
     #[test]
     fn ok_and_error_documents_have_the_documented_shape() {

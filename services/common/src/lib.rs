@@ -62,6 +62,10 @@ pub const SERVICE_SECRET_HEADER: &str = "x-pedelec-service-secret";
 /// JSON is the size that matters.
 pub const MAX_TOOL_RESULT_BYTES: usize = 2 << 20;
 
+/// The most entries one GetHistory page may ask for (session.proto): what
+/// SessionService allows and the page size pedelec-cli reads with.
+pub const MAX_HISTORY_PAGE: u32 = 1_000;
+
 /// Exit codes of `pedelecd`, stable for scripts, the native host (which tells
 /// "already running" from a failed start by them) and the tests.
 pub mod pedelecd_exit {

@@ -274,6 +274,99 @@ impl<'a> ChatDeltaJson<'a> {
     }
 }
 
+/// One entry of a thread's history (docs/history.md): `{id, seq, at,
+/// operationId, type, …}`, the `type`'s fields as in the event it came from.
+/// Errors (the thread's, an operation's, the page's tool error) go through
+/// the same page rules as events' ([`error`], `page_safe`).
+pub fn history_entry(e: &pb::HistoryEntry) -> Value {
+    use pb::history_entry::Entry;
+    let body = match &e.entry {
+        Some(Entry::UserText(t)) => json!({
+            "type": "user_text",
+            "text": t.text,
+            "truncated": t.truncated,
+        }),
+        Some(Entry::AgentMessage(c)) => json!({
+            "type": "agent_message",
+            "messageId": c.message_id,
+            "text": c.text,
+        }),
+        Some(Entry::ToolRequest(t)) => {
+            let mut v = tool_request(t);
+            v["type"] = json!("tool_request");
+            v
+        }
+        Some(Entry::ToolOutcome(o)) => {
+            let (result, error) = match &o.outcome {
+                Some(pb::tool_outcome::Outcome::Result(v)) => (pjson::from_value(v), Value::Null),
+                Some(pb::tool_outcome::Outcome::Error(err)) => (Value::Null, tool_error(err)),
+                None => (Value::Null, Value::Null),
+            };
+            json!({
+                "type": "tool_outcome",
+                "toolRequestId": o.tool_request_id,
+                "reason": settle_reason(o.reason),
+                "result": result,
+                "error": error,
+                "truncated": o.truncated,
+                "resultPreview": if o.truncated { json!(o.result_preview) } else { Value::Null },
+            })
+        }
+        Some(Entry::OperationStarted(o)) => json!({
+            "type": "operation_started",
+            "kind": operation_kind(o.kind),
+        }),
+        Some(Entry::OperationFinished(f)) => {
+            let op = f.finished.clone().unwrap_or_default();
+            json!({
+                "type": "operation_finished",
+                "kind": operation_kind(op.kind),
+                "outcome": outcome(op.outcome),
+                "error": opt_error(op.error.as_ref()),
+                "usage": f.usage.as_ref().map_or(Value::Null, usage),
+            })
+        }
+        Some(Entry::Error(err)) => {
+            let mut v = error(err);
+            v["type"] = json!("error");
+            v
+        }
+        Some(Entry::Dropped(d)) => json!({"type": "dropped", "count": d.count}),
+        None => json!({"type": "unknown"}),
+    };
+    let mut v = body;
+    v["id"] = json!(e.id);
+    v["seq"] = json!(e.seq);
+    v["at"] = millis(e.at.as_ref());
+    v["operationId"] = if e.operation_id.is_empty() {
+        Value::Null
+    } else {
+        json!(e.operation_id)
+    };
+    v
+}
+
+/// A page's tool error as history keeps it: `{code, message, details}`,
+/// without local paths.
+fn tool_error(e: &pb::ToolError) -> Value {
+    let mut details = e.details.as_ref().map_or(Value::Null, pjson::from_value);
+    crate::page_safe::scrub_json(&mut details, &[]);
+    json!({
+        "code": e.code,
+        "message": crate::page_safe::without_paths(&e.message, &[]),
+        "details": details,
+    })
+}
+
+/// The GetHistory reply: `{entries, hasMore, coveredSeq}`.
+pub fn history(h: &pb::GetHistoryResponse) -> Value {
+    json!({
+        "entries": h.entries.iter().map(history_entry).collect::<Vec<_>>(),
+        "hasMore": h.has_more,
+        "coveredSeq": h.covered_seq,
+    })
+}
+
 pub fn provider_info(p: &pb::ProviderInfo) -> Value {
     json!({
         "name": p.name,

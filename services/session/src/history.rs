@@ -44,8 +44,7 @@ pub const RESULT_PREVIEW: usize = 2 << 10;
 pub const MAX_USER_TEXT: usize = 256 << 10;
 /// Entries a GetHistory page holds when the request names no limit.
 pub const DEFAULT_PAGE: u32 = 100;
-/// The most entries one GetHistory page may ask for.
-pub const MAX_PAGE: u32 = 1_000;
+pub use pedelec_common::MAX_HISTORY_PAGE as MAX_PAGE;
 
 /// `len` (u32) and the checksum (u64) before each entry.
 const HEADER: usize = 12;

@@ -19,6 +19,7 @@ mod confinement;
 mod exhaustion;
 mod grpc_clients;
 mod grpcurl;
+mod history;
 mod host_fuzz;
 mod host_memory;
 mod hostile;
