@@ -22,7 +22,7 @@ export async function buildExtension(out, { sourcemap = true, browser = "chromiu
     bundle: true,
     // Content scripts cannot be modules; one format for all of them keeps it simple.
     format: "iife",
-    target: browser === "firefox" ? "firefox128" : "chrome116",
+    target: browser === "firefox" ? "firefox140" : "chrome116",
     sourcemap: sourcemap ? "linked" : false,
     logLevel: "warning",
   });

@@ -6,8 +6,12 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 
-/** Firefox's first ESR with everything the extension uses (MV3 event pages, storage.session, MessageSender.origin). */
-export const FIREFOX_MIN_VERSION = "128.0";
+/**
+ * The oldest Firefox the add-on installs in: the ESR before the one the suite
+ * runs (153), with every WebExtension API the extension uses (MV3 event
+ * pages, storage.session, runtime.MessageSender.origin, action.openPopup).
+ */
+export const FIREFOX_MIN_VERSION = "140.0";
 
 /** The add-on id, from its one home (sdk/src/protocol/bridge.ts). */
 export function firefoxAddonId(root) {

@@ -61,11 +61,13 @@ fail() {
 # --- installs and builds ---
 step "test tools and the web folders' dependencies (in the background)"
 # grpcurl, grpcio, the pinned agent CLIs, systemd-analyze and bubblewrap
-# (tests/setup.sh), Debian's chromium, then each web folder's npm packages:
+# (tests/setup.sh), Debian's chromium and firefox-esr with geckodriver (built
+# from crates.io), then each web folder's npm packages:
 # network and disk, so they run while the debug build compiles.
 prepare() {
   tests/setup.sh
   tests/e2e/ensure-chromium.sh
+  tests/e2e/ensure-firefox.sh
   for dir in sdk extension demo tests/e2e; do
     (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
   done

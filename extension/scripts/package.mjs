@@ -1,9 +1,12 @@
 #!/usr/bin/env node
 // `npm run package`: the zip to upload to the Chrome Web Store,
-// release/pedelec-extension-<version>.zip. The same build as dist/ but without
-// source maps (the store package does not ship src/) and with a manifest
-// without `key`: the store refuses a manifest that carries one and gives the
-// item its own id (docs/sdk-extension.md, "Packaging and the extension id").
+// release/pedelec-extension-<version>.zip, and the one to submit to
+// addons.mozilla.org, release/pedelec-extension-firefox-<version>.zip. The same
+// builds as dist/ and dist-firefox/ but without source maps (the store
+// packages do not ship src/); the Chrome one with a manifest without `key`:
+// the store refuses a manifest that carries one and gives the item its own id
+// (docs/sdk-extension.md, "Packaging and the extension id"). Firefox's
+// manifest has no `key`; its id is the gecko id.
 import { readFileSync, readdirSync, mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, relative } from "node:path";
@@ -27,11 +30,11 @@ function filesUnder(dir) {
   return out;
 }
 
-/** Builds the store zip into `outDir`; returns its path and the names it holds. */
-export async function packageExtension(outDir = join(root, "release")) {
+/** Builds the store zip for `browser` into `outDir`; returns its path and the names it holds. */
+export async function packageExtension(outDir = join(root, "release"), { browser = "chromium" } = {}) {
   const staging = mkdtempSync(join(tmpdir(), "pedelec-extension-"));
   try {
-    await buildExtension(staging, { sourcemap: false });
+    await buildExtension(staging, { sourcemap: false, browser });
     const manifest = JSON.parse(readFileSync(join(staging, "manifest.json"), "utf8"));
     const files = filesUnder(staging).map((path) => {
       const name = relative(staging, path).split("\\").join("/");
@@ -39,7 +42,7 @@ export async function packageExtension(outDir = join(root, "release")) {
       return { name, data };
     });
     mkdirSync(outDir, { recursive: true });
-    const zip = join(outDir, `pedelec-extension-${manifest.version}.zip`);
+    const zip = join(outDir, `pedelec-extension-${browser === "firefox" ? "firefox-" : ""}${manifest.version}.zip`);
     writeFileSync(zip, writeZip(files));
     return { zip, names: files.map((f) => f.name) };
   } finally {
@@ -48,6 +51,8 @@ export async function packageExtension(outDir = join(root, "release")) {
 }
 
 if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
-  const { zip, names } = await packageExtension();
-  console.log(`${zip}: ${names.length} files, ${statSync(zip).size} bytes`);
+  for (const browser of ["chromium", "firefox"]) {
+    const { zip, names } = await packageExtension(undefined, { browser });
+    console.log(`${zip}: ${names.length} files, ${statSync(zip).size} bytes`);
+  }
 }

@@ -1,5 +1,5 @@
 // The extension as Chrome and the Chrome Web Store take it: icons at every size
-// Chrome uses, and `npm run package`'s zip (scripts/package.mjs).
+// Chrome uses, and `npm run package`'s zips (scripts/package.mjs), Firefox's too.
 import { mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -8,6 +8,9 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { packageExtension } from "../scripts/package.mjs";
 // @ts-expect-error plain ESM scripts without types
 import { readZip, writeZip } from "../scripts/zip.mjs";
+// @ts-expect-error plain ESM scripts without types
+import { FIREFOX_MIN_VERSION } from "../firefox.mjs";
+import { FIREFOX_ADDON_ID } from "../../sdk/src/protocol/bridge.js";
 
 const root = new URL("..", import.meta.url).pathname;
 const manifest = JSON.parse(readFileSync(join(root, "static/manifest.json"), "utf8"));
@@ -79,5 +82,31 @@ describe("npm run package", () => {
   it("the zip reader and writer agree, byte for byte, and the same files make the same zip", () => {
     const again = writeZip([...files].map(([name, data]) => ({ name, data })));
     expect(again.equals(readFileSync(result.zip))).toBe(true);
+  });
+});
+
+describe("npm run package, Firefox", () => {
+  let dir = "";
+  let files: Map<string, Buffer>;
+  let zip = "";
+
+  beforeAll(async () => {
+    dir = mkdtempSync(join(tmpdir(), "pedelec-amo-"));
+    zip = (await packageExtension(dir, { browser: "firefox" })).zip;
+    files = readZip(readFileSync(zip));
+  }, 60_000);
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+  it("the same files as Chrome's, and a manifest Firefox takes: an event page, the gecko id, nothing Chrome-only", () => {
+    expect(zip).toBe(join(dir, `pedelec-extension-firefox-${manifest.version}.zip`));
+    const packed = JSON.parse(files.get("manifest.json")!.toString("utf8"));
+    const { key: _key, minimum_chrome_version: _min, externally_connectable: _ext, background: _bg, ...shared } = manifest;
+    expect(packed).toEqual({
+      ...shared,
+      background: { scripts: ["worker.js"] },
+      browser_specific_settings: { gecko: { id: FIREFOX_ADDON_ID, strict_min_version: FIREFOX_MIN_VERSION } },
+    });
+    for (const name of ["worker.js", "content.js", "popup.js", "options.js", "transfer.js", "popup.html", "options.html", "transfer.html"]) expect(files.has(name), name).toBe(true);
+    expect([...files.keys()].filter((n) => n.endsWith(".map"))).toEqual([]);
   });
 });

@@ -136,7 +136,7 @@ export class Firefox {
     );
     const handle = await until("the extension page's tab", async () => (await this.windows()).find((h) => !before.has(h)));
     await this.switchTo(handle);
-    await this.waitFor(() => document.readyState === "complete", null, { what: `${path} loaded` });
+    await this.waitForFunction(() => document.readyState === "complete", null, { what: `${path} loaded` });
     return handle;
   }
 
@@ -161,8 +161,8 @@ export class Firefox {
     return r.ok;
   }
 
-  /** Polls `f(arg)` in the page until it returns something truthy. */
-  async waitFor(f, arg, { timeout = 90_000, what = f.toString().slice(0, 80) } = {}) {
+  /** Polls `f(arg)` in the page until it returns something truthy (Playwright's name and arguments). */
+  async waitForFunction(f, arg, { timeout = 90_000, what = f.toString().slice(0, 80) } = {}) {
     const deadline = Date.now() + timeout;
     for (;;) {
       const v = await this.evaluate(f, arg).catch(() => null);
@@ -181,11 +181,41 @@ export class Firefox {
     await this.#cmd("POST", `/element/${await this.#element(css)}/click`, {});
   }
 
-  /** Replaces an input's value with `text` (and, with `enter`, presses Enter). */
-  async fill(css, text, { enter = false } = {}) {
+  // The slice of Playwright's page API the shared demo steps use
+  // (demo-steps.mjs), so Chromium and Firefox run the same steps.
+
+  /** Replaces an input's value with `text`, as typing does. */
+  async fill(css, text) {
     const el = await this.#element(css);
     await this.#cmd("POST", `/element/${el}/clear`, {});
-    await this.#cmd("POST", `/element/${el}/value`, { text: enter ? text + KEY.Enter : text });
+    if (text !== "") await this.#cmd("POST", `/element/${el}/value`, { text });
+  }
+
+  /** Presses `key` ("Enter") in the element. */
+  async press(css, key) {
+    await this.#cmd("POST", `/element/${await this.#element(css)}/value`, { text: KEY[key] });
+  }
+
+  textContent(css) {
+    return this.evaluate((c) => document.querySelector(c)?.textContent ?? null, css);
+  }
+
+  /** Chooses `value` in a <select>, as the user does (a change event). */
+  selectOption(css, value) {
+    return this.evaluate(
+      ([c, v]) => {
+        const select = document.querySelector(c);
+        select.value = v;
+        select.dispatchEvent(new Event("change", { bubbles: true }));
+        return true;
+      },
+      [css, value],
+    );
+  }
+
+  /** Ticks or clears a checkbox by clicking it when it is not as wanted. */
+  async setChecked(css, checked) {
+    if ((await this.evaluate((c) => document.querySelector(c)?.checked, css)) !== checked) await this.click(css);
   }
 
   windows() {

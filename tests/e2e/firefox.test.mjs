@@ -9,7 +9,8 @@ import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { checkBuilt, codexTool, FIREFOX_ADDON_ID, NATIVE_HOST_NAME, servePages, startMock, startWorld, until, STEP_MS } from "./harness.mjs";
+import { checkBuilt, codexTool, FIREFOX_ADDON_ID, inPage, NATIVE_HOST_NAME, servePages, startMock, startWorld, until } from "./harness.mjs";
+import { assistantTexts, createInDemo, demoErrors, record, sendInDemo } from "./demo-steps.mjs";
 import { checkFirefox } from "./firefox.mjs";
 
 let mock;
@@ -33,67 +34,90 @@ const T = { timeout: 300_000 };
 /** Opens the demo at `origin` in the current tab; resolves when its start-up checks ran. */
 async function openDemo(ff, origin) {
   await ff.goto(`${origin}/`);
-  await ff.waitFor(() => document.body.dataset.ready === "1", null, { what: "the demo ready" });
-}
-
-/** Runs `f(window.pedelecDemo, arg)` in the page; errors come back as {error: {code, message}}. */
-function inDemo(ff, f, arg) {
-  return ff.evaluate(
-    async ([src, a]) => {
-      const fn = new Function(`return (${src})`)();
-      try {
-        return { ok: await fn(window.pedelecDemo, a) };
-      } catch (e) {
-        return { error: { code: e?.code ?? "JS_ERROR", message: String(e?.message ?? e) } };
-      }
-    },
-    [f.toString(), arg],
-  );
+  await ff.waitForFunction(() => document.body.dataset.ready === "1", null, { what: "the demo ready" });
 }
 
 /**
  * Answers `origin`'s site prompt with `action` in the extension's popup page
  * (opened in a tab, as the Chromium suite does), then closes it and switches
- * back to the tab `back`. The agent the page named is preselected.
+ * back to the tab `back`; `providers`: the agents to tick (as the user does
+ * when no default agent is set).
  */
-async function answerInFirefox(ff, back, origin, action) {
-  await ff.openExtensionPage("popup.html");
+async function answerInFirefox(ff, back, origin, action, { providers = [] } = {}) {
+  const popup = await ff.openExtensionPage("popup.html");
   const card = `#prompts .prompt[data-kind="site"][data-origin="${origin}"]`;
-  await ff.waitFor((c) => !!document.querySelector(c), card, { what: "the site prompt" });
-  await ff.screenshot("firefox-approval-prompt");
+  await ff.waitForFunction((c) => !!document.querySelector(c), card, { what: "the site prompt" });
+  for (const code of providers) await ff.setChecked(`${card} input[type=checkbox][value="${code}"]`, true);
+  await ff.screenshot("firefox-approval-prompt", { docs: true });
   // Approve is disabled for its first second (a click-jacking guard).
   const button = `${card} button[data-action="${action}"]`;
-  await ff.waitFor((b) => document.querySelector(b)?.disabled === false, button, { what: "the prompt's button enabled" });
+  await ff.waitForFunction((b) => document.querySelector(b)?.disabled === false, button, { what: "the prompt's button enabled" });
   await ff.click(button);
-  await ff.waitFor((c) => !document.querySelector(c), card, { what: "the prompt answered" });
-  await ff.closeWindow();
+  // Answered, the card goes; an approval window the extension opened itself closes.
+  await until("the prompt answered", () => ff.evaluate((c) => !document.querySelector(c), card).catch(() => true));
+  if ((await ff.windows()).includes(popup)) await ff.closeWindow();
   await ff.switchTo(back);
 }
 
-test("Firefox: approve, create, a streamed turn with a page tool call, end, resume after a reload, a second origin refused", T, async (t) => {
+test("Firefox: approve, create, a streamed turn, a page tool call, resume after a reload, end, a second origin refused", T, async (t) => {
   const w = await startWorld(t, mock, { firefox: true });
   const ff = w.firefox;
   assert.equal(ff.addonId, FIREFOX_ADDON_ID, "the Firefox build installs under Pedelec's add-on id");
-
   // Install registered the host for Firefox: the manifest (Rust's add-on id) names the add-on the build carries (the SDK's).
   const manifest = JSON.parse(readFileSync(join(w.env.HOME, `.mozilla/native-messaging-hosts/${NATIVE_HOST_NAME}.json`), "utf8"));
   assert.deepEqual(manifest.allowed_extensions, [FIREFOX_ADDON_ID]);
 
+  // Approve: the page asks (the demo's Connect), the user answers in the extension's popup.
   await openDemo(ff, site.origin);
   const tab = await ff.window();
-  const status = await inDemo(ff, (d) => d.client.getApprovalStatus());
+  const status = await inPage(ff, (d) => d.client.getApprovalStatus());
   assert.deepEqual(status.ok, { installed: true, approved: false, origin: site.origin, appConnected: true });
+  await ff.click("#connect");
+  await answerInFirefox(ff, tab, site.origin, "approve", { providers: ["codex"] });
+  await ff.waitForFunction(() => document.getElementById("approval")?.dataset.state === "approved", null, { what: "approved" });
 
-  // createSession asks the user; approve in the extension's prompt window.
-  await ff.evaluate(() => {
-    window.pedelecDemo.client.createSession({ provider: "codex", autoEndOnDisconnect: false }).then(
-      (s) => (window.created = { ok: s.sessionId }),
-      (e) => (window.created = { error: `${e.code}: ${e.message}` }),
-    );
-    return true;
-  });
-  await answerInFirefox(ff, tab, site.origin, "approve");
-  const made = await ff.waitFor(() => window.created, null, { what: "createSession settled" });
-  assert.match(made.ok ?? JSON.stringify(made), /^thr_/);
-  await ff.screenshot("firefox-approved");
+  // Create (kept after a reload) and stream a turn: deltas arrive in order and make the chat.
+  const id = await createInDemo(ff, { provider: "codex", persistent: true });
+  assert.match(id, /^thr_/);
+  await record(ff);
+  const reply = "Firefox streams this answer from the mock model in many small pieces, one after another.";
+  await mock.script({ mode: "reply", text: reply, chunks: 12 });
+  await sendInDemo(ff, "Say something long");
+  const rec = await ff.evaluate(() => window.rec);
+  assert.ok(rec.deltas.length > 1, `streamed in deltas (${rec.deltas.length})`);
+  assert.equal(rec.deltas.join("").trim(), reply);
+  assert.deepEqual(rec.chats.map((c) => c.trim()), [reply]);
+  assert.deepEqual(rec.statuses.slice(-2), ["running", "idle"]);
+
+  // A page tool call: codex calls the demo's update_counter; the DOM changes and the answer carries the result.
+  await mock.script(codexTool("update_counter", { delta: 3 }, "Done. The tool said: {output}"));
+  await sendInDemo(ff, "Add 3 to the counter");
+  assert.equal(await ff.textContent("#counter"), "3");
+  assert.equal((await assistantTexts(ff)).at(-1), 'Done. The tool said: {"counter":3,"delta":3}');
+  await ff.screenshot("firefox-demo", { docs: true });
+
+  // Reload: the demo offers the kept session; resumed, the next turn (with a tool call) works.
+  await ff.reload();
+  await ff.waitForFunction(() => document.body.dataset.ready === "1", null, { what: "the demo ready after the reload" });
+  assert.equal(await ff.textContent("#saved-id"), id);
+  await ff.click("#resume-saved");
+  await ff.waitForFunction((sid) => document.getElementById("session-id")?.textContent === sid, id, { what: "resumed" });
+  await mock.script(codexTool("update_counter", { delta: 4 }, "After the reload: {output}"));
+  await sendInDemo(ff, "Add 4");
+  assert.equal((await assistantTexts(ff)).at(-1), 'After the reload: {"counter":4,"delta":4}');
+
+  // A second origin, approved too, cannot resume the first one's session.
+  await ff.newTab();
+  await openDemo(ff, site2.origin);
+  const tab2 = await ff.window();
+  await ff.click("#connect");
+  await answerInFirefox(ff, tab2, site2.origin, "approve", { providers: ["codex"] });
+  const denied = await inPage(ff, (d, sid) => d.client.resumeSession(sid), id);
+  assert.equal(denied.error?.code, "THREAD_ACCESS_DENIED");
+
+  // End from the first origin.
+  await ff.switchTo(tab);
+  await ff.click("#end");
+  await until("ended", async () => (await ff.textContent("#status")) === "ended");
+  assert.deepEqual(await demoErrors(ff), []);
 });

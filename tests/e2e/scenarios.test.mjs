@@ -27,6 +27,7 @@ import {
   withTimeout,
   STEP_MS,
 } from "./harness.mjs";
+import { createInDemo, demoErrors, record, sendInDemo } from "./demo-steps.mjs";
 
 let mock;
 let site;
@@ -44,48 +45,6 @@ after(() => {
 });
 
 const T = { timeout: 240_000 };
-
-/** Creates a session on the demo page through its UI (provider picker, workspace, keep-after-reload). */
-async function createInDemo(page, { provider, workspace = "", persistent = false }) {
-  if (provider) await page.selectOption("#provider", provider);
-  await page.fill("#workspace", workspace);
-  await page.setChecked("#persistent", persistent);
-  const before = await page.textContent("#session-id");
-  await page.click("#create");
-  await page.waitForFunction((b) => {
-    const id = document.getElementById("session-id")?.textContent ?? "";
-    return (id.startsWith("thr_") && id !== b) || document.querySelector("#errors .error");
-  }, before, { timeout: STEP_MS });
-  const err = await page.$("#errors .error");
-  if (err) throw new Error(`createSession in the demo failed: ${await err.textContent()}`);
-  return page.textContent("#session-id");
-}
-
-/** Records what a handle reports, in the page (window.rec). */
-function record(page) {
-  return inPage(page, (d) => {
-    const s = d.session;
-    window.rec = { deltas: [], chats: [], statuses: [], errors: [], ended: [] };
-    s.onChatDelta((x) => window.rec.deltas.push(x));
-    s.onChat((x) => window.rec.chats.push(x));
-    s.onStatus((x) => window.rec.statuses.push(x));
-    s.onError((e) => window.rec.errors.push(e.code));
-    s.onEnded((c) => window.rec.ended.push(c.reason));
-    return true;
-  });
-}
-
-/** Types a prompt into the demo and waits until its sendText() settled. */
-async function sendInDemo(page, text) {
-  await page.fill("#prompt", text);
-  await page.press("#prompt", "Enter");
-  await page.waitForFunction(() => window.pedelecDemo.state.busy === true, null, { timeout: 5_000 }).catch(() => undefined);
-  await page.waitForFunction(() => window.pedelecDemo.state.busy === false, null, { timeout: STEP_MS });
-}
-
-async function demoErrors(page) {
-  return page.$$eval("#errors .error", (els) => els.map((e) => e.dataset.code));
-}
 
 // 1 ------------------------------------------------------------------------
 test("1 first use: not approved, approval on createSession, rejection, listProviders asks too", T, async (t) => {

@@ -114,6 +114,12 @@ pub fn frame(body: &[u8]) -> Vec<u8> {
 impl Host {
     /// Starts the host exactly as Chrome does.
     pub fn spawn(env: &TestEnv, extension: &str) -> Host {
+        Host::spawn_with_args(env, &[extension])
+    }
+
+    /// As a browser starts it with `args`: Chrome's `[origin]`, Firefox's
+    /// `[manifest path, add-on id]`.
+    pub fn spawn_with_args(env: &TestEnv, args: &[&str]) -> Host {
         let exe = env_bin_dir(env).join("pedelec-native-host");
         assert!(
             exe.exists(),
@@ -121,7 +127,7 @@ impl Host {
             exe.display()
         );
         let mut cmd = env.command(&exe);
-        cmd.arg(extension)
+        cmd.args(args)
             .current_dir(exe.parent().unwrap())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

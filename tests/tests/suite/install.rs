@@ -727,3 +727,61 @@ async fn the_installed_host_asks_the_service_manager_and_finds_the_daemon_by_its
         "the installed pedelecd runs"
     );
 }
+
+/// Firefox, once it has run (its `~/.mozilla` exists): install registers the
+/// host in `~/.mozilla/native-messaging-hosts` for Pedelec's add-on (shown by
+/// --dry-run first), doctor checks it and flags a broken one, a snap or
+/// flatpak Firefox is explained, and uninstall removes what it wrote.
+#[test]
+fn firefox_gets_its_own_manifest_checked_by_doctor_and_removed_by_uninstall() {
+    let env = env(false);
+    std::fs::create_dir_all(home(&env).join(".mozilla/firefox")).unwrap();
+    let before = listing_after_undo(&home(&env));
+    let path = home(&env).join(".mozilla/native-messaging-hosts/dev.pedelec.host.json");
+
+    let dry = ok(&env, &["install", "--dry-run"]);
+    assert!(
+        dry.contains(&format!("would write {} (644)", path.display())),
+        "{dry}"
+    );
+    assert!(!path.exists(), "a dry run writes nothing");
+
+    ok(&env, &["install"]);
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    assert_eq!(
+        doc,
+        serde_json::json!({
+            "name": "dev.pedelec.host",
+            "description": "Pedelec native messaging host",
+            "path": lib_bin(&env).join("pedelec-native-host"),
+            "type": "stdio",
+            "allowed_extensions": [pedelec_common::extension::PEDELEC_FIREFOX_ADDON_ID],
+        })
+    );
+    assert_eq!(mode(&path), 0o644);
+    let (_, report) = doctor(&env);
+    assert!(
+        report
+            .lines()
+            .any(|l| l.starts_with("ok") && l.contains("browser:Firefox")),
+        "{report}"
+    );
+
+    // Another add-on's manifest in its place is reported with the fix.
+    let mut other = doc.clone();
+    other["allowed_extensions"] = serde_json::json!(["someone@else.example"]);
+    std::fs::write(&path, other.to_string()).unwrap();
+    let (code, report) = doctor(&env);
+    assert_eq!(code, 1, "{report}");
+    assert_reports(&report, "FAIL", "browser:Firefox", "pedelecd install");
+
+    // A snap Firefox cannot start the host: explained.
+    std::fs::create_dir_all(home(&env).join("snap/firefox")).unwrap();
+    let (_, report) = doctor(&env);
+    assert_reports(&report, "warn", "sandboxed:Firefox (snap)", "firefox-esr");
+    std::fs::remove_dir_all(home(&env).join("snap")).unwrap();
+
+    ok(&env, &["uninstall"]);
+    assert!(!path.exists());
+    assert_eq!(listing_after_undo(&home(&env)), before);
+}

@@ -386,6 +386,35 @@ async fn stdin_eof_detaches_everything_and_exits_promptly() {
     }
 }
 
+/// Firefox starts the host with the manifest's path and the add-on id: only
+/// Pedelec's add-on is served, and its own pages (`moz-extension://<uuid>`)
+/// may send the extension-only requests a web page may not.
+#[tokio::test]
+async fn firefox_is_served_for_pedelecs_add_on_only() {
+    let mut env = TestEnv::new();
+    let _launcher = services(&mut env).await;
+    let manifest = "/home/u/.mozilla/native-messaging-hosts/dev.pedelec.host.json";
+    let addon = pedelec_common::extension::PEDELEC_FIREFOX_ADDON_ID;
+    let mut host = Host::spawn_with_args(&env, &[manifest, addon]);
+    assert_eq!(host.ok("ping", json!({})).await["pong"], true);
+    let own = "moz-extension://5e1f0c3a-7d2b-4c6e-9a81-0f2d3b4c5d6e";
+    let sites = host.call_as(own, "list_sites", json!({})).await;
+    assert_eq!(sites["ok"], true, "{sites}");
+    let page = host.call("list_sites", json!({})).await;
+    assert_eq!(page["error"]["code"], "SETTINGS_ACCESS_DENIED", "{page}");
+    let chrome_page = host
+        .call_as(EXTENSION.trim_end_matches('/'), "list_sites", json!({}))
+        .await;
+    assert_eq!(
+        chrome_page["ok"], false,
+        "Chrome's extension origin is not Firefox's own: {chrome_page}"
+    );
+
+    let mut other = Host::spawn_with_args(&env, &[manifest, "someone@else.example"]);
+    let reply = other.call("ping", json!({})).await;
+    assert_eq!(reply["error"]["code"], "NATIVE_HOST_UNAVAILABLE", "{reply}");
+}
+
 #[tokio::test]
 async fn an_extension_it_was_not_installed_for_is_refused() {
     let env = TestEnv::new();
