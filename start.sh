@@ -62,7 +62,7 @@ say "building the SDK, the extension and the demo (skipped when unchanged)"
 deps sdk
 if stale sdk/dist/index.js sdk/src sdk/package.json sdk/tsconfig.build.json; then (cd sdk && npm run --silent build); fi
 deps extension
-if stale extension/dist/manifest.json extension/src extension/static extension/build.mjs sdk/src/protocol; then (cd extension && npm run --silent build); fi
+if stale extension/dist/manifest.json extension/src extension/static extension/build.mjs extension/firefox.mjs sdk/src/protocol; then (cd extension && npm run --silent build); fi
 deps demo
 if stale demo/dist/app.js demo/src demo/static demo/build.mjs sdk/dist; then (cd demo && npm run --silent build); fi
 
@@ -145,7 +145,7 @@ cat <<EOF
 Pedelec is running.
 
   Demo:       $demo_url
-  Extension:  $root/extension/dist
+  Extension:  $root/extension/dist (Firefox: $root/extension/dist-firefox)
 EOF
 if [ "$browser" = 0 ]; then
   cat <<EOF
@@ -153,6 +153,8 @@ if [ "$browser" = 0 ]; then
 Next:
   1. Open chrome://extensions in Chromium or Chrome, turn on "Developer mode",
      click "Load unpacked" and choose $root/extension/dist
+     (Firefox: about:debugging#/runtime/this-firefox, "Load Temporary Add-on…",
+     choose $root/extension/dist-firefox/manifest.json)
   2. The native host is registered with every browser found (\`pedelecd install\`
      above); a browser installed later: run \`$installed_bin/pedelecd install\` again
      (or run ./start.sh --browser for a dedicated profile with everything set up)

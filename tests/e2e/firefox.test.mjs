@@ -59,7 +59,7 @@ async function answerInFirefox(ff, back, origin, action, { providers = [] } = {}
   await ff.switchTo(back);
 }
 
-test("Firefox: approve, create, a streamed turn, a page tool call, resume after a reload, end, a second origin refused", T, async (t) => {
+test("Firefox: approve, the settings page, create, a streamed turn, a page tool call, resume after a reload, a second origin refused, end", T, async (t) => {
   const w = await startWorld(t, mock, { firefox: true });
   const ff = w.firefox;
   assert.equal(ff.addonId, FIREFOX_ADDON_ID, "the Firefox build installs under Pedelec's add-on id");
@@ -75,6 +75,12 @@ test("Firefox: approve, create, a streamed turn, a page tool call, resume after 
   await ff.click("#connect");
   await answerInFirefox(ff, tab, site.origin, "approve", { providers: ["codex"] });
   await ff.waitForFunction(() => document.getElementById("approval")?.dataset.state === "approved", null, { what: "approved" });
+
+  // The settings page lists the grant just given.
+  await ff.openExtensionPage("options.html");
+  await ff.waitForFunction((o) => !!document.querySelector(`.card.site[data-origin="${o}"]`), site.origin, { what: "the site in the settings page" });
+  await ff.closeWindow();
+  await ff.switchTo(tab);
 
   // Create (kept after a reload) and stream a turn: deltas arrive in order and make the chat.
   const id = await createInDemo(ff, { provider: "codex", persistent: true });
