@@ -868,6 +868,41 @@ mod tests {
     }
 
     #[test]
+    fn firefox_is_registered_where_it_reads_host_manifests_once_it_has_run() {
+        let home = std::env::temp_dir().join(format!("pedelec-ff-{}", std::process::id()));
+        for (platform, shows, hosts) in [
+            (
+                Platform::Linux,
+                ".mozilla",
+                ".mozilla/native-messaging-hosts",
+            ),
+            (
+                Platform::Macos,
+                "Library/Application Support/Firefox",
+                "Library/Application Support/Mozilla/NativeMessagingHosts",
+            ),
+        ] {
+            let _ = std::fs::remove_dir_all(&home);
+            let layout = Layout::for_home(platform, home.clone());
+            assert_eq!(layout.firefox(), None, "{platform:?}: never ran");
+            std::fs::create_dir_all(home.join(shows)).unwrap();
+            assert_eq!(layout.firefox(), Some(home.join(hosts)), "{platform:?}");
+        }
+        let _ = std::fs::remove_dir_all(&home);
+        let doc: serde_json::Value =
+            serde_json::from_str(&firefox_host_manifest(Path::new("/b/pedelec-native-host")))
+                .unwrap();
+        assert_eq!(
+            doc["allowed_extensions"],
+            serde_json::json!([PEDELEC_FIREFOX_ADDON_ID])
+        );
+        assert!(
+            doc.get("allowed_origins").is_none(),
+            "Firefox's manifest has no Chrome key"
+        );
+    }
+
+    #[test]
     fn the_unit_quotes_every_path() {
         let unit = login_file(Platform::Linux, Path::new("/h/50%/bin"), &dirs());
         assert!(
