@@ -18,6 +18,9 @@
 //! one operation and message, and never crosses another frame that is not a
 //! thread event (a reply, an attach's snapshot, `detached`): deltas of a
 //! stream that began at a snapshot never merge with those before it.
+//! An event SessionService already merged for the attachment (its
+//! `first_seq`, asked for by `mergeDeltas`) joins a run as the deltas it
+//! stands for.
 
 use pedelec_proto::v1 as pb;
 
@@ -103,7 +106,8 @@ pub fn frames(batch: Vec<Outgoing>) -> Vec<String> {
         }
         if matches!(event.event, Some(pb::session_event::Event::ChatDelta(_))) {
             open.push((event.session_id.clone(), slots.len()));
-            let first_seq = event.seq;
+            // SessionService may have merged it already (`first_seq`).
+            let first_seq = event.first_seq.unwrap_or(event.seq);
             slots.push(Slot::Run(Box::new(Run { event, first_seq })));
         } else if let Some(f) = p::event_frame(&event) {
             slots.push(Slot::Done(f));
@@ -125,7 +129,7 @@ fn joins(run: &Run, next: &pb::SessionEvent) -> bool {
     use pb::session_event::Event::ChatDelta;
     match (&run.event.event, &next.event) {
         (Some(ChatDelta(a)), Some(ChatDelta(b))) => {
-            next.seq == run.event.seq + 1
+            next.first_seq.unwrap_or(next.seq) == run.event.seq + 1
                 && a.operation_id == b.operation_id
                 && a.message_id == b.message_id
                 && a.text.len() + b.text.len() <= MERGED_TEXT_MAX
@@ -146,6 +150,7 @@ mod tests {
                 session_id: session.into(),
                 seq,
                 at: None,
+                first_seq: None,
                 event: Some(pb::session_event::Event::ChatDelta(pb::ChatDelta {
                     operation_id: "op".into(),
                     text: text.into(),
@@ -162,6 +167,7 @@ mod tests {
                 session_id: session.into(),
                 seq,
                 at: None,
+                first_seq: None,
                 event: Some(pb::session_event::Event::Ended(pb::Ended::default())),
             }),
         }
@@ -249,5 +255,38 @@ mod tests {
         assert_eq!(out.len(), 2);
         assert_eq!(out[1]["firstSeq"], 2);
         assert_eq!(out[1]["seq"], 3);
+    }
+
+    #[test]
+    fn an_event_the_service_merged_keeps_its_first_seq_and_joins_a_run() {
+        let merged = |seq, first, text: &str| match delta("a", seq, text) {
+            Outgoing::Event { mut event, merge } => {
+                event.first_seq = Some(first);
+                Outgoing::Event { event, merge }
+            }
+            other => other,
+        };
+        // Alone: it goes out naming its first seq.
+        let out = parsed(vec![merged(9, 4, "abc")]);
+        assert_eq!(
+            (out[0]["firstSeq"].clone(), out[0]["seq"].clone()),
+            (4.into(), 9.into())
+        );
+        // After a delta of the run it continues: one frame from the run's start.
+        let out = parsed(vec![
+            delta("a", 3, "x"),
+            merged(9, 4, "abc"),
+            delta("a", 10, "y"),
+        ]);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0]["event"]["text"], "xabcy");
+        assert_eq!(
+            (out[0]["firstSeq"].clone(), out[0]["seq"].clone()),
+            (3.into(), 10.into())
+        );
+        // Not the next seq of the run: a frame of its own.
+        let out = parsed(vec![delta("a", 2, "x"), merged(9, 4, "abc")]);
+        assert_eq!(out.len(), 2);
+        assert_eq!(out[1]["firstSeq"], 4);
     }
 }

@@ -670,6 +670,7 @@ impl Host {
             origin: origin.to_string(),
             route_id,
             after_seq: attach.after_seq,
+            merge_deltas: attach.merge_deltas,
         };
         let open = async {
             let core = &self.core;

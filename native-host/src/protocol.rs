@@ -1074,6 +1074,7 @@ mod tests {
                 session_id: "thr_1".into(),
                 seq: 5,
                 at,
+                first_seq: None,
                 event: Some(event),
             })
             .unwrap();

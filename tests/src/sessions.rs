@@ -74,6 +74,7 @@ pub fn attach_request(
         origin: ORIGIN.into(),
         route_id: route_id.into(),
         after_seq,
+        merge_deltas: false,
     }
 }
 

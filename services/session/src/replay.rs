@@ -145,6 +145,7 @@ impl ReplayBuffer {
             session_id: String::new(),
             seq: event.seq,
             at: event.at,
+            first_seq: None,
             event: event.event.clone(),
         };
         held.encode(&mut segment.data)
@@ -318,6 +319,7 @@ mod tests {
             session_id: "t".into(),
             seq,
             at: None,
+            first_seq: None,
             event: Some(Event::Chat(pb::Chat {
                 operation_id: "op".into(),
                 text: "x".repeat(10),

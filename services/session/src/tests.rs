@@ -428,6 +428,7 @@ fn attach(h: &Harness, id: &str) -> crate::sessions::EventStream {
             origin: ORIGIN.into(),
             route_id: "test".into(),
             after_seq: None,
+            merge_deltas: false,
         })
         .unwrap()
 }
@@ -885,6 +886,7 @@ async fn auto_end_after_the_last_route_unless_one_comes_back() {
             origin: ORIGIN.into(),
             route_id: "late".into(),
             after_seq: Some(0),
+            merge_deltas: false,
         })
         .unwrap();
     let events = events_until(&mut rx, |e| matches!(e, Event::Ended(_))).await;

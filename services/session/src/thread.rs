@@ -139,6 +139,7 @@ impl Thread {
             session_id: self.record.session_id.clone(),
             seq,
             at: Some(at),
+            first_seq: None,
             event: Some(event),
         });
         if crate::replay::over_budget() {
@@ -392,6 +393,7 @@ impl Thread {
             session_id: self.record.session_id.clone(),
             seq: self.record.last_seq,
             at: Some(now_timestamp()),
+            first_seq: None,
             event: Some(Event::Snapshot(snapshot)),
         }
     }

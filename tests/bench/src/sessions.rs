@@ -70,6 +70,7 @@ pub(crate) fn attach_request(id: &str, route: &str) -> pb::AttachRequest {
         origin: ORIGIN.into(),
         route_id: route.into(),
         after_seq: None,
+        merge_deltas: false,
     }
 }
 

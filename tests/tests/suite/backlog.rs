@@ -205,3 +205,93 @@ async fn an_idle_thread_keeps_only_a_small_tail_once_its_route_took_everything()
     let gap = host.events_until(&id, |e| e["type"] == "snapshot").await;
     assert_eq!(gap.last().unwrap()["event"]["snapshot"]["replayGap"], true);
 }
+
+/// The same backlog one hop earlier: a route of SessionService's own whose
+/// reader lags (a gRPC `Attach` with `merge_deltas`, read by nobody while the
+/// agent streams and then calls a tool). Its deltas wait in the replay buffer
+/// and leave merged (`first_seq`..=`seq`), so the tool request reaches the
+/// reader behind a few events instead of one event per delta; every seq is
+/// there once, in order, and the text is whole.
+#[tokio::test]
+async fn a_tool_request_behind_a_lagging_service_route_follows_few_merged_events() {
+    let mut env = TestEnv::new();
+    let _launcher = services(&mut env).await;
+    let mut host = Host::spawn(&env, EXTENSION);
+    let id = open_session(&mut host).await;
+    let mut s = env.session().await;
+    let mut stream = s
+        .attach(pb::AttachRequest {
+            merge_deltas: true,
+            ..attach_request(&id, "lagging", None)
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let snapshot = stream.message().await.unwrap().unwrap();
+    host.ok(
+        "send_text",
+        json!({"sessionId": id, "text": format!("@@load {DELTAS} 1")}),
+    )
+    .await;
+    let mut sessions = env.session().await;
+    wait_for_status(
+        &mut sessions,
+        &id,
+        pb::SessionStatus::WaitingToolResult,
+        "the agent's tool call behind the backlog",
+    )
+    .await;
+
+    let mut events = Vec::new();
+    let request = loop {
+        let e = stream.message().await.unwrap().expect("the stream goes on");
+        let request = match &e.event {
+            Some(pb::session_event::Event::ToolRequest(r)) => Some(r.clone()),
+            _ => None,
+        };
+        events.push(e);
+        if let Some(r) = request {
+            break r;
+        }
+    };
+    eprintln!(
+        "{} events reached the lagging route before the tool request ({DELTAS} deltas ahead)",
+        events.len() - 1
+    );
+    assert!(
+        events.len() < DELTAS / 4,
+        "{} events before the tool request",
+        events.len() - 1
+    );
+    host.ok(
+        "submit_tool_result",
+        json!({"sessionId": id, "toolRequestId": request.tool_request_id, "result": {"ok": true}}),
+    )
+    .await;
+    loop {
+        let e = stream.message().await.unwrap().expect("the stream goes on");
+        let done = matches!(
+            e.event,
+            Some(pb::session_event::Event::OperationFinished(_))
+        );
+        events.push(e);
+        if done {
+            break;
+        }
+    }
+    let mut next = snapshot.seq + 1;
+    let mut text = String::new();
+    let mut merged = 0;
+    for e in &events {
+        let first = e.first_seq.unwrap_or(e.seq);
+        assert_eq!(first, next, "seq gap or overlap at {e:?}");
+        match &e.event {
+            Some(pb::session_event::Event::ChatDelta(d)) => text.push_str(&d.text),
+            other => assert!(e.first_seq.is_none(), "only deltas merge: {other:?}"),
+        }
+        merged += usize::from(e.first_seq.is_some());
+        next = e.seq + 1;
+    }
+    assert!(merged > 0, "no delta travelled merged");
+    assert_eq!(text, expected_deltas(DELTAS));
+}

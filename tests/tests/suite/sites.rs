@@ -106,6 +106,7 @@ async fn codes_of_every_request(
                     origin: origin.into(),
                     route_id: "r".into(),
                     after_seq: None,
+                    merge_deltas: false,
                 })
                 .await,
             ),
@@ -503,6 +504,7 @@ async fn attach_at(env: &TestEnv, id: &str, origin: &str) -> Events {
             origin: origin.into(),
             route_id: "r".into(),
             after_seq: None,
+            merge_deltas: false,
         })
         .await
         .unwrap()

@@ -9,12 +9,26 @@ use crate::error::SessionError;
 use crate::record::Status;
 use crate::thread::SnapshotView;
 
+mod merge;
+
 /// How many events a route takes from the replay buffer at a time.
 const ROUTE_BATCH: usize = 256;
 
+/// A route's queue of events on their way to its stream.
+const ROUTE_QUEUE: usize = 1024;
+
+/// The queue of a route whose deltas may travel merged (`merge`): short, so
+/// what its reader has not taken waits in the replay buffer and leaves
+/// merged, and a control event queues behind a few events at most.
+const MERGED_QUEUE: usize = 4;
+
+/// How many events a merging route takes at a time (they leave as few).
+const MERGED_BATCH: usize = 1024;
+
 impl Sessions {
     pub fn attach(&self, req: pb::AttachRequest) -> Result<EventStream, SessionError> {
-        let (tx, rx) = mpsc::channel(1024);
+        let merging = req.merge_deltas;
+        let (tx, rx) = mpsc::channel(if merging { MERGED_QUEUE } else { ROUTE_QUEUE });
         // The route is taken on the copy in memory: a route keeps a thread
         // from eviction only if it is on the copy eviction looks at.
         let (thread, (key, initial, mut cursor, mut changes)) =
@@ -50,6 +64,12 @@ impl Sessions {
         if let Some(first) = initial.next() {
             let _ = tx.try_send(Ok(first));
         }
+        let initial: Vec<_> = if merging {
+            merge::merge(initial.collect())
+        } else {
+            initial.collect()
+        };
+        let batch_max = if merging { MERGED_BATCH } else { ROUTE_BATCH };
         let route = RouteGuard {
             sessions: self.clone(),
             thread: thread.clone(),
@@ -72,10 +92,23 @@ impl Sessions {
                         changed = changes.changed() => if changed.is_err() { return },
                     }
                 }
+                // A merging route takes events only once its queue has room:
+                // until then they wait in the buffer, and leave merged.
+                let room = if merging {
+                    tokio::select! {
+                        _ = tx.closed() => return,
+                        room = tx.reserve() => match room {
+                            Ok(permit) => Some(permit),
+                            Err(_) => return,
+                        },
+                    }
+                } else {
+                    None
+                };
                 let batch = {
                     let mut t = lock(&thread);
                     let last = t.record.last_seq;
-                    let batch = match t.replay.after(cursor, last, ROUTE_BATCH) {
+                    let batch = match t.replay.after(cursor, last, batch_max) {
                         Some(events) => {
                             cursor = events.last().map_or(last, |e| e.seq);
                             events
@@ -89,6 +122,12 @@ impl Sessions {
                     t.route_took(key, cursor);
                     batch
                 };
+                let mut batch = if merging { merge::merge(batch) } else { batch }.into_iter();
+                if let Some(permit) = room
+                    && let Some(event) = batch.next()
+                {
+                    permit.send(Ok(event));
+                }
                 for event in batch {
                     if tx.send(Ok(event)).await.is_err() {
                         return;
