@@ -517,6 +517,17 @@ impl Host {
             Request::GetSession { session_id } => {
                 snapshot(rpc!(core, core::SESSION, session.get(thread(&session_id)))?)
             }
+            Request::GetHistory(h) => {
+                // SessionService lets only the thread's own origin read it;
+                // the entries' errors pass wire's page rules as events' do.
+                let req = pb::GetHistoryRequest {
+                    session_id: h.session_id,
+                    origin: origin.to_string(),
+                    before: h.before,
+                    limit: h.limit,
+                };
+                wire::history(rpc!(core, core::SESSION, session.get_history(req))?.get_ref())
+            }
             Request::SubmitToolResult(s) => {
                 let outcome = match s.outcome {
                     ToolOutcome::Result(v) => {

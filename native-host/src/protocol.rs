@@ -82,6 +82,8 @@ pub enum Request {
     GetSession {
         session_id: String,
     },
+    /// A page of the thread's conversation history (docs §3).
+    GetHistory(GetHistory),
     SubmitToolResult(SubmitToolResult),
     CreateUploadTicket(UploadTicket),
     CreateDownloadTicket(DownloadTicket),
@@ -128,6 +130,7 @@ impl Request {
             Request::End { .. } => "end",
             Request::Reactivate { .. } => "reactivate",
             Request::GetSession { .. } => "get_session",
+            Request::GetHistory(_) => "get_history",
             Request::SubmitToolResult(_) => "submit_tool_result",
             Request::CreateUploadTicket(_) => "create_upload_ticket",
             Request::CreateDownloadTicket(_) => "create_download_ticket",
@@ -193,6 +196,18 @@ pub struct Attach {
     /// (`coalesce`; docs §4). Off unless asked for.
     #[serde(default)]
     pub merge_deltas: bool,
+}
+
+/// `get_history`: the newest `limit` entries older than entry id `before`
+/// (absent or 0: from the newest; `limit` absent or 0: SessionService's default).
+#[derive(Debug, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GetHistory {
+    pub session_id: String,
+    #[serde(default)]
+    pub before: u64,
+    #[serde(default)]
+    pub limit: u32,
 }
 
 #[derive(Debug, PartialEq)]
@@ -595,6 +610,7 @@ fn request(kind: &str, mut map: Map<String, Value>) -> Result<Request, String> {
         "get_session" => Request::GetSession {
             session_id: thread(map)?,
         },
+        "get_history" => Request::GetHistory(payload(kind, map)?),
         "submit_tool_result" => {
             // `result: null` is a legitimate handler result, so presence of the
             // key matters, which serde's Option cannot tell.
@@ -944,6 +960,7 @@ mod tests {
             ("end", format!("{{{s}}}")),
             ("reactivate", format!("{{{s}}}")),
             ("get_session", format!("{{{s}}}")),
+            ("get_history", format!("{{{s},\"before\":7,\"limit\":20}}")),
             (
                 "submit_tool_result",
                 format!("{{{s},\"toolRequestId\":\"t\",\"result\":{{\"a\":1}}}}"),
@@ -1150,6 +1167,218 @@ mod tests {
         assert_eq!(snap["snapshot"]["activeOperation"], Value::Null);
         assert_eq!(snap["snapshot"]["usage"], Value::Null);
         assert!(event_frame(&pb::SessionEvent::default()).is_none());
+    }
+
+    #[test]
+    fn get_history_pages_by_entry_id_and_defaults_to_the_newest() {
+        let parse_history = |payload: &str| {
+            parse_str(&format!(
+                r#"{{"id":1,"type":"get_history","origin":"https://a.example","payload":{payload}}}"#
+            ))
+        };
+        let env = parse_history(r#"{"sessionId":"thr_1"}"#).unwrap();
+        assert_eq!(env.origin, "https://a.example");
+        assert!(!env.request.extension_only());
+        assert_eq!(
+            env.request,
+            Request::GetHistory(GetHistory {
+                session_id: "thr_1".into(),
+                before: 0,
+                limit: 0
+            })
+        );
+        let env = parse_history(r#"{"sessionId":"thr_1","before":41,"limit":1000}"#).unwrap();
+        assert!(matches!(
+            env.request,
+            Request::GetHistory(GetHistory {
+                before: 41,
+                limit: 1000,
+                ..
+            })
+        ));
+        for bad in [
+            r#"{}"#,
+            r#"{"sessionId":"thr_1","before":-1}"#,
+            r#"{"sessionId":"thr_1","limit":"10"}"#,
+            r#"{"sessionId":"thr_1","limit":4294967296}"#,
+        ] {
+            let e = parse_history(bad).unwrap_err();
+            assert_eq!(e.error.code(), "INVALID_INPUT", "{bad}");
+            assert!(e.error.to_string().contains("get_history"), "{}", e.error);
+        }
+        // Like every thread request, it needs the page's origin.
+        let e = parse_str(r#"{"id":1,"type":"get_history","payload":{"sessionId":"thr_1"}}"#)
+            .unwrap_err();
+        assert_eq!(e.error.code(), "INVALID_INPUT");
+    }
+
+    /// The reply of `get_history` as the host builds it (`wire::history`):
+    /// camelCase entries with their id, seq, time and operation, and no local
+    /// path in an error a page reads.
+    #[test]
+    fn history_entries_have_camel_case_shapes_and_page_safe_errors() {
+        use pb::history_entry::Entry;
+        let at = Some(Timestamp {
+            seconds: 1_764_524_403,
+            nanos: 123_456_789,
+        });
+        let entry = |id: u64, seq: u64, op: &str, e: Entry| pb::HistoryEntry {
+            id,
+            operation_id: op.into(),
+            seq,
+            at,
+            entry: Some(e),
+        };
+        let local = "/etc/pedelec/agent/stderr.log";
+        let reply = wire::history(&pb::GetHistoryResponse {
+            entries: vec![
+                entry(1, 0, "", Entry::Dropped(pb::HistoryDropped { count: 12 })),
+                entry(
+                    2,
+                    4,
+                    "op_1",
+                    Entry::OperationStarted(pb::OperationStarted {
+                        operation_id: "op_1".into(),
+                        kind: pb::OperationKind::SendText as i32,
+                    }),
+                ),
+                entry(
+                    3,
+                    4,
+                    "op_1",
+                    Entry::UserText(pb::UserText {
+                        text: "What is on the page?".into(),
+                        truncated: false,
+                    }),
+                ),
+                entry(
+                    4,
+                    6,
+                    "op_1",
+                    Entry::ToolRequest(pb::ToolRequest {
+                        tool_request_id: "tr_1".into(),
+                        tool: "get_page".into(),
+                        args: Some(pjson::to_value(&json!({"q": 1}))),
+                        operation_id: "op_1".into(),
+                        timeout_ms: 30_000,
+                        deadline_at: at,
+                    }),
+                ),
+                entry(
+                    5,
+                    8,
+                    "op_1",
+                    Entry::ToolOutcome(pb::ToolOutcome {
+                        tool_request_id: "tr_1".into(),
+                        reason: pb::ToolSettleReason::Resolved as i32,
+                        outcome: Some(pb::tool_outcome::Outcome::Error(pb::ToolError {
+                            code: "TOOL_HANDLER_ERROR".into(),
+                            message: format!("could not read {local}"),
+                            details: Some(pjson::to_value(&json!({"file": local}))),
+                        })),
+                        truncated: false,
+                        result_preview: String::new(),
+                    }),
+                ),
+                entry(
+                    6,
+                    10,
+                    "op_1",
+                    Entry::AgentMessage(pb::Chat {
+                        operation_id: "op_1".into(),
+                        text: "A title.".into(),
+                        message_id: "msg_1".into(),
+                    }),
+                ),
+                entry(
+                    7,
+                    11,
+                    "op_1",
+                    Entry::Error(pb::PedelecError {
+                        code: "PROVIDER_FAILED".into(),
+                        message: format!("the agent failed, see {local}"),
+                        details: Some(pjson::to_value(&json!({"stderrTail": "secret"}))),
+                        source: pb::ErrorSource::Provider as i32,
+                        operation_id: "op_1".into(),
+                    }),
+                ),
+                entry(
+                    8,
+                    12,
+                    "op_1",
+                    Entry::OperationFinished(pb::HistoryOperationFinished {
+                        finished: Some(pb::OperationFinished {
+                            operation_id: "op_1".into(),
+                            kind: pb::OperationKind::SendText as i32,
+                            outcome: pb::OperationOutcome::Completed as i32,
+                            error: None,
+                        }),
+                        usage: Some(pb::Usage {
+                            total_tokens: 3,
+                            input_tokens: 2,
+                            output_tokens: 1,
+                            cumulative: true,
+                        }),
+                    }),
+                ),
+                // A newer service's kind: left out, as an event without a body.
+                pb::HistoryEntry {
+                    id: 9,
+                    seq: 13,
+                    ..Default::default()
+                },
+            ],
+            has_more: true,
+            covered_seq: 12,
+        });
+        assert_eq!(reply["hasMore"], true);
+        assert_eq!(reply["coveredSeq"], 12);
+        let e = reply["entries"].as_array().unwrap();
+        assert_eq!(e.len(), 8);
+        let ms = 1_764_524_403_123i64;
+        assert_eq!(
+            e[0],
+            json!({"id": 1, "seq": 0, "at": ms, "operationId": null, "type": "dropped", "count": 12})
+        );
+        assert_eq!(
+            e[1],
+            json!({"id": 2, "seq": 4, "at": ms, "operationId": "op_1", "type": "operation_started", "kind": "send_text"})
+        );
+        assert_eq!(
+            e[2],
+            json!({"id": 3, "seq": 4, "at": ms, "operationId": "op_1", "type": "user_text",
+                   "text": "What is on the page?", "truncated": false})
+        );
+        assert_eq!(
+            e[3],
+            json!({"id": 4, "seq": 6, "at": ms, "operationId": "op_1", "type": "tool_request",
+                   "toolRequestId": "tr_1", "tool": "get_page", "args": {"q": 1}, "timeoutMs": 30_000,
+                   "deadlineAt": ms})
+        );
+        assert_eq!(e[4]["type"], "tool_outcome");
+        assert_eq!(e[4]["reason"], "resolved");
+        assert_eq!(e[4]["result"], Value::Null);
+        assert_eq!(e[4]["error"]["code"], "TOOL_HANDLER_ERROR");
+        assert_eq!(
+            e[5],
+            json!({"id": 6, "seq": 10, "at": ms, "operationId": "op_1", "type": "agent_message",
+                   "messageId": "msg_1", "text": "A title."})
+        );
+        assert_eq!(e[6]["type"], "error");
+        assert_eq!(e[6]["source"], "provider");
+        assert_eq!(e[6]["details"], json!({}), "no stderr for a page");
+        assert_eq!(
+            e[7],
+            json!({"id": 8, "seq": 12, "at": ms, "operationId": "op_1", "type": "operation_finished",
+                   "kind": "send_text", "outcome": "completed", "error": null,
+                   "usage": {"totalTokens": 3, "inputTokens": 2, "outputTokens": 1}})
+        );
+        let text = reply.to_string();
+        assert!(
+            !text.contains(local),
+            "a local path reached the page: {text}"
+        );
+        assert!(!text.contains("secret"), "{text}");
     }
 }
 

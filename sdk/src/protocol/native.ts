@@ -27,7 +27,7 @@ export type ErrorSource = "core" | "provider";
 
 export type EndReason = "requested" | "auto_end" | "shutdown";
 
-export type ToolRequestClearedReason = "resolved" | "failed" | "timeout" | "dropped";
+export type ToolRequestClearedReason = "resolved" | "failed" | "timeout" | "dropped" | "caller_gone";
 
 /** Any JSON value. */
 export type Json = unknown;
@@ -252,6 +252,20 @@ export type GetSessionRequest = {
   origin: Origin;
   payload: {
     sessionId: SessionId;
+  };
+};
+
+/** A page of the session's conversation history: the newest `limit` entries with an id below `before`, oldest first. Only the session's own origin may read it. */
+export type GetHistoryRequest = {
+  id: RequestId;
+  type: "get_history";
+  origin: Origin;
+  payload: {
+    sessionId: SessionId;
+    /** Only entries with an id below this one; absent or 0: from the newest entry. */
+    before?: number;
+    /** At most this many entries; absent or 0: 100. More than 1000 is INVALID_INPUT. */
+    limit?: number;
   };
 };
 
@@ -556,6 +570,144 @@ export type SnapshotResult = {
   snapshot: Snapshot;
 };
 
+/** The user's text that started a send_text operation; right after its operation_started entry, with the same seq. */
+export type HistoryUserText = {
+  type: "user_text";
+  /** The entry's id in the session: one more per entry, never reused. */
+  id: number;
+  /** The seq of the event the entry came from (a user_text: its operation_started's). Live events with a seq above the reply's coveredSeq come after it. */
+  seq: number;
+  at: number | null;
+  /** The operation the entry belongs to; null outside one. */
+  operationId: string | null;
+  text: string;
+  /** True when the text was cut to the history's per-entry bound. */
+  truncated: boolean;
+};
+
+/** One complete assistant message (as the chat event; never the deltas). */
+export type HistoryAgentMessage = {
+  type: "agent_message";
+  /** The entry's id in the session: one more per entry, never reused. */
+  id: number;
+  /** The seq of the event the entry came from (a user_text: its operation_started's). Live events with a seq above the reply's coveredSeq come after it. */
+  seq: number;
+  at: number | null;
+  /** The operation the entry belongs to; null outside one. */
+  operationId: string | null;
+  messageId: string;
+  text: string;
+};
+
+/** The agent called a page tool, with the validated arguments (as the tool_request event). */
+export type HistoryToolRequest = {
+  type: "tool_request";
+  /** The entry's id in the session: one more per entry, never reused. */
+  id: number;
+  /** The seq of the event the entry came from (a user_text: its operation_started's). Live events with a seq above the reply's coveredSeq come after it. */
+  seq: number;
+  at: number | null;
+  /** The operation the entry belongs to; null outside one. */
+  operationId: string | null;
+  toolRequestId: string;
+  tool: string;
+  args: Json;
+  timeoutMs: number;
+  /** Milliseconds since the Unix epoch. */
+  deadlineAt: number;
+};
+
+/** How a tool call was settled. reason resolved: the page's result, or its error; another reason (nobody answered): both null. */
+export type HistoryToolOutcome = {
+  type: "tool_outcome";
+  /** The entry's id in the session: one more per entry, never reused. */
+  id: number;
+  /** The seq of the event the entry came from (a user_text: its operation_started's). Live events with a seq above the reply's coveredSeq come after it. */
+  seq: number;
+  at: number | null;
+  /** The operation the entry belongs to; null outside one. */
+  operationId: string | null;
+  toolRequestId: string;
+  reason: ToolRequestClearedReason;
+  /** The page's result; null when it answered with an error, when nobody answered, or when the result was too large to keep (truncated). */
+  result: Json;
+  error: ToolError | null;
+  /** True when the page's answer was above the history's per-entry bound: a result is not kept (resultPreview holds its JSON text's beginning), an error's message is cut. */
+  truncated: boolean;
+  /** The beginning of a truncated result's JSON text; null when not truncated. */
+  resultPreview: string | null;
+};
+
+/** An operation started. */
+export type HistoryOperationStarted = {
+  type: "operation_started";
+  /** The entry's id in the session: one more per entry, never reused. */
+  id: number;
+  /** The seq of the event the entry came from (a user_text: its operation_started's). Live events with a seq above the reply's coveredSeq come after it. */
+  seq: number;
+  at: number | null;
+  /** The operation the entry belongs to; null outside one. */
+  operationId: string | null;
+  kind: OperationKind;
+};
+
+/** An operation finished, with the session's usage totals at that time (null when unknown). */
+export type HistoryOperationFinished = {
+  type: "operation_finished";
+  /** The entry's id in the session: one more per entry, never reused. */
+  id: number;
+  /** The seq of the event the entry came from (a user_text: its operation_started's). Live events with a seq above the reply's coveredSeq come after it. */
+  seq: number;
+  at: number | null;
+  /** The operation the entry belongs to; null outside one. */
+  operationId: string | null;
+  kind: OperationKind;
+  outcome: OperationOutcome;
+  error: EventError | null;
+  usage: Usage | null;
+};
+
+/** An error of the session (core or provider), as the error event. */
+export type HistoryError = {
+  type: "error";
+  /** The entry's id in the session: one more per entry, never reused. */
+  id: number;
+  /** The seq of the event the entry came from (a user_text: its operation_started's). Live events with a seq above the reply's coveredSeq come after it. */
+  seq: number;
+  at: number | null;
+  /** The operation the entry belongs to; null outside one. */
+  operationId: string | null;
+  code: string;
+  message: string;
+  details: Json;
+  source: ErrorSource;
+};
+
+/** Older entries were dropped by the history's bound. count: how many; every entry with an id up to this one's is gone. */
+export type HistoryDropped = {
+  type: "dropped";
+  /** The entry's id in the session: one more per entry, never reused. */
+  id: number;
+  /** The seq of the event the entry came from (a user_text: its operation_started's). Live events with a seq above the reply's coveredSeq come after it. */
+  seq: number;
+  at: number | null;
+  /** The operation the entry belongs to; null outside one. */
+  operationId: string | null;
+  count: number;
+};
+
+/** One entry of a session's conversation history (docs/native-messaging.md, "Conversation history"). */
+export type HistoryEntry = HistoryUserText | HistoryAgentMessage | HistoryToolRequest | HistoryToolOutcome | HistoryOperationStarted | HistoryOperationFinished | HistoryError | HistoryDropped;
+
+export type GetHistoryResult = {
+  /** Oldest first (ascending id). */
+  entries: HistoryEntry[];
+  /** Older entries exist: ask again with before = entries[0].id. */
+  hasMore: boolean;
+  /** Every event with seq <= coveredSeq is reflected in the history; join live events with a seq above it. */
+  coveredSeq: number;
+};
+
 export type EmptyResult = Record<string, never>;
 
 export type Ticket = {
@@ -608,6 +760,7 @@ export type ResultByType = {
   end: SnapshotResult;
   reactivate: SnapshotResult;
   get_session: SnapshotResult;
+  get_history: GetHistoryResult;
   submit_tool_result: EmptyResult;
   create_upload_ticket: Ticket;
   create_download_ticket: Ticket;
@@ -749,7 +902,7 @@ export type ChunkFrame = {
   data: string;
 };
 
-export type Request = PingRequest | HelloRequest | ListProvidersRequest | GetSettingsRequest | CreateSessionRequest | AttachRequest | DetachRequest | SendTextRequest | PrepareRequest | CancelRequest | EndRequest | ReactivateRequest | GetSessionRequest | SubmitToolResultRequest | CreateUploadTicketRequest | CreateDownloadTicketRequest | ListAssetsRequest | GetFullSettingsRequest | UpdateSettingsRequest | ListSitesRequest | GrantSiteRequest | BlockSiteRequest | RevokeSiteRequest | EndSiteSessionsRequest | ListSessionsRequest;
+export type Request = PingRequest | HelloRequest | ListProvidersRequest | GetSettingsRequest | CreateSessionRequest | AttachRequest | DetachRequest | SendTextRequest | PrepareRequest | CancelRequest | EndRequest | ReactivateRequest | GetSessionRequest | GetHistoryRequest | SubmitToolResultRequest | CreateUploadTicketRequest | CreateDownloadTicketRequest | ListAssetsRequest | GetFullSettingsRequest | UpdateSettingsRequest | ListSitesRequest | GrantSiteRequest | BlockSiteRequest | RevokeSiteRequest | EndSiteSessionsRequest | ListSessionsRequest;
 
 /** Everything the host writes to stdout. */
 export type HostMessage = OkReply | ErrorReply | EventFrame | DetachedFrame | ChunkFrame;

@@ -183,6 +183,7 @@ impl World {
             }),
             "attach" => json!({"sessionId": sid, "afterSeq": n % 1000, "routeId": s}),
             "send_text" => json!({"sessionId": sid, "text": s}),
+            "get_history" => json!({"sessionId": sid, "before": n % 64, "limit": n % 1001}),
             "end" => {
                 json!({"sessionId": sid, "reason": if p.flag { "requested" } else { "auto_end" }})
             }
@@ -344,7 +345,7 @@ fn the_host_answers_every_request_kind_valid_or_mutated_and_never_crashes() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let schema = Schema::native_messaging();
     let kinds = catalogue(&schema);
-    assert_eq!(kinds.len(), 25, "the catalogue changed: {kinds:?}");
+    assert_eq!(kinds.len(), 26, "the catalogue changed: {kinds:?}");
     let mut env = TestEnv::new();
     let (launcher, host, session) = rt.block_on(async {
         let launcher = services(&mut env).await;

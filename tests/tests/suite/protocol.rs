@@ -195,6 +195,45 @@ async fn every_host_message_matches_the_schema() {
     let cleared = of_kind(&rest, "tool_request_cleared");
     assert_eq!(cleared.len(), 1);
     assert_eq!(cleared[0]["reason"], "resolved");
+    // The history of the talk so far: every entry kind of a turn with a tool
+    // call (checked against the schema by `ok`), the page's result kept.
+    let history = c.ok("get_history", json!({"sessionId": id})).await;
+    let entries = history["entries"].as_array().unwrap();
+    let kinds: BTreeSet<&str> = entries
+        .iter()
+        .map(|e| e["type"].as_str().unwrap())
+        .collect();
+    for kind in [
+        "operation_started",
+        "user_text",
+        "agent_message",
+        "tool_request",
+        "tool_outcome",
+        "operation_finished",
+    ] {
+        assert!(kinds.contains(kind), "no {kind} entry in {history}");
+    }
+    let outcome = entries
+        .iter()
+        .rfind(|e| e["type"] == "tool_outcome")
+        .unwrap();
+    assert_eq!(outcome["toolRequestId"], tool_request_id.as_str());
+    assert_eq!(outcome["result"], json!({"title": "Home"}));
+    // Every event so far is covered (a status may follow operation_finished).
+    assert!(history["coveredSeq"].as_u64() >= rest.last().unwrap()["seq"].as_u64());
+    let page = c
+        .ok(
+            "get_history",
+            json!({"sessionId": id, "before": entries.last().unwrap()["id"], "limit": 2}),
+        )
+        .await;
+    assert_eq!(page["hasMore"], true);
+    assert_eq!(page["entries"].as_array().unwrap().len(), 2);
+    let over = c
+        .err("get_history", json!({"sessionId": id, "limit": 1001}))
+        .await;
+    assert_eq!(over["code"], "INVALID_INPUT");
+
     seen.extend(waiting);
     seen.extend(rest);
 
