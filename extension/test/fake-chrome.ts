@@ -235,6 +235,7 @@ const defaultHandlers: Record<string, HostHandler> = {
   reactivate: (f) => ({ snapshot: snapshot({ sessionId: f.payload!.sessionId as string }) }),
   submit_tool_result: () => ({}),
   list_assets: () => ({ assets: [] }),
+  get_history: () => ({ entries: [], hasMore: false, coveredSeq: 0 }),
   create_upload_ticket: (f) => ({ url: `http://127.0.0.1:4999/assets/upload/t-${f.id}`, token: "tok", expiresAt: Date.now() + 60_000, path: `/${String(f.payload!.name)}` }),
   create_download_ticket: (f) => ({ url: `http://127.0.0.1:4999/assets/download/t-${f.id}`, token: "tok", expiresAt: Date.now() + 60_000, path: String(f.payload!.path) }),
 };

@@ -112,6 +112,21 @@ describe("routes", () => {
     expect(r.error.code).toBe("INVALID_INPUT");
     expect(chrome.hosts.flatMap((h) => h.of("send_text"))).toEqual([]);
   });
+
+  it("get_history goes to the host with the route's origin and paging; only for a session the route attached", async () => {
+    startHub([ORIGIN, "https://other.example"]);
+    const entry = { type: "user_text", id: 2, seq: 3, at: 5, operationId: "op_1", text: "hi", truncated: false };
+    chrome.hostHandlers.get_history = () => ({ entries: [entry], hasMore: true, coveredSeq: 9 });
+    const p = await page();
+    const sessionId = await createSession(p);
+    const r = await call(p, "get_history", { sessionId, before: 7, limit: 50 });
+    expect(r.result).toEqual({ entries: [entry], hasMore: true, coveredSeq: 9 });
+    expect(chrome.host.of("get_history").map((f) => [f.origin, f.payload])).toEqual([[ORIGIN, { sessionId, before: 7, limit: 50 }]]);
+    // Another page (origin) never reads it through a route that did not attach the session.
+    const other = await page("https://other.example");
+    expect((await call(other, "get_history", { sessionId })).error.code).toBe("INVALID_INPUT");
+    expect(sent("get_history")).toHaveLength(1);
+  });
 });
 
 describe("transfer frame", () => {

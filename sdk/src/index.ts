@@ -7,6 +7,9 @@ export type {
   Disposer,
   EndedEventContext,
   ErrorEventContext,
+  HistoryEntry,
+  HistoryOptions,
+  HistoryPage,
   PedelecEventContext,
   PedelecOperation,
   ReadAs,
@@ -34,3 +37,14 @@ export { ErrorCodes } from "./protocol/codes.js";
 export type { ErrorCode, KnownErrorCode } from "./protocol/codes.js";
 export { EFFORT_LEVELS, PROVIDER_CODES } from "./protocol/catalog.js";
 export type { EffortLevel, OperationKind, OperationOutcome, ProviderCode } from "./protocol/native.js";
+// The history entry kinds, one per `HistoryEntry["type"]`.
+export type {
+  HistoryAgentMessage,
+  HistoryDropped,
+  HistoryError,
+  HistoryOperationFinished,
+  HistoryOperationStarted,
+  HistoryToolOutcome,
+  HistoryToolRequest,
+  HistoryUserText,
+} from "./protocol/native.js";

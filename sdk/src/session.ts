@@ -7,6 +7,9 @@ import type {
   Asset,
   EffortLevel,
   EventFrame,
+  GetHistoryRequest,
+  GetHistoryResult,
+  HistoryEntry,
   Operation,
   OperationKind,
   OperationOutcome,
@@ -33,6 +36,22 @@ export type Disposer = () => void;
 
 export type ReadAs = "text" | "json" | "file";
 export type AssetInfo = Asset;
+
+/** One entry of a session's conversation history; `type` says which (docs/native-messaging.md, "Conversation history"). */
+export type { HistoryEntry };
+/** Which page of the history `getHistory()` reads. */
+export type HistoryOptions = {
+  /** Only entries with an id below this one (a previous page's `entries[0].id`); absent or 0: from the newest entry. */
+  before?: number;
+  /** At most this many entries (up to 1000); absent or 0: 100. */
+  limit?: number;
+};
+/**
+ * A page of the history, oldest entry first. `hasMore`: older entries exist (ask again with
+ * `before: entries[0].id`). `coveredSeq`: every event with `seq <= coveredSeq` is in the history —
+ * a page that shows the history and live events skips live ones (`ctx.seq`) at or below it.
+ */
+export type HistoryPage = GetHistoryResult;
 
 /**
  * One operation of the session — a `sendText()` or a `prepare()`, of this page or of
@@ -354,6 +373,30 @@ export class PedelecSession {
       }
     })();
     return this.#resumePromise;
+  }
+
+  // ---- history ----
+
+  /**
+   * A page of the session's conversation history — the user's texts, the agent's complete
+   * messages, each tool call with the page's result or error, each operation's start and outcome,
+   * errors — newest `limit` entries older than `before`, returned oldest first. Works on an ended
+   * session too; only the session's own origin may read it.
+   */
+  async getHistory(options: HistoryOptions = {}): Promise<HistoryPage> {
+    const unusable = this.#usable(true);
+    if (unusable) throw unusable;
+    if (typeof options !== "object" || options === null) throw new PedelecError("INVALID_INPUT", "getHistory takes {before?, limit?}");
+    const params: GetHistoryRequest["payload"] = { sessionId: this.sessionId };
+    for (const key of ["before", "limit"] as const) {
+      const value: unknown = options[key];
+      if (value === undefined) continue;
+      if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 0) {
+        throw new PedelecError("INVALID_INPUT", `getHistory: ${key} must be a non-negative integer`, { [key]: value });
+      }
+      params[key] = value;
+    }
+    return await this.#host.connection.call("get_history", params);
   }
 
   // ---- assets ----

@@ -9,6 +9,8 @@ import type {
   EmptyResult,
   EventFrame,
   FullSettingsResult,
+  GetHistoryRequest,
+  GetHistoryResult,
   GetSettingsResult,
   ListAssetsResult,
   ListProvidersResult,
@@ -90,6 +92,8 @@ export interface BridgeCalls {
   end: { params: { sessionId: string }; result: SnapshotResult };
   reactivate: { params: { sessionId: string }; result: SnapshotResult };
   get_session: { params: { sessionId: string }; result: SnapshotResult };
+  /** A page of the session's conversation history (the session's own origin only). */
+  get_history: { params: GetHistoryRequest["payload"]; result: GetHistoryResult };
   submit_tool_result: { params: SubmitToolResultPayload; result: EmptyResult };
   create_upload_ticket: { params: CreateUploadTicketPayload; result: Ticket };
   create_download_ticket: { params: CreateDownloadTicketRequest["payload"]; result: Ticket };
@@ -99,12 +103,12 @@ export type BridgeMethod = keyof BridgeCalls;
 export type BridgeCall = { [M in BridgeMethod]: { method: M; params: BridgeCalls[M]["params"] } }[BridgeMethod];
 export const BRIDGE_METHODS: readonly BridgeMethod[] = [
   "status", "list_providers", "get_settings", "create_session", "resume_session", "send_text", "prepare",
-  "cancel", "end", "reactivate", "get_session", "submit_tool_result", "create_upload_ticket",
+  "cancel", "end", "reactivate", "get_session", "get_history", "submit_tool_result", "create_upload_ticket",
   "create_download_ticket", "list_assets",
 ];
 /** Methods that act on one session: the route must have attached it. */
 export const SESSION_METHODS: ReadonlySet<BridgeMethod> = new Set<BridgeMethod>([
-  "send_text", "prepare", "cancel", "end", "reactivate", "get_session", "submit_tool_result",
+  "send_text", "prepare", "cancel", "end", "reactivate", "get_session", "get_history", "submit_tool_result",
   "create_upload_ticket", "create_download_ticket", "list_assets",
 ]);
 
