@@ -635,6 +635,26 @@ mod tests {
     }
 
     #[test]
+    fn a_long_user_text_is_cut_at_a_character_boundary() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut h = History::at(file_in(dir.path(), "thr_u"));
+        // Three-byte characters: the bound falls inside one.
+        h.user_text_next(&"€".repeat(MAX_USER_TEXT / 3 + 10));
+        h.record(
+            1,
+            &at(),
+            &Event::OperationStarted(pb::OperationStarted::default()),
+            || None,
+        );
+        let got = all(&mut h);
+        let Some(pb::history_entry::Entry::UserText(t)) = &got[1].entry else {
+            panic!("{got:?}");
+        };
+        assert!(t.truncated);
+        assert_eq!(t.text.len(), MAX_USER_TEXT / 3 * 3);
+    }
+
+    #[test]
     fn a_large_tool_result_is_kept_as_a_preview() {
         let dir = tempfile::tempdir().unwrap();
         let mut h = History::at(file_in(dir.path(), "thr_r"));

@@ -11,6 +11,7 @@ use crate::env::mono_ns;
 /// services/provider/src/adapters/ollama.rs). The user's text picks what it does:
 /// - `@@stream N`: N chat deltas as fast as the pipe takes them;
 /// - `@@paced N US`: N deltas, one every US µs, each flushed on its own;
+/// - `@@chats N`: N complete messages;
 /// - `@@wait FILE`: writes its environment to FILE and waits, so the harness
 ///   can act as the agent (tool calls) while the turn runs;
 /// - `@@load N K FILE`: N deltas as fast as the pipe takes them, with K
@@ -81,6 +82,11 @@ pub fn agent_main() -> i32 {
             );
         }
         let _ = std::fs::write(&file, timings);
+    } else if prompt.contains("@@chats ") {
+        // N complete messages (entries of the thread's history).
+        for i in 0..arg(&words("@@chats "), 0) {
+            let _ = writeln!(out, r#"{{"type":"chat","text":"message {i}"}}"#);
+        }
     } else if prompt.contains("@@wait ") {
         let _ = out.flush();
         if let Some(file) = words("@@wait ").first() {

@@ -12,6 +12,7 @@ mod deltas;
 mod env;
 mod floors;
 mod helpers;
+mod history;
 mod host;
 mod journal;
 mod lifecycle;

@@ -8,7 +8,9 @@ use std::time::Instant;
 use serde_json::json;
 
 use crate::report::{Row, print_table, to_json};
-use crate::{Config, agent, autostart, floors, journal, load, main_phase, provider, turn, up};
+use crate::{
+    Config, agent, autostart, floors, history, journal, load, main_phase, provider, turn, up,
+};
 
 pub async fn run(cfg: &Config) -> i32 {
     let started = Instant::now();
@@ -69,6 +71,14 @@ pub async fn run(cfg: &Config) -> i32 {
         "main",
         "services + native host",
         main_phase::main_phase(cfg),
+    )
+    .await;
+    phase(
+        cfg,
+        &mut rows,
+        "history.read_1000",
+        "a page of a thread's conversation history",
+        history::history_phase(cfg),
     )
     .await;
     phase(
@@ -152,6 +162,7 @@ pub async fn run(cfg: &Config) -> i32 {
         "agent.deltas.real",
         "agent.deltas.stub",
         "agent.mock_stream",
+        "history.read_1000",
         "create_session.host",
         "attach.host",
         "end.host",
