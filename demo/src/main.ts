@@ -1,8 +1,9 @@
 // The Pedelec demo: one page that uses every part of @pedelec/sdk a web app
 // needs — approval, providers and effort levels, a streamed chat, status and
-// usage, cancel, end and resume (same handle, and by saved id after a reload),
-// an explicit workspace, two page tools the agent can call, and session files;
-// and, without the extension, how to install it.
+// usage, cancel, end and resume (same handle, and by saved id after a reload,
+// showing the conversation so far from the session's history), an explicit
+// workspace, two page tools the agent can call, and session files; and,
+// without the extension, how to install it.
 // Plain DOM: textContent everywhere, and the agent's Markdown through
 // markdown.ts, which makes elements and text nodes only (agent text is untrusted).
 import {
@@ -13,13 +14,17 @@ import {
   isPedelecError,
   type AssetInfo,
   type EffortLevel,
+  type PedelecEventContext,
   type PedelecSession,
   type ProviderInfo,
   type SessionStatus,
 } from "@pedelec/sdk";
+import { historyRows, LiveJoin, resultText, toolNote } from "./history.js";
 import { renderMarkdown } from "./markdown.js";
 
 const STORAGE_KEY = "pedelec-demo-session";
+/** How many history entries a resumed session shows (the newest). */
+const HISTORY_LIMIT = 500;
 
 type SavedSession = { sessionId: string; provider: string; effortLevel?: string | undefined; workspace?: string | undefined };
 
@@ -80,6 +85,15 @@ const state = {
   errors: [] as { code: string; message: string }[],
 };
 let disposers: (() => void)[] = [];
+
+/** Joining a resumed session's history with its live events; null for a new session (every event is live). */
+let join: LiveJoin | null = null;
+
+/** Runs a live event's effect unless the history already showed it. */
+function live(ctx: PedelecEventContext, run: () => void): void {
+  if (join) join.live(ctx.seq, run);
+  else run();
+}
 
 // ---- errors: shown with code and message, never swallowed ----
 
@@ -229,17 +243,23 @@ function registerTools(session: PedelecSession): void {
       const delta = Number((args as { delta?: unknown }).delta);
       if (!Number.isFinite(delta)) throw new PedelecError("INVALID_INPUT", "delta must be a number");
       const result = updateCounter(delta);
-      chatNote("tool", `tool ${ctx.tool}(${JSON.stringify(args)}) → ${JSON.stringify(result)}`);
+      afterHistory(() => chatNote("tool", toolNote(ctx.tool, args, resultText(result))));
       return result;
     }),
     session.onTool("add_todo", (args, ctx) => {
       const text = String((args as { text?: unknown }).text ?? "").trim();
       if (!text) throw new PedelecError("INVALID_INPUT", "text must not be empty");
       const result = addTodo(text);
-      chatNote("tool", `tool ${ctx.tool}(${JSON.stringify(args)}) → ${state.todos.length} item(s)`);
+      afterHistory(() => chatNote("tool", toolNote(ctx.tool, args, resultText(result))));
       return result;
     }),
   );
+}
+
+/** Something new for the chat (the user's text, a tool the page answered): after the history while a resumed session's loads. */
+function afterHistory(run: () => void): void {
+  if (join) join.afterHistory(run);
+  else run();
 }
 
 // ---- chat ----
@@ -341,19 +361,24 @@ function loadSaved(): SavedSession | null {
   }
 }
 
-function adopt(session: PedelecSession): void {
+/** `joining`: the session's history is about to be shown (see `join`). */
+function adopt(session: PedelecSession, joining = false): void {
   for (const d of disposers) d();
   disposers = [];
   state.session = session;
   state.streaming.clear();
+  join = joining ? new LiveJoin() : null;
   disposers.push(
-    session.onChatDelta((d, ctx) => onDelta(d, ctx.operationId)),
-    session.onChat((t, ctx) => onChat(t, ctx.operationId)),
+    session.onChatDelta((d, ctx) => live(ctx, () => onDelta(d, ctx.operationId))),
+    session.onChat((t, ctx) => live(ctx, () => onChat(t, ctx.operationId))),
     session.onStatus(() => render()),
-    session.onError((e) => {
-      showError(e, "session");
-      render();
-    }),
+    session.onError((e, ctx) =>
+      // An error event the history holds is in the chat already (the SDK's own errors have no seq).
+      live(ctx, () => {
+        showError(e, "session");
+        render();
+      }),
+    ),
     session.onEnded((ctx) => {
       chatNote("system", `Session ended (${ctx.reason ?? "ended"}).`);
       render();
@@ -404,9 +429,20 @@ async function resumeSaved(): Promise<void> {
   if (!saved) return;
   const session = await guarded("Resume saved", () => pedelec.resumeSession(saved.sessionId));
   if (!session) return;
+  // Listening before the history is read: what happens meanwhile waits in `join`.
+  adopt(session, true);
+  ui.chat.replaceChildren();
+  const history = await guarded("History", () => session.getHistory({ limit: HISTORY_LIMIT }));
+  if (state.session !== session || !join) return; // replaced meanwhile (New session)
+  if (history?.hasMore) chatNote("system", `Earlier messages of this session are not shown (the newest ${HISTORY_LIMIT} entries are).`);
+  for (const row of historyRows(history?.entries ?? [])) {
+    const b = bubble(row.kind, row.text);
+    if (row.kind === "assistant") b.classList.add("done");
+  }
   // The session's snapshot names its provider; the saved record is the fallback.
   chatNote("system", `Resumed ${session.sessionId} (${session.provider || saved.provider || "provider unknown"}) — status ${session.getStatus()}.`);
-  adopt(session);
+  // Without a history (an older runtime) every live event is new.
+  join.shown(history?.coveredSeq ?? 0);
 }
 
 async function send(): Promise<void> {
@@ -414,14 +450,14 @@ async function send(): Promise<void> {
   const text = ui.prompt.value.trim();
   if (!s || !text || state.busy) return;
   ui.prompt.value = "";
-  bubble("user", text);
+  afterHistory(() => bubble("user", text));
   state.busy = true;
   render();
   try {
     await s.sendText(text);
   } catch (e) {
     // The user's own Cancel is not an error.
-    if (isPedelecError(e) && e.code === "CANCELLED") chatNote("system", "Cancelled.");
+    if (isPedelecError(e) && e.code === "CANCELLED") afterHistory(() => chatNote("system", "Cancelled."));
     else showError(e, "Send");
   } finally {
     state.busy = false;
