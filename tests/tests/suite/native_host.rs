@@ -115,6 +115,13 @@ async fn a_turn_streams_deltas_in_order_then_end_and_reactivate() {
         .call_as(evil, "get_session", json!({"sessionId": id}))
         .await;
     assert_eq!(reply["error"]["code"], "THREAD_ACCESS_DENIED", "{reply}");
+    // Nor read its conversation: the host asks with the page's own origin.
+    let reply = host
+        .call_as(evil, "get_history", json!({"sessionId": id}))
+        .await;
+    assert_eq!(reply["error"]["code"], "THREAD_ACCESS_DENIED", "{reply}");
+    let own = host.ok("get_history", json!({"sessionId": id})).await;
+    assert!(!own["entries"].as_array().unwrap().is_empty(), "{own}");
     assert_eq!(
         host.err("get_session", json!({"sessionId": "nope"})).await,
         "THREAD_NOT_FOUND"
@@ -803,6 +810,7 @@ async fn a_web_origin_without_a_grant_gets_site_not_approved() {
     assert_eq!(code_of(&reply), "SITE_NOT_APPROVED", "{reply}");
     for (kind, payload) in [
         ("get_session", json!({"sessionId": theirs})),
+        ("get_history", json!({"sessionId": theirs})),
         ("send_text", json!({"sessionId": theirs, "text": "hi"})),
         ("list_assets", json!({"sessionId": theirs})),
     ] {
