@@ -106,6 +106,13 @@ async fn load_inner(cfg: &Config, env: &BenchEnv, launcher: u32) -> Result<Vec<R
     let mut sent_ns: HashMap<String, u64> = HashMap::new();
     let mut checks: HashMap<String, DeltaCheck> = HashMap::new();
     let mut started: Vec<f64> = Vec::new();
+    // A tool_request's `at` (SessionService's wall clock, ms) against its
+    // arrival here: the hops from SessionService's emit to the page.
+    let wall_minus_mono_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64() * 1e3)
+        - mono_ns() as f64 / 1e6;
+    let mut to_page: Vec<f64> = Vec::new();
     let mut done = 0usize;
     let mut seen_events = 0u64;
     host.drain();
@@ -140,6 +147,13 @@ async fn load_inner(cfg: &Config, env: &BenchEnv, launcher: u32) -> Result<Vec<R
             Some("operation_started") => {
                 let t0 = sent_ns.get(&*f.session_id).copied().unwrap_or(e.at_ns);
                 started.push(e.at_ns.saturating_sub(t0) as f64 / 1000.0);
+            }
+            Some("tool_request") => {
+                let v: serde_json::Value = serde_json::from_str(&e.text()).unwrap_or_default();
+                if let Some(at) = v["at"].as_f64() {
+                    let arrived = e.at_ns as f64 / 1e6 + wall_minus_mono_ms;
+                    to_page.push((arrived - at).max(0.0) * 1000.0);
+                }
             }
             Some("operation_finished") => {
                 if f.event.as_ref().and_then(|ev| ev.outcome.as_deref()) != Some("completed") {
@@ -240,6 +254,11 @@ async fn load_inner(cfg: &Config, env: &BenchEnv, launcher: u32) -> Result<Vec<R
             format!("{} of {} calls answered; errors: {:.300}", calls.len(), threads as u64 * k, call_errors.join("; ")),
         )
         .note(format!("page answers sent {answered}, failed {failed_answers}")),
+        Row::latency(
+            "load.tool_request_to_page",
+            format!("a tool_request's emit in SessionService (its `at`, ms) -> its frame read by the page, while {shape} stream"),
+            to_page,
+        ),
         Row::latency(
             "load.operation_started",
             format!("send_text frame written -> the thread's operation_started frame read, the turns of {shape} started one after the other"),
