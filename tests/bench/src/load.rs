@@ -44,6 +44,18 @@ fn mib(kib: u64) -> f64 {
     kib as f64 / 1024.0
 }
 
+/// A process's anonymous resident memory (heap, stacks), KiB.
+fn anon_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("RssAnon:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
 async fn load_inner(cfg: &Config, env: &BenchEnv, launcher: u32) -> Result<Vec<Row>, String> {
     let (threads, n, k, after) = size(cfg);
     env.wait_serving(Duration::from_millis(5)).await?;
@@ -82,6 +94,7 @@ async fn load_inner(cfg: &Config, env: &BenchEnv, launcher: u32) -> Result<Vec<R
     tokio::time::sleep(Duration::from_millis(1000)).await;
     let procs = Procs::of(env, launcher, host.pid).await?;
     let idle = procs.sample();
+    let idle_anon: Vec<u64> = procs.list.iter().map(|(_, pid)| anon_kib(*pid)).collect();
 
     let peaks: Arc<Mutex<HashMap<u32, u64>>> = Arc::default();
     let sampler = {
@@ -217,6 +230,15 @@ async fn load_inner(cfg: &Config, env: &BenchEnv, launcher: u32) -> Result<Vec<R
 
     tokio::time::sleep(Duration::from_secs(after)).await;
     let later = procs.sample();
+    // VmRSS also counts the program's own code pages, read from its file and
+    // shared by the six processes; the anonymous part is what the load left.
+    let anon: String = procs
+        .list
+        .iter()
+        .zip(&idle_anon)
+        .map(|((name, pid), a)| format!("{name} {:.1} -> {:.1}", mib(*a), mib(anon_kib(*pid))))
+        .collect::<Vec<_>>()
+        .join(", ");
     let mut worst = 0.0f64;
     let growth: String = idle
         .iter()
@@ -292,6 +314,6 @@ async fn load_inner(cfg: &Config, env: &BenchEnv, launcher: u32) -> Result<Vec<R
             1,
         )
         .target(Target::AtMost(2.0), "≤ 2 MiB")
-        .note(growth),
+        .note(format!("{growth}; anonymous (RssAnon): {anon}")),
     ])
 }
