@@ -301,6 +301,15 @@ async fn turns_with_a_tool_call_are_recorded_in_order_with_their_events_seqs() {
     let get = code(sessions.get(thread_request_from(&id, other)).await);
     assert_eq!(got, get);
     assert_eq!(got, "THREAD_ACCESS_DENIED");
+    // One never approved is refused before the thread is looked up.
+    assert_eq!(
+        code(
+            sessions
+                .get_history(history_request(&id, "https://never.example", 0, 0))
+                .await
+        ),
+        "SITE_NOT_APPROVED"
+    );
 
     // pedelec-cli: a transcript, and the entries as JSON.
     let cli = |args: &[&str]| {
