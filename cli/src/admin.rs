@@ -318,10 +318,6 @@ async fn session_client(clients: &Clients) -> Result<SessionClient, CliError> {
     Ok(clients.session())
 }
 
-/// The origin of pedelec-cli's own requests: a local caller, which
-/// SessionService lets read any thread's history.
-const CLI_ORIGIN: &str = "cli";
-
 /// Every entry of a thread's history, oldest first, read a page at a time.
 async fn whole_history(
     client: &mut SessionClient,
@@ -333,7 +329,7 @@ async fn whole_history(
         let page = client
             .get_history(GetHistoryRequest {
                 session_id: session_id.clone(),
-                origin: CLI_ORIGIN.into(),
+                origin: pedelec_common::CLI_ORIGIN.into(),
                 before,
                 limit: pedelec_common::MAX_HISTORY_PAGE,
             })

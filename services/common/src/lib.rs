@@ -66,6 +66,10 @@ pub const MAX_TOOL_RESULT_BYTES: usize = 2 << 20;
 /// SessionService allows and the page size pedelec-cli reads with.
 pub const MAX_HISTORY_PAGE: u32 = 1_000;
 
+/// The origin pedelec-cli's own requests carry: a local caller, which
+/// SessionService lets read any thread's history (GetHistory).
+pub const CLI_ORIGIN: &str = "cli";
+
 /// Exit codes of `pedelecd`, stable for scripts, the native host (which tells
 /// "already running" from a failed start by them) and the tests.
 pub mod pedelecd_exit {

@@ -8,9 +8,6 @@ use super::{Sessions, lock};
 use crate::error::SessionError;
 use crate::history::{DEFAULT_PAGE, History, MAX_PAGE};
 
-/// The local caller that may read any thread's history: pedelec-cli.
-const ADMIN_ORIGIN: &str = "cli";
-
 impl Sessions {
     /// Where thread `id`'s history is kept: next to its journal record.
     pub(crate) fn history_file(&self, id: &str) -> PathBuf {
@@ -41,7 +38,7 @@ impl Sessions {
         let sessions = self.clone();
         // The first read of a thread loads its file; the page is one read.
         tokio::task::spawn_blocking(move || {
-            let thread = if req.origin == ADMIN_ORIGIN && !req.session_id.is_empty() {
+            let thread = if req.origin == pedelec_common::CLI_ORIGIN && !req.session_id.is_empty() {
                 sessions
                     .thread_unchecked(&req.session_id)
                     .ok_or_else(|| SessionError::ThreadNotFound(req.session_id.clone()))?
