@@ -141,7 +141,7 @@ mod tests {
     #[test]
     fn details_lose_paths_but_the_stderr_tail_stays_for_local_callers() {
         let details = serde_json::json!({
-            "error": {"message": "no such file /home/alice/x", "codes": ["/a/b", 3]},
+            "error": {"message": "no such file /home/alice/x", "codes": ["/usr/b", 3]},
             STDERR_TAIL_KEY: "/home/alice/.npm/x\n",
         });
         let e = provider_error(
