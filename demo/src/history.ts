@@ -70,6 +70,16 @@ export function historyRows(entries: HistoryEntry[]): Row[] {
 }
 
 /**
+ * The tool calls whose outcome the history shows. A call still pending when
+ * the page resumed is answered by the live handler, which may finish before
+ * the history is read; then the history shows it and the handler's own note
+ * would be a second row for it.
+ */
+export function settledCalls(entries: HistoryEntry[]): Set<string> {
+  return new Set(entries.flatMap((e) => (e.type === "tool_outcome" ? [e.toolRequestId] : [])));
+}
+
+/**
  * Joins a resumed session's history with its live events. Listening starts
  * before the history is read; until it is shown, live events wait; then only
  * those after it (seq > coveredSeq) run, so nothing is shown twice and

@@ -19,7 +19,7 @@ import {
   type ProviderInfo,
   type SessionStatus,
 } from "@pedelec/sdk";
-import { historyRows, LiveJoin, resultText, toolNote } from "./history.js";
+import { historyRows, LiveJoin, resultText, settledCalls, toolNote } from "./history.js";
 import { renderMarkdown } from "./markdown.js";
 
 const STORAGE_KEY = "pedelec-demo-session";
@@ -243,17 +243,27 @@ function registerTools(session: PedelecSession): void {
       const delta = Number((args as { delta?: unknown }).delta);
       if (!Number.isFinite(delta)) throw new PedelecError("INVALID_INPUT", "delta must be a number");
       const result = updateCounter(delta);
-      afterHistory(() => chatNote("tool", toolNote(ctx.tool, args, resultText(result))));
+      noteToolCall(ctx, args, result);
       return result;
     }),
     session.onTool("add_todo", (args, ctx) => {
       const text = String((args as { text?: unknown }).text ?? "").trim();
       if (!text) throw new PedelecError("INVALID_INPUT", "text must not be empty");
       const result = addTodo(text);
-      afterHistory(() => chatNote("tool", toolNote(ctx.tool, args, resultText(result))));
+      noteToolCall(ctx, args, result);
       return result;
     }),
   );
+}
+
+/** Tool calls the shown history already notes with their outcome (a resumed session's). */
+let historyCalls = new Set<string>();
+
+/** A tool call the page answered, noted in the chat once: after the history, unless the history shows it already. */
+function noteToolCall(ctx: { tool: string; toolRequestId: string }, args: unknown, result: unknown): void {
+  afterHistory(() => {
+    if (!historyCalls.has(ctx.toolRequestId)) chatNote("tool", toolNote(ctx.tool, args, resultText(result)));
+  });
 }
 
 /** Something new for the chat (the user's text, a tool the page answered): after the history while a resumed session's loads. */
@@ -435,6 +445,7 @@ async function resumeSaved(): Promise<void> {
   const history = await guarded("History", () => session.getHistory({ limit: HISTORY_LIMIT }));
   if (state.session !== session || !join) return; // replaced meanwhile (New session)
   if (history?.hasMore) chatNote("system", `Earlier messages of this session are not shown (the newest ${HISTORY_LIMIT} entries are).`);
+  historyCalls = settledCalls(history?.entries ?? []);
   for (const row of historyRows(history?.entries ?? [])) {
     const b = bubble(row.kind, row.text);
     if (row.kind === "assistant") b.classList.add("done");

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import type { HistoryEntry } from "@pedelec/sdk";
-import { historyRows, LiveJoin, resultText, toolNote } from "../src/history.js";
+import { historyRows, LiveJoin, resultText, settledCalls, toolNote } from "../src/history.js";
 
 const base = { at: 1764524403000, operationId: "op_1" };
 
@@ -63,5 +63,15 @@ describe("the demo's history", () => {
     join.live(14, () => shown.push("chat 14"));
     join.live(undefined, () => shown.push("sdk error"));
     expect(shown).toEqual(["history", "tool note", "chat 13", "chat 14", "sdk error"]);
+  });
+
+  it("knows the calls whose outcome it shows, so a pending call answered meanwhile is not noted twice", () => {
+    const entries: HistoryEntry[] = [
+      { ...base, type: "tool_request", id: 1, seq: 1, toolRequestId: "tr_1", tool: "update_counter", args: { delta: 5 }, timeoutMs: 1, deadlineAt: 1 },
+      { ...base, type: "tool_outcome", id: 2, seq: 2, toolRequestId: "tr_1", reason: "resolved", result: { counter: 5 }, error: null, truncated: false, resultPreview: null },
+      { ...base, type: "tool_request", id: 3, seq: 3, toolRequestId: "tr_2", tool: "add_todo", args: { text: "x" }, timeoutMs: 1, deadlineAt: 1 },
+    ];
+    expect([...settledCalls(entries)]).toEqual(["tr_1"]);
+    expect(historyRows(entries).filter((r) => r.kind === "tool")).toHaveLength(1);
   });
 });
