@@ -522,6 +522,31 @@ fn find_file(dir: &Path, name: &str) -> Option<PathBuf> {
     None
 }
 
+/// Whether `ancestor` is among `pid`'s parents (by /proc/<pid>/stat).
+fn descends_from(pid: u32, ancestor: u32) -> bool {
+    let parent = |p: u32| -> Option<u32> {
+        let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).ok()?;
+        // The command name may hold spaces and parentheses: fields follow the last ')'.
+        stat.rsplit_once(')')?
+            .1
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()
+    };
+    let mut p = pid;
+    while let Some(up) = parent(p) {
+        if up == ancestor {
+            return true;
+        }
+        if up <= 1 {
+            return false;
+        }
+        p = up;
+    }
+    false
+}
+
 fn describe(pid: u32) -> String {
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
         .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
@@ -899,9 +924,20 @@ async fn streamed_turns_share_one_app_server(run: &mut Run) {
         !between.is_empty(),
         "{cli:?}: no app-server kept for the thread between turns"
     );
+    let servers: Vec<u32> = between
+        .iter()
+        .copied()
+        .filter(|p| describe(*p).contains(cli.server_word()))
+        .collect();
+    assert!(
+        !servers.is_empty(),
+        "{cli:?}: no app-server among {between:?}"
+    );
     for pid in &between {
+        // The server, or what it runs for the thread (codex's shell snapshot
+        // `bash -lc` may still be finishing): nothing outside the server.
         assert!(
-            describe(*pid).contains(cli.server_word()),
+            servers.contains(pid) || servers.iter().any(|s| descends_from(*pid, *s)),
             "{cli:?}: {}",
             describe(*pid)
         );
