@@ -120,6 +120,19 @@ impl Host {
     /// As a browser starts it with `args`: Chrome's `[origin]`, Firefox's
     /// `[manifest path, add-on id]`.
     pub fn spawn_with_args(env: &TestEnv, args: &[&str]) -> Host {
+        Host::spawn_reading(env, args, read_frames)
+    }
+
+    /// [`Host::spawn_with_args`] with `reader` reading the host's stdout into
+    /// `incoming` instead of [`read_frames`] (a page that lags, say).
+    pub fn spawn_reading<F, Fut>(env: &TestEnv, args: &[&str], reader: F) -> Host
+    where
+        F: FnOnce(
+            tokio::process::ChildStdout,
+            mpsc::UnboundedSender<Result<Received, String>>,
+        ) -> Fut,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
         let exe = env_bin_dir(env).join("pedelec-native-host");
         assert!(
             exe.exists(),
@@ -138,7 +151,7 @@ impl Host {
             .spawn()
             .expect("spawn pedelec-native-host");
         let (tx, incoming) = mpsc::unbounded_channel();
-        tokio::spawn(read_frames(child.stdout.take().unwrap(), tx));
+        tokio::spawn(reader(child.stdout.take().unwrap(), tx));
         Host {
             stdin: child.stdin.take(),
             child,

@@ -5,7 +5,6 @@
 //! a frame of its own, and the deltas must still arrive whole, in order,
 //! with every seq accounted for (merged frames, docs/native-messaging.md §4).
 
-use std::process::Stdio;
 use std::sync::Arc;
 
 use pedelec_proto::v1 as pb;
@@ -56,27 +55,9 @@ async fn gated_reader(
 }
 
 fn spawn_gated(env: &TestEnv, paused: watch::Receiver<bool>) -> Host {
-    let exe = env_bin_dir(env).join("pedelec-native-host");
-    let mut cmd = env.command(&exe);
-    cmd.arg(EXTENSION)
-        .current_dir(exe.parent().unwrap())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(env.root.path().join("host.stderr")).unwrap());
-    set_own_process_group(&mut cmd);
-    let mut child = tokio::process::Command::from(cmd)
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn pedelec-native-host");
-    let (tx, incoming) = mpsc::unbounded_channel();
-    tokio::spawn(gated_reader(child.stdout.take().unwrap(), paused, tx));
-    Host {
-        stdin: child.stdin.take(),
-        child,
-        incoming,
-        stash: Default::default(),
-        next_id: 0,
-    }
+    Host::spawn_reading(env, &[EXTENSION], move |stdout, tx| {
+        gated_reader(stdout, paused, tx)
+    })
 }
 
 #[tokio::test]
