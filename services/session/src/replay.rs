@@ -51,7 +51,7 @@ const SEGMENT_BYTES: usize = 64 << 10;
 
 /// What an idle thread whose routes have taken everything keeps for a
 /// re-attach: its newest events (a turn's last delta, chat, finish and status),
-/// the same tail an ended thread keeps.
+/// and what an ended thread keeps for routes catching up with its end.
 pub const IDLE_TAIL_EVENTS: usize = 64;
 
 /// Bytes of events, across every thread's buffer, above which events every

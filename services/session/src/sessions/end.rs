@@ -9,9 +9,6 @@ use crate::error::SessionError;
 use crate::record::{Outcome, Status};
 use crate::thread::Thread;
 
-/// Events an ended thread keeps for routes catching up with its end.
-const ENDED_REPLAY_EVENTS: usize = 64;
-
 /// Why a thread's tool calls are dropped (ToolBridge's `Drop`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum DropTools {
@@ -75,7 +72,8 @@ impl Sessions {
         t.emit(Event::Ended(pb::Ended {
             reason: reason as i32,
         }));
-        t.replay.keep_last(ENDED_REPLAY_EVENTS);
+        // Routes catching up with the end find the same tail an idle thread keeps.
+        t.replay.keep_last(crate::replay::IDLE_TAIL_EVENTS);
         let saved = t.save(&self.inner.journal);
         Some((t.id().to_string(), saved))
     }
