@@ -22,6 +22,7 @@
 //! `first_seq`, asked for by `mergeDeltas`) joins a run as the deltas it
 //! stands for.
 
+use pedelec_common::delta_merge;
 use pedelec_proto::v1 as pb;
 
 use crate::protocol as p;
@@ -85,7 +86,7 @@ pub fn frames(batch: Vec<Outgoing>) -> Vec<String> {
         }
         let at = open.iter().position(|(s, _)| *s == event.session_id);
         let joined = at.and_then(|i| match &mut slots[open[i].1] {
-            Slot::Run(run) if joins(run, &event) => Some(run),
+            Slot::Run(run) if delta_merge::joins(&run.event, &event, MERGED_TEXT_MAX) => Some(run),
             _ => None,
         });
         if let Some(run) = joined {
@@ -123,19 +124,6 @@ pub fn frames(batch: Vec<Outgoing>) -> Vec<String> {
             }
         })
         .collect()
-}
-
-fn joins(run: &Run, next: &pb::SessionEvent) -> bool {
-    use pb::session_event::Event::ChatDelta;
-    match (&run.event.event, &next.event) {
-        (Some(ChatDelta(a)), Some(ChatDelta(b))) => {
-            next.first_seq.unwrap_or(next.seq) == run.event.seq + 1
-                && a.operation_id == b.operation_id
-                && a.message_id == b.message_id
-                && a.text.len() + b.text.len() <= MERGED_TEXT_MAX
-        }
-        _ => false,
-    }
 }
 
 #[cfg(test)]

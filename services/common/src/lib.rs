@@ -15,6 +15,7 @@ pub mod beneath;
 pub mod clients;
 mod coalesce;
 pub mod codes;
+pub mod delta_merge;
 pub mod error;
 pub mod extension;
 pub mod ids;

@@ -28,7 +28,7 @@ pub fn merge(events: Vec<pb::SessionEvent>) -> Vec<pb::SessionEvent> {
     let mut out: Vec<pb::SessionEvent> = Vec::with_capacity(events.len().min(16));
     for event in events {
         if let Some(last) = out.last_mut()
-            && joins(last, &event)
+            && pedelec_common::delta_merge::joins(last, &event, MERGED_TEXT_MAX)
         {
             let (Some(Event::ChatDelta(into)), Some(Event::ChatDelta(d))) =
                 (last.event.as_mut(), event.event.as_ref())
@@ -44,18 +44,6 @@ pub fn merge(events: Vec<pb::SessionEvent>) -> Vec<pb::SessionEvent> {
         out.push(event);
     }
     out
-}
-
-fn joins(run: &pb::SessionEvent, next: &pb::SessionEvent) -> bool {
-    match (&run.event, &next.event) {
-        (Some(Event::ChatDelta(a)), Some(Event::ChatDelta(b))) => {
-            next.seq == run.seq + 1
-                && a.operation_id == b.operation_id
-                && a.message_id == b.message_id
-                && a.text.len() + b.text.len() <= MERGED_TEXT_MAX
-        }
-        _ => false,
-    }
 }
 
 #[cfg(test)]
