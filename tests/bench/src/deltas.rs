@@ -2,8 +2,6 @@
 //! Attach client: rate, per-delta latency, loss and order, and the memory
 //! peaks while they stream.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use pb::session_event::Event;
@@ -11,10 +9,10 @@ use pedelec_proto::v1 as pb;
 use serde_json::json;
 
 use crate::Config;
-use crate::env::{BenchEnv, memory_kib, mono_ns};
+use crate::env::{BenchEnv, mono_ns};
 use crate::host::Host;
 use crate::measure::profiled;
-use crate::memory::{MemSample, Procs, memory_rows};
+use crate::memory::{MemSample, PeakSampler, Procs, memory_rows};
 use crate::report::{Row, Target};
 use crate::sessions::{Sessions, attach_request, next_event, open_host_session, send_text, thread};
 
@@ -167,23 +165,7 @@ pub(crate) async fn deltas(
     }
 
     // RSS under load: each process's peak while the burst runs.
-    let peaks: Arc<Mutex<HashMap<u32, (u64, u64)>>> = Arc::default();
-    let sampler = {
-        let peaks = peaks.clone();
-        let list = procs.list.clone();
-        tokio::spawn(async move {
-            loop {
-                for (_, pid) in &list {
-                    let (rss, pss) = memory_kib(*pid);
-                    let mut p = peaks.lock().unwrap();
-                    let e = p.entry(*pid).or_default();
-                    e.0 = e.0.max(rss);
-                    e.1 = e.1.max(pss.unwrap_or(0));
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        })
-    };
+    let sampler = PeakSampler::start(&procs.list, true);
     let t = Instant::now();
     let burst = profiled(
         cfg,
@@ -192,11 +174,11 @@ pub(crate) async fn deltas(
     )
     .await;
     let turn_time = t.elapsed();
-    sampler.abort();
+    let peaks = sampler.stop();
     let burst = burst?;
     let host_result = burst.finish(n);
     let loaded: Vec<MemSample> = {
-        let p = peaks.lock().unwrap();
+        let p = &peaks;
         procs
             .list
             .iter()

@@ -8,16 +8,15 @@
 //! short); `--full-load` runs 50 threads × 10,000 deltas × 20 tool calls.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::json;
 
 use crate::Config;
 use crate::deltas::DeltaCheck;
-use crate::env::{BenchEnv, PATIENCE, memory_kib, mono_ns, stop};
+use crate::env::{BenchEnv, PATIENCE, mono_ns, stop};
 use crate::host::Host;
-use crate::memory::Procs;
+use crate::memory::{PeakSampler, Procs};
 use crate::report::{Row, Target};
 use crate::sessions::{open_host_session, stub_agent_settings};
 
@@ -96,22 +95,7 @@ async fn load_inner(cfg: &Config, env: &BenchEnv, launcher: u32) -> Result<Vec<R
     let idle = procs.sample();
     let idle_anon: Vec<u64> = procs.list.iter().map(|(_, pid)| anon_kib(*pid)).collect();
 
-    let peaks: Arc<Mutex<HashMap<u32, u64>>> = Arc::default();
-    let sampler = {
-        let peaks = peaks.clone();
-        let list = procs.list.clone();
-        tokio::spawn(async move {
-            loop {
-                for (_, pid) in &list {
-                    let (rss, _) = memory_kib(*pid);
-                    let mut p = peaks.lock().unwrap();
-                    let e = p.entry(*pid).or_default();
-                    *e = (*e).max(rss);
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        })
-    };
+    let sampler = PeakSampler::start(&procs.list, false);
 
     let files: Vec<_> = (0..threads)
         .map(|i| env.root.join(format!("load-{i}.calls")))
@@ -177,7 +161,7 @@ async fn load_inner(cfg: &Config, env: &BenchEnv, launcher: u32) -> Result<Vec<R
             _ => {}
         }
     }
-    sampler.abort();
+    let peaks = sampler.stop();
     let (answered, failed_answers) = host.answers();
 
     let mut calls = Vec::new();
@@ -214,17 +198,12 @@ async fn load_inner(cfg: &Config, env: &BenchEnv, launcher: u32) -> Result<Vec<R
         .list
         .iter()
         .find(|(name, _)| name.contains("session"))
-        .map(|(_, pid)| peaks.lock().unwrap().get(pid).copied().unwrap_or(0))
+        .map(|(_, pid)| peaks.get(pid).map_or(0, |p| p.0))
         .unwrap_or(0);
     let loaded_all: String = procs
         .list
         .iter()
-        .map(|(name, pid)| {
-            format!(
-                "{name} {:.1}",
-                mib(peaks.lock().unwrap().get(pid).copied().unwrap_or(0))
-            )
-        })
+        .map(|(name, pid)| format!("{name} {:.1}", mib(peaks.get(pid).map_or(0, |p| p.0))))
         .collect::<Vec<_>>()
         .join(", ");
 

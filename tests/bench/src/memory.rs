@@ -1,6 +1,9 @@
 //! Memory of the launcher, the four services and the native host: VmRSS and
 //! PSS summed, idle, loaded and after a burst.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
 use crate::env::{BenchEnv, memory_kib};
 use crate::report::{Row, Target};
 
@@ -79,4 +82,46 @@ pub(crate) fn memory_rows(kind: &'static str, sample: &[MemSample], n: usize) ->
         );
     }
     rows
+}
+
+/// Each process's peak (VmRSS, Pss) in KiB while a burst runs, sampled every
+/// 50 ms until [`PeakSampler::stop`]; Pss is 0 where it is not read.
+pub struct PeakSampler {
+    peaks: Arc<Mutex<HashMap<u32, (u64, u64)>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl PeakSampler {
+    /// Samples `list`'s processes; with `pss`, their Pss too (a smaps_rollup
+    /// read each, more work for the kernel while the burst runs).
+    pub fn start(list: &[(String, u32)], pss: bool) -> PeakSampler {
+        let peaks: Arc<Mutex<HashMap<u32, (u64, u64)>>> = Default::default();
+        let task = {
+            let peaks = peaks.clone();
+            let pids: Vec<u32> = list.iter().map(|(_, pid)| *pid).collect();
+            tokio::spawn(async move {
+                loop {
+                    for pid in &pids {
+                        let (rss, p) = if pss {
+                            memory_kib(*pid)
+                        } else {
+                            (pedelec_tests::rss_kib(*pid), None)
+                        };
+                        let mut peaks = peaks.lock().unwrap();
+                        let e = peaks.entry(*pid).or_default();
+                        e.0 = e.0.max(rss);
+                        e.1 = e.1.max(p.unwrap_or(0));
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+            })
+        };
+        PeakSampler { peaks, task }
+    }
+
+    /// Stops sampling; the peaks by pid.
+    pub fn stop(self) -> HashMap<u32, (u64, u64)> {
+        self.task.abort();
+        std::mem::take(&mut *self.peaks.lock().unwrap())
+    }
 }
