@@ -59,7 +59,7 @@ async function answerInFirefox(ff, back, origin, action, { providers = [] } = {}
   await ff.switchTo(back);
 }
 
-test("Firefox: approve, the settings page, create, a streamed turn, a page tool call, resume after a reload, a second origin refused, end", T, async (t) => {
+test("Firefox: approve, the settings page, create, a streamed turn, a page tool call, an asset, resume after a reload, a second origin refused, end", T, async (t) => {
   const w = await startWorld(t, mock, { firefox: true });
   const ff = w.firefox;
   assert.equal(ff.addonId, FIREFOX_ADDON_ID, "the Firefox build installs under Pedelec's add-on id");
@@ -101,6 +101,20 @@ test("Firefox: approve, the settings page, create, a streamed turn, a page tool 
   assert.equal(await ff.textContent("#counter"), "3");
   assert.equal((await assistantTexts(ff)).at(-1), 'Done. The tool said: {"counter":3,"delta":3}');
   await ff.screenshot("firefox-demo", { docs: true });
+
+  // An asset round trip: the bytes go through the Firefox extension's transfer frame (a
+  // moz-extension:// page) to AssetService and back.
+  const doc = { firefox: true, items: [1, 2, 3] };
+  const assets = await inPage(ff, async (d, text) => {
+    const s = d.session;
+    await s.uploadAsset(new Blob([text], { type: "application/json" }), { path: "/notes.json" });
+    return { list: (await s.listAssets()).map((a) => [a.path, a.sizeBytes]), json: await s.readAsset("/notes.json", "json") };
+  }, JSON.stringify(doc));
+  assert.deepEqual(assets.ok, { list: [["/notes.json", JSON.stringify(doc).length]], json: doc }, JSON.stringify(assets));
+  assert.ok(
+    await ff.evaluate((o) => [...document.querySelectorAll("iframe")].some((f) => f.src.startsWith(`${o}/`)), ff.extensionOrigin),
+    "the transfer frame is the Firefox extension's page",
+  );
 
   // Reload: the demo offers the kept session; resumed, the next turn (with a tool call) works.
   await ff.reload();
