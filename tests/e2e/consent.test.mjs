@@ -4,7 +4,7 @@
 // in target/e2e/; docs/img holds copies). What
 // docs/sdk-extension.md ("Approval") documents; the services enforce the same
 // grants (tests/tests/suite).
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import assert from "node:assert/strict";
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
@@ -12,14 +12,13 @@ import { execFileSync } from "node:child_process";
 import {
   answerPrompt,
   approvalUiOpen,
-  checkBuilt,
   docShot,
   EXTENSION_ID,
   inPage,
   POPUP_URL,
   servePages,
-  startMock,
   startWorld,
+  suiteParts,
   STEP_MS,
   until,
   withTimeout,
@@ -28,17 +27,7 @@ import {
 let mock;
 let site;
 let site2;
-before(async () => {
-  checkBuilt();
-  mock = await startMock();
-  site = await servePages();
-  site2 = await servePages();
-});
-after(() => {
-  mock?.stop();
-  site?.close();
-  site2?.close();
-});
+suiteParts({ sites: 2 }, (m, a, b) => ([mock, site, site2] = [m, a, b]));
 
 const T = { timeout: 240_000 };
 

@@ -5,29 +5,18 @@
 // codex CLI against the mock model server. The same page (the demo, the same
 // SDK) as in Chromium: approve, create, stream, a page tool call, end, resume
 // after a reload, a second origin refused.
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { checkBuilt, codexTool, FIREFOX_ADDON_ID, inPage, NATIVE_HOST_NAME, servePages, startMock, startWorld, until } from "./harness.mjs";
+import { checkBuilt, codexTool, FIREFOX_ADDON_ID, inPage, NATIVE_HOST_NAME, startWorld, suiteParts, until } from "./harness.mjs";
 import { assistantTexts, createInDemo, demoErrors, record, sendInDemo } from "./demo-steps.mjs";
 import { checkFirefox } from "./firefox.mjs";
 
 let mock;
 let site;
 let site2;
-before(async () => {
-  checkBuilt();
-  checkFirefox();
-  mock = await startMock();
-  site = await servePages();
-  site2 = await servePages();
-});
-after(() => {
-  mock?.stop();
-  site?.close();
-  site2?.close();
-});
+suiteParts({ sites: 2, check: () => (checkBuilt(), checkFirefox()) }, (m, a, b) => ([mock, site, site2] = [m, a, b]));
 
 const T = { timeout: 300_000 };
 

@@ -5,6 +5,7 @@
 // model server. Only the model is mocked. Every test file and script here
 // imports what it needs from this file.
 import { spawn, spawnSync } from "node:child_process";
+import { after, before } from "node:test";
 import { createServer } from "node:http";
 import {
   chmodSync,
@@ -144,6 +145,26 @@ export async function startMock() {
       }
     },
   };
+}
+
+/**
+ * A test file's shared parts: before its tests, `check()` (what it runs is
+ * built) and the mock model server and `sites` pages (each its own origin)
+ * started and handed to `use(mock, ...sites)`; after them, all stopped.
+ */
+export function suiteParts({ sites = 1, check = () => checkBuilt() }, use) {
+  let mock;
+  const pages = [];
+  before(async () => {
+    check();
+    mock = await startMock();
+    for (let i = 0; i < sites; i++) pages.push(await servePages());
+    use(mock, ...pages);
+  });
+  after(() => {
+    mock?.stop();
+    for (const page of pages) page.close();
+  });
 }
 
 // ---- pages on 127.0.0.1 ----

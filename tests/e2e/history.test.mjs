@@ -3,22 +3,14 @@
 // from session.getHistory(), then continues live without showing anything
 // twice. Debian's Chromium, the unpacked extension, the real native host,
 // pedelecd and the real codex CLI against the mock model server (harness.mjs).
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import assert from "node:assert/strict";
-import { checkBuilt, codexTool, inPage, servePages, shot, startMock, startWorld, STEP_MS } from "./harness.mjs";
+import { codexTool, inPage, shot, startWorld, STEP_MS, suiteParts } from "./harness.mjs";
 import { createInDemo, demoErrors, sendInDemo } from "./demo-steps.mjs";
 
 let mock;
 let site;
-before(async () => {
-  checkBuilt();
-  mock = await startMock();
-  site = await servePages();
-});
-after(() => {
-  mock?.stop();
-  site?.close();
-});
+suiteParts({ sites: 1 }, (m, a) => ([mock, site] = [m, a]));
 
 /** The demo's chat as [kind, text] rows: the user's texts, the agent's messages, the tool calls. */
 function transcript(page) {

@@ -7,23 +7,15 @@
 // through, at the effort level chosen. The screenshots the docs show
 // (docs/img) are taken here: docShot, PEDELEC_E2E_DOC_SHOTS=1 copies them.
 // And the complete example of the README and docs/sdk-extension.md, run as written.
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { checkBuilt, codexTool, docShot, inPage, POPUP_URL, repo, sdkDist, servePages, startMock, startWorld, STEP_MS, until } from "./harness.mjs";
+import { checkBuilt, codexTool, docShot, inPage, POPUP_URL, repo, sdkDist, servePages, startWorld, STEP_MS, suiteParts, until } from "./harness.mjs";
 
 let mock;
 let site;
-before(async () => {
-  checkBuilt();
-  mock = await startMock();
-  site = await servePages();
-});
-after(() => {
-  mock?.stop();
-  site?.close();
-});
+suiteParts({ sites: 1 }, (m, a) => ([mock, site] = [m, a]));
 
 const T = { timeout: 240_000 };
 

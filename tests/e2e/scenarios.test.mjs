@@ -3,7 +3,7 @@
 // pedelecd on temp dirs and the real codex / claude CLIs against the mock
 // model server. Each test is one numbered scenario (the list is in
 // docs/sdk-extension.md, "Tests") and starts its own world (harness.mjs).
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import assert from "node:assert/strict";
 import { existsSync, mkdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
@@ -11,15 +11,14 @@ import {
   answerPrompt,
   approvalUiOpen,
   BRIDGE_NAMESPACE,
-  checkBuilt,
   docShot,
   EXTENSION_ID,
   inPage,
   servePages,
   shot,
   sleep,
-  startMock,
   startWorld,
+  suiteParts,
   codexTool,
   toolCommand,
   TRANSFER_PAGE,
@@ -32,17 +31,7 @@ import { createInDemo, demoErrors, record, sendInDemo } from "./demo-steps.mjs";
 let mock;
 let site;
 let site2;
-before(async () => {
-  checkBuilt();
-  mock = await startMock();
-  site = await servePages();
-  site2 = await servePages();
-});
-after(() => {
-  mock?.stop();
-  site?.close();
-  site2?.close();
-});
+suiteParts({ sites: 2 }, (m, a, b) => ([mock, site, site2] = [m, a, b]));
 
 const T = { timeout: 240_000 };
 
