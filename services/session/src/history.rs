@@ -78,6 +78,53 @@ pub struct History {
     answer: Option<(String, Answer)>,
     /// The newest tool request and its operation (a clearing names no operation).
     tool_operation: Option<(String, String)>,
+    /// Entries whose write failed since the last one written; the next
+    /// write puts an error entry saying so first, so the gap shows.
+    unrecorded: Option<Unrecorded>,
+    /// Test hook: the next this many writes fail as on a full disk.
+    #[cfg(test)]
+    fail_writes: usize,
+}
+
+/// Entries that could not be written (a full or unwritable disk).
+#[derive(Clone, Debug)]
+struct Unrecorded {
+    count: u64,
+    first_seq: u64,
+    last_seq: u64,
+    /// The first failure's reason.
+    reason: String,
+}
+
+impl Unrecorded {
+    /// The error entry that stands for them in the history.
+    fn entry(&self, id: u64) -> pb::HistoryEntry {
+        let events = if self.first_seq == self.last_seq {
+            format!("event {}", self.first_seq)
+        } else {
+            format!("events {} to {}", self.first_seq, self.last_seq)
+        };
+        pb::HistoryEntry {
+            id,
+            operation_id: String::new(),
+            seq: self.last_seq,
+            at: Some(pedelec_common::now_timestamp()),
+            entry: Some(pb::history_entry::Entry::Error(pb::PedelecError {
+                code: pedelec_common::Code::JOURNAL_WRITE_FAILED
+                    .as_str()
+                    .to_string(),
+                message: format!(
+                    "{} history {} of {events} could not be written: {}",
+                    self.count,
+                    if self.count == 1 { "entry" } else { "entries" },
+                    self.reason
+                ),
+                details: None,
+                source: pb::ErrorSource::Core as i32,
+                operation_id: String::new(),
+            })),
+        }
+    }
 }
 
 /// The part of a tool outcome the page's answer gives.
@@ -277,7 +324,22 @@ impl History {
         let Some(path) = self.path.clone() else {
             return;
         };
+        #[cfg(test)]
+        let fail = self.fail_writes > 0;
+        #[cfg(test)]
+        {
+            self.fail_writes = self.fail_writes.saturating_sub(1);
+        }
+        #[cfg(not(test))]
+        let fail = false;
+        let unrecorded = self.unrecorded.clone();
         let written = self.log_mut().and_then(|log| {
+            if fail {
+                return Err(std::io::Error::from_raw_os_error(28));
+            }
+            if let Some(gap) = &unrecorded {
+                log.append(&gap.entry(log.next_id()))?;
+            }
             let entry = pb::HistoryEntry {
                 id: log.next_id(),
                 operation_id: operation_id.to_string(),
@@ -291,10 +353,21 @@ impl History {
             }
             Ok(())
         });
-        if let Err(e) = written {
-            tracing::error!(file = %path.display(), error = %e, "history write failed");
-            // Read again from the file at the next use.
-            self.log = None;
+        match written {
+            Ok(()) => self.unrecorded = None,
+            Err(e) => {
+                tracing::error!(file = %path.display(), error = %e, "history write failed");
+                let gap = self.unrecorded.get_or_insert_with(|| Unrecorded {
+                    count: 0,
+                    first_seq: seq,
+                    last_seq: seq,
+                    reason: e.to_string(),
+                });
+                gap.count += 1;
+                gap.last_seq = seq;
+                // Read again from the file at the next use (a torn frame is cut then).
+                self.log = None;
+            }
         }
     }
 
@@ -536,6 +609,45 @@ mod tests {
                 return out;
             }
         }
+    }
+
+    #[test]
+    fn entries_that_could_not_be_written_leave_an_error_entry_in_their_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut h = History::at(file_in(dir.path(), "thr_a"));
+        h.record(1, &at(), &chat("op_1", "kept"), || None);
+        // A full disk for three entries.
+        h.fail_writes = 3;
+        for seq in 2..=4 {
+            h.record(seq, &at(), &chat("op_1", "lost"), || None);
+        }
+        h.record(5, &at(), &chat("op_2", "after"), || None);
+        h.record(6, &at(), &chat("op_2", "again"), || None);
+
+        let entries = all(&mut h);
+        let kinds: Vec<_> = entries
+            .iter()
+            .map(|e| match &e.entry {
+                Some(pb::history_entry::Entry::AgentMessage(c)) => c.text.clone(),
+                Some(pb::history_entry::Entry::Error(e)) => format!("{}: {}", e.code, e.message),
+                other => format!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "kept".to_string(),
+                "JOURNAL_WRITE_FAILED: 3 history entries of events 2 to 4 could not be written: \
+                 No space left on device (os error 28)"
+                    .to_string(),
+                "after".to_string(),
+                "again".to_string(),
+            ]
+        );
+        let ids: Vec<u64> = entries.iter().map(|e| e.id).collect();
+        assert_eq!(ids, [1, 2, 3, 4], "ids stay dense");
+        let seqs: Vec<u64> = entries.iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, [1, 4, 5, 6], "the marker takes the last missed seq");
     }
 
     #[test]
