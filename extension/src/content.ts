@@ -17,6 +17,7 @@ import {
 } from "../../sdk/src/protocol/bridge.js";
 import type { PageRuntime, Port } from "./chrome-api.js";
 import { webext } from "./webext.js";
+import { hops } from "./hop-counts.js";
 
 
 /**
@@ -102,6 +103,7 @@ export function installBridge(win: Window, runtime: PageRuntime): void {
 
   const toPage = (clientId: string, msg: ContentToPage) => {
     win.postMessage({ ns: BRIDGE_NAMESPACE, dir: "to-page", clientId, msg }, "*");
+    hops.count("to-page", msg);
   };
 
   win.addEventListener("message", (event: MessageEvent) => {

@@ -3,6 +3,7 @@
 // NATIVE_HOST_UNAVAILABLE for whatever was in flight when the port dropped —
 // never resent, because a mutation's outcome is then unknown.
 import type { ChromeApi, Port } from "./chrome-api.js";
+import { hops } from "./hop-counts.js";
 import { HOST_MAX_IN_FLIGHT, NATIVE_HOST_NAME, NATIVE_PROTOCOL_VERSION, type BridgeError, type HostState } from "../../sdk/src/protocol/bridge.js";
 import type {
   ChunkFrame,
@@ -154,6 +155,7 @@ export class NativeLink {
 
   #onMessage(port: Port, message: unknown): void {
     if (port !== this.#port || typeof message !== "object" || message === null) return;
+    hops.count("host", message);
     const m = message as { type?: unknown };
     if (m.type === "chunk") {
       this.#chunk(message as ChunkFrame);

@@ -72,9 +72,31 @@ try {
     });
     window.toolLatency = [];
   });
-  const rows = { rate: [], calls: [], mbps: [], latency: [] };
+  // The content script's counters live in its isolated world: reach it over CDP.
+  const cdp = await ctx.newCDPSession(page);
+  const worlds = [];
+  cdp.on("Runtime.executionContextCreated", (e) => worlds.push(e.context));
+  await cdp.send("Runtime.enable");
+  const contentHops = async () => {
+    for (const w of worlds.filter((w) => w.auxData?.type === "isolated")) {
+      const r = await cdp.send("Runtime.evaluate", { contextId: w.id, expression: "globalThis.pedelecHops ? JSON.stringify(globalThis.pedelecHops.snapshot()) : null", returnByValue: true }).catch(() => null);
+      if (r?.result?.value) return JSON.parse(r.result.value);
+    }
+    throw new Error("no content script world with pedelecHops");
+  };
+  const resetHops = async () => {
+    await sw.evaluate(() => globalThis.pedelecHops.reset());
+    for (const w of worlds.filter((w) => w.auxData?.type === "isolated")) await cdp.send("Runtime.evaluate", { contextId: w.id, expression: "globalThis.pedelecHops?.reset()" }).catch(() => null);
+  };
+  // messages/s and MB/s of one hop over its first-to-last message (chars of JSON ≈ bytes: the text is ASCII).
+  const rate = (h) => {
+    const s = Math.max(h.last - h.first, 1) / 1000;
+    return { messages: h.messages, mb: +(h.chars / 1e6).toFixed(2), msgPerS: Math.round(h.messages / s), mbPerS: +(h.chars / 1e6 / s).toFixed(2), ms: Math.round(h.last - h.first) };
+  };
+  const rows = { rate: [], calls: [], mbps: [], latency: [], hops: [] };
   for (let r = 0; r < runs; r++) {
     for (const tool of [false, true]) {
+      await resetHops();
       const got = await page.evaluate(
         async ([n, tool]) => {
           const s = window.s;
@@ -101,6 +123,15 @@ try {
         [deltas, tool],
       );
       if (!got.same || got.count !== deltas) throw new Error(`run ${r}: ${got.count} of ${deltas} deltas, same text: ${got.same}`);
+      const worker = await sw.evaluate(() => globalThis.pedelecHops.snapshot());
+      const content = (await contentHops())["to-page"];
+      const toPage = worker[`page ${site.origin}`];
+      const pageJson = { messages: got.calls, chars: got.bytes, first: 0, last: got.ms };
+      const hop = { host: rate(worker.host), worker: rate(toPage), content: rate(content), page: rate(pageJson) };
+      // A real turn's counts are consistent: every message toward the page came from a host frame.
+      if (!(worker.host.messages >= toPage.messages && toPage.messages > 0 && worker.host.chars > 0 && content.messages >= toPage.messages)) throw new Error(`hop counts inconsistent: ${JSON.stringify(hop)}`);
+      if (!tool) rows.hops.push(hop);
+      console.log(`  hops: ${Object.entries(hop).map(([k, v]) => `${k} ${v.messages} msgs ${v.mb} MB in ${v.ms} ms = ${v.msgPerS}/s ${v.mbPerS} MB/s`).join("; ")}`);
       if (tool) rows.latency.push(await page.evaluate(() => window.toolLatency.at(-1)));
       else {
         rows.rate.push(Math.round(deltas / (got.ms / 1000)));
@@ -111,6 +142,10 @@ try {
     }
   }
   console.log(`page.deltas_per_s median ${median(rows.rate)} (runs: ${rows.rate.join(", ")}); onChatDelta calls (messages the page got): ${rows.calls.join(", ")}; text MB/s at the page: ${rows.mbps.join(", ")}`);
+  for (const k of ["host", "worker", "content", "page"]) {
+    const name = { host: "host → worker (native port)", worker: "worker → content script", content: "content script → page (postMessage)", page: "page onChatDelta (text only)" }[k];
+    console.log(`hop ${name}: msgs/s ${rows.hops.map((h) => h[k].msgPerS).join(", ")}; MB/s ${rows.hops.map((h) => h[k].mbPerS).join(", ")}; msgs ${rows.hops.map((h) => h[k].messages).join(", ")}`);
+  }
   console.log(`page.tool_call_during_burst_ms median ${median(rows.latency)} (runs: ${rows.latency.join(", ")})`);
 } finally {
   await ctx.close();

@@ -7,6 +7,7 @@
 // sessions the route attached.
 import type { Port } from "../chrome-api.js";
 import type { NativeLink } from "../native-link.js";
+import { hops } from "../hop-counts.js";
 import { SESSION_METHODS, type BridgeCall, type BridgeCalls, type BridgeMethod, type WorkerToPage } from "../../../sdk/src/protocol/bridge.js";
 import { isLive, isSecureEnough } from "../sites.js";
 import type { Approvals } from "./approvals.js";
@@ -37,6 +38,7 @@ export function post(route: Route, msg: WorkerToPage): void {
   if (route.closed) return;
   try {
     route.port.postMessage(msg);
+    hops.count(`page ${route.origin}`, msg);
   } catch {
     // The page went away between two events; onDisconnect cleans up.
   }

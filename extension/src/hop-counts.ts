@@ -1,0 +1,40 @@
+// Per-hop traffic counters (diagnostics): how many messages, and how many
+// characters of their JSON, each hop inside the extension carried — the
+// native port into the worker ("host"), the worker toward each page
+// ("page <origin>"), and the content script to its page ("to-page"). Read by
+// tests/e2e/bench-stream.mjs (worker: globalThis.pedelecHops; content script:
+// the same name in its isolated world) to give messages/s and MB/s per hop.
+// Cheap: one map lookup and one JSON.stringify per message; bursts arrive as
+// merged messages (docs/native-messaging.md), so that is a few dozen per burst.
+
+/** `first`/`last`: performance.now() of the first and last message counted (this context's clock). */
+export type HopCount = { messages: number; chars: number; first: number; last: number };
+
+export class HopCounts {
+  #hops = new Map<string, HopCount>();
+
+  /** Counts one message on `hop`; `text` is its JSON text when the caller already has it. */
+  count(hop: string, message: unknown, text?: string): void {
+    const now = performance.now();
+    let c = this.#hops.get(hop);
+    if (!c) this.#hops.set(hop, (c = { messages: 0, chars: 0, first: now, last: now }));
+    c.last = now;
+    c.messages++;
+    c.chars += (text ?? JSON.stringify(message) ?? "").length;
+  }
+
+  /** A copy of every hop's counts so far. */
+  snapshot(): Record<string, HopCount> {
+    const out: Record<string, HopCount> = {};
+    for (const [hop, c] of this.#hops) out[hop] = { ...c };
+    return out;
+  }
+
+  reset(): void {
+    this.#hops.clear();
+  }
+}
+
+/** The one set of counters of this JavaScript context (worker or content script). */
+export const hops = new HopCounts();
+(globalThis as { pedelecHops?: HopCounts }).pedelecHops = hops;
