@@ -192,6 +192,7 @@ test("a page approves, lists providers, creates and ends a session through the r
 
   // A turn with a tool call on the re-attached stream: the page's handler
   // answers, sendText resolves when the operation completes.
+  await worker.evaluate(() => globalThis.pedelecHops.reset());
   const turn = await withTimeout(
     page.evaluate(async () => {
       await window.tooled.sendText("@@tool: what page is this?");
@@ -208,6 +209,12 @@ test("a page approves, lists providers, creates and ends a session through the r
   assert.equal(turn.usage, 15);
   assert.equal(turn.status, "idle");
   assert.ok(turn.statuses.includes("running") && turn.statuses.includes("waiting_tool_result"), JSON.stringify(turn.statuses));
+  // The worker's per-hop counters saw the turn: every message it posted toward the page came from a host frame.
+  const hops = await worker.evaluate(() => globalThis.pedelecHops.snapshot());
+  const toPage = hops[`page ${origin}`];
+  assert.ok(hops.host && toPage, JSON.stringify(hops));
+  assert.ok(hops.host.messages >= toPage.messages && toPage.messages > 0, JSON.stringify(hops));
+  assert.ok(hops.host.chars > 0 && toPage.chars > 0, JSON.stringify(hops));
 
   const ended = await withTimeout(
     page.evaluate(async () => {
