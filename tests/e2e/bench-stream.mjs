@@ -7,7 +7,7 @@
 // is a stub pedelec-agent (a Python loop) so the figures are Pedelec's, not
 // a CLI's. Needs the built sdk/, extension/, demo/ and target/release (or
 // PEDELEC_BIN_DIR) binaries:
-//   node tests/e2e/bench-stream.mjs [deltas=100000] [runs=3]
+//   node tests/e2e/bench-stream.mjs [deltas=100000] [runs=3] [page stall ms=0]
 // Results: docs/benchmarks.md, "Into a real page".
 import { spawnSync } from "node:child_process";
 import { chmodSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
@@ -16,6 +16,8 @@ import { extensionWorker, installHost, launchBrowser, privateBinDir, repo, serve
 
 const deltas = Number(process.argv[2] ?? 100_000);
 const runs = Number(process.argv[3] ?? 3);
+// The page's main thread busy for this long after sendText (0: a page that keeps up): `… 100000 3 1000`.
+const stall = Number(process.argv[4] ?? 0);
 const from = resolve(process.env.PEDELEC_BIN_DIR ?? join(repo, "target/release"));
 const bin = privateBinDir(from);
 // The stub agent: `@@burst N [tool]` prints N deltas ("d0 d1 …"); with
@@ -98,7 +100,7 @@ try {
     for (const tool of [false, true]) {
       await resetHops();
       const got = await page.evaluate(
-        async ([n, tool]) => {
+        async ([n, tool, stall]) => {
           const s = window.s;
           let count = 0;
           let calls = 0;
@@ -106,7 +108,14 @@ try {
           let last = 0;
           const parts = [];
           const off = s.onChatDelta((text) => {
-            const now = performance.now();
+            let now = performance.now();
+            if (!first && stall > 0) {
+              // stall > 0: at the first delta the page's main thread (and its content script) is busy that
+              // long, so the rest of the burst queues in front of it; first-to-last is then how fast the
+              // page drains a backlog (its read cost), not the rate the host supplies.
+              while (performance.now() < now + stall);
+              now = performance.now();
+            }
             if (!first) first = now;
             last = now;
             calls++;
@@ -120,7 +129,7 @@ try {
           for (let i = 0; i < n; i++) expected += `d${i} `;
           return { count, calls, bytes: new TextEncoder().encode(text).length, ms: last - first, same: text === expected };
         },
-        [deltas, tool],
+        [deltas, tool, stall],
       );
       if (!got.same || got.count !== deltas) throw new Error(`run ${r}: ${got.count} of ${deltas} deltas, same text: ${got.same}`);
       const worker = await sw.evaluate(() => globalThis.pedelecHops.snapshot());
