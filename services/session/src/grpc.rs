@@ -2,12 +2,26 @@
 
 use pb::session_service_server::SessionService;
 use pedelec_proto::v1 as pb;
-use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
-use crate::sessions::Sessions;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use crate::sessions::{EventStream, Sessions};
 
 pub struct SessionGrpc(pub Sessions);
+
+/// A route's events as tonic sends them (the route queues them boxed).
+pub struct AttachStream(EventStream);
+
+impl Stream for AttachStream {
+    type Item = Result<pb::SessionEvent, Status>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.0.poll_recv(cx).map(|event| event.map(|e| Ok(*e)))
+    }
+}
 
 type Reply<T> = Result<Response<T>, Status>;
 
@@ -20,11 +34,11 @@ impl SessionService for SessionGrpc {
         Ok(Response::new(self.0.create(request.into_inner()).await?))
     }
 
-    type AttachStream = ReceiverStream<Result<pb::SessionEvent, Status>>;
+    type AttachStream = AttachStream;
 
     async fn attach(&self, request: Request<pb::AttachRequest>) -> Reply<Self::AttachStream> {
         let rx = self.0.attach(request.into_inner())?;
-        Ok(Response::new(ReceiverStream::new(rx)))
+        Ok(Response::new(AttachStream(rx)))
     }
 
     async fn send_text(

@@ -368,7 +368,8 @@ async fn events_until(
     done: impl Fn(&Event) -> bool,
 ) -> Vec<Event> {
     let mut out = Vec::new();
-    while let Ok(Some(Ok(event))) = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await {
+    while let Ok(Some(event)) = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await {
+        let event = *event;
         let event = event.event.unwrap();
         let stop = done(&event);
         out.push(event);

@@ -62,7 +62,7 @@ impl Sessions {
         // write (one wake-up of the client, not two). A fresh channel has room.
         let mut initial = initial.into_iter();
         if let Some(first) = initial.next() {
-            let _ = tx.try_send(Ok(first));
+            let _ = tx.try_send(Box::new(first));
         }
         let initial: Vec<_> = if merging {
             merge::merge(initial.collect())
@@ -78,7 +78,7 @@ impl Sessions {
         tokio::spawn(async move {
             let _route = route;
             for event in initial {
-                if tx.send(Ok(event)).await.is_err() {
+                if tx.send(Box::new(event)).await.is_err() {
                     return;
                 }
             }
@@ -126,10 +126,10 @@ impl Sessions {
                 if let Some(permit) = room
                     && let Some(event) = batch.next()
                 {
-                    permit.send(Ok(event));
+                    permit.send(Box::new(event));
                 }
                 for event in batch {
-                    if tx.send(Ok(event)).await.is_err() {
+                    if tx.send(Box::new(event)).await.is_err() {
                         return;
                     }
                 }
