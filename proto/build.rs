@@ -22,6 +22,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
     tonic_prost_build::configure()
         .file_descriptor_set_path(out_dir.join("pedelec_descriptor.bin"))
+        // Smaller stream buffers than tonic's defaults (src/codec.rs says why).
+        .codec_path("crate::codec::PedelecCodec")
         .compile_protos(PROTOS, &includes)?;
     for proto in PROTOS {
         println!("cargo:rerun-if-changed={proto}");

@@ -2,6 +2,8 @@
 
 #![forbid(unsafe_code)]
 
+pub mod codec;
+
 pub mod v1 {
     tonic::include_proto!("pedelec.v1");
 
