@@ -20,6 +20,7 @@ mod load;
 mod main_phase;
 mod measure;
 mod memory;
+mod page_pace;
 mod provider;
 mod report;
 mod run;
