@@ -333,12 +333,16 @@ impl History {
         #[cfg(not(test))]
         let fail = false;
         let unrecorded = self.unrecorded.clone();
+        // Set once the gap's entry is written, so a failure after it does not
+        // count those entries a second time.
+        let mut gap_written = false;
         let written = self.log_mut().and_then(|log| {
             if fail {
                 return Err(std::io::Error::from_raw_os_error(28));
             }
             if let Some(gap) = &unrecorded {
                 log.append(&gap.entry(log.next_id()))?;
+                gap_written = true;
             }
             let entry = pb::HistoryEntry {
                 id: log.next_id(),
@@ -353,8 +357,11 @@ impl History {
             }
             Ok(())
         });
+        if gap_written {
+            self.unrecorded = None;
+        }
         match written {
-            Ok(()) => self.unrecorded = None,
+            Ok(()) => {}
             Err(e) => {
                 tracing::error!(file = %path.display(), error = %e, "history write failed");
                 let gap = self.unrecorded.get_or_insert_with(|| Unrecorded {
