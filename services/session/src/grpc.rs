@@ -1,12 +1,12 @@
 //! The tonic adapter: translates SessionService RPCs to `Sessions` calls.
 
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
 use pb::session_service_server::SessionService;
 use pedelec_proto::v1 as pb;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
-
-use std::pin::Pin;
-use std::task::{Context, Poll};
 
 use crate::sessions::{EventStream, Sessions};
 
