@@ -4,14 +4,16 @@
 // ("page <origin>"), and the content script to its page ("to-page"). Read by
 // tests/e2e/bench-stream.mjs (worker: globalThis.pedelecHops; content script:
 // the same name in its isolated world) to give messages/s and MB/s per hop.
-// Cheap: one map lookup and one JSON.stringify per message; bursts arrive as
-// merged messages (docs/native-messaging.md), so that is a few dozen per burst.
+// Cheap by default: one map lookup per message. Characters are counted only
+// after `reset(true)` (a bench or test asks): that costs a JSON.stringify of
+// every message, which a user's extension should not pay on each event.
 
 /** `first`/`last`: performance.now() of the first and last message counted (this context's clock). */
 export type HopCount = { messages: number; chars: number; first: number; last: number };
 
 export class HopCounts {
   #hops = new Map<string, HopCount>();
+  #countChars = false;
 
   /** Counts one message on `hop`; `text` is its JSON text when the caller already has it. */
   count(hop: string, message: unknown, text?: string): void {
@@ -20,7 +22,7 @@ export class HopCounts {
     if (!c) this.#hops.set(hop, (c = { messages: 0, chars: 0, first: now, last: now }));
     c.last = now;
     c.messages++;
-    c.chars += (text ?? JSON.stringify(message) ?? "").length;
+    if (this.#countChars) c.chars += (text ?? JSON.stringify(message) ?? "").length;
   }
 
   /** A copy of every hop's counts so far. */
@@ -30,8 +32,10 @@ export class HopCounts {
     return out;
   }
 
-  reset(): void {
+  /** Clears every hop; `countChars` turns the character count on (off by default). */
+  reset(countChars = false): void {
     this.#hops.clear();
+    this.#countChars = countChars;
   }
 }
 

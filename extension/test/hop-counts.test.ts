@@ -7,6 +7,9 @@ describe("hop counts", () => {
   it("counts messages and JSON characters per hop", () => {
     const h = new HopCounts();
     h.count("host", { type: "event", n: 1 });
+    expect(h.snapshot().host).toMatchObject({ messages: 1, chars: 0 }); // characters are opt-in
+    h.reset(true);
+    h.count("host", { type: "event", n: 1 });
     h.count("host", { type: "event", n: 22 });
     h.count("page https://a.test", { kind: "x" }, "0123456789");
     expect(h.snapshot()).toMatchObject({
@@ -24,7 +27,7 @@ describe("hop counts", () => {
 
   it("is the context's global pedelecHops, and the content script counts what it posts to the page", () => {
     expect((globalThis as { pedelecHops?: HopCounts }).pedelecHops).toBe(hops);
-    hops.reset();
+    hops.reset(true);
     const listeners: ((e: MessageEvent) => void)[] = [];
     const win = {
       postMessage(): void {},
@@ -47,7 +50,7 @@ describe("hop counts in the worker", () => {
     const chrome = new FakeChrome();
     chrome.services.set(origin, site(origin));
     new Hub(chrome, { approvalTimeoutMs: 5_000, backoffMs: [5, 10] }).start();
-    hops.reset();
+    hops.reset(true);
     const p = chrome.connectPage(origin);
     await settle();
     const r = await call(p, "create_session", {});

@@ -87,8 +87,8 @@ try {
     throw new Error("no content script world with pedelecHops");
   };
   const resetHops = async () => {
-    await sw.evaluate(() => globalThis.pedelecHops.reset());
-    for (const w of worlds.filter((w) => w.auxData?.type === "isolated")) await cdp.send("Runtime.evaluate", { contextId: w.id, expression: "globalThis.pedelecHops?.reset()" }).catch(() => null);
+    await sw.evaluate(() => globalThis.pedelecHops.reset(true));
+    for (const w of worlds.filter((w) => w.auxData?.type === "isolated")) await cdp.send("Runtime.evaluate", { contextId: w.id, expression: "globalThis.pedelecHops?.reset(true)" }).catch(() => null);
   };
   // messages/s and MB/s of one hop over its first-to-last message (chars of JSON ≈ bytes: the text is ASCII).
   const rate = (h) => {

@@ -192,7 +192,7 @@ test("a page approves, lists providers, creates and ends a session through the r
 
   // A turn with a tool call on the re-attached stream: the page's handler
   // answers, sendText resolves when the operation completes.
-  await worker.evaluate(() => globalThis.pedelecHops.reset());
+  await worker.evaluate(() => globalThis.pedelecHops.reset(true));
   const turn = await withTimeout(
     page.evaluate(async () => {
       await window.tooled.sendText("@@tool: what page is this?");
