@@ -16,8 +16,9 @@ use crate::env::mono_ns;
 ///   can act as the agent (tool calls) while the turn runs;
 /// - `@@load N K FILE`: N deltas as fast as the pipe takes them, with K
 ///   `pedelec-cli tool-call`s spread among them (each timed spawn -> result,
-///   its µs appended to FILE as a line, `ERR <output>` when the result was not
-///   the echo).
+///   appended to FILE as a line `<µs> <spawn ns> <result ns>` (CLOCK_MONOTONIC;
+///   the spawn ns is also the call's `q`, so the harness can split the call
+///   into hops), `ERR <output>` when the result was not the echo).
 ///
 /// Every delta's text is `<index>:<CLOCK_MONOTONIC ns> ` so the receiver can
 /// check order and compute the latency.
@@ -115,6 +116,7 @@ fn load_tool_call() -> String {
         .and_then(|p| p.parent().map(|d| d.join("pedelec-cli")))
         .unwrap_or_default();
     let thread = std::env::var("PEDELEC_THREAD_ID").unwrap_or_default();
+    let start_ns = mono_ns();
     let t = std::time::Instant::now();
     let out = std::process::Command::new(cli)
         .args([
@@ -122,14 +124,16 @@ fn load_tool_call() -> String {
             &thread,
             "tool-call",
             "bench_echo",
-            r#"{"q":"x"}"#,
+            &format!(r#"{{"q":"{start_ns}"}}"#),
         ])
         .stdin(std::process::Stdio::null())
         .output();
     let took = t.elapsed();
+    let end_ns = mono_ns();
+    let echo = format!(r#""echo":"{start_ns}""#);
     match out {
-        Ok(o) if String::from_utf8_lossy(&o.stdout).contains(r#""echo":"x""#) => {
-            format!("{}\n", took.as_micros())
+        Ok(o) if String::from_utf8_lossy(&o.stdout).contains(&echo) => {
+            format!("{} {start_ns} {end_ns}\n", took.as_micros())
         }
         Ok(o) => format!(
             "ERR {}\n",

@@ -39,7 +39,7 @@ impl Incoming {
     }
 }
 
-/// `{sessionId, seq, event:{type, text?, outcome?}}` of an event frame.
+/// `{sessionId, seq, at, event:{type, text?, outcome?}}` of an event frame.
 #[derive(Deserialize)]
 pub struct EventFrame<'a> {
     #[serde(rename = "sessionId", default, borrow)]
@@ -49,6 +49,9 @@ pub struct EventFrame<'a> {
     /// A merged chat delta's first seq (docs/native-messaging.md §4).
     #[serde(rename = "firstSeq", default)]
     pub first_seq: Option<u64>,
+    /// SessionService's emit, wall-clock ms.
+    #[serde(default)]
+    pub at: Option<f64>,
     #[serde(default, borrow)]
     pub event: Option<EventBody<'a>>,
 }

@@ -110,6 +110,13 @@ async fn load_inner(cfg: &Config, env: &BenchEnv, launcher: u32) -> Result<Vec<R
         .map_or(0.0, |d| d.as_secs_f64() * 1e3)
         - mono_ns() as f64 / 1e6;
     let mut to_page: Vec<f64> = Vec::new();
+    // Per tool call (keyed by its `q`, the agent's spawn ns): SessionService's
+    // emit (its `at`, whole ms) and the harness's read, CLOCK_MONOTONIC ns,
+    // and its thread's `text_age` then.
+    let mut request_hops: HashMap<u64, (u64, u64, u64)> = HashMap::new();
+    // Per thread, how long its newest delta frame took from SessionService's
+    // emit (its `at`) to the harness (raw arrival, µs).
+    let mut text_age: HashMap<String, f64> = HashMap::new();
     let mut done = 0usize;
     let mut seen_events = 0u64;
     host.drain();
@@ -130,6 +137,7 @@ async fn load_inner(cfg: &Config, env: &BenchEnv, launcher: u32) -> Result<Vec<R
             return Err(format!("{done} of {threads} turns finished in time"));
         }
         let mut e = host.event().await?;
+        let arrived_ns = e.at_ns;
         e.at_ns = pace.read(e.at_ns, e.body.len());
         seen_events += 1;
         let f = e.frame()?;
@@ -142,6 +150,10 @@ async fn load_inner(cfg: &Config, env: &BenchEnv, launcher: u32) -> Result<Vec<R
         match f.event.as_ref().map(|ev| &*ev.kind) {
             Some("chat_delta") => {
                 let text = f.event.as_ref().and_then(|ev| ev.text.as_deref());
+                if let Some(at) = f.at {
+                    let arrived = arrived_ns as f64 / 1e6 + wall_minus_mono_ms;
+                    text_age.insert(f.session_id.to_string(), (arrived - at).max(0.0) * 1e3);
+                }
                 check.delta(text.unwrap_or_default(), e.at_ns)
             }
             Some("operation_started") => {
@@ -153,6 +165,14 @@ async fn load_inner(cfg: &Config, env: &BenchEnv, launcher: u32) -> Result<Vec<R
                 if let Some(at) = v["at"].as_f64() {
                     let arrived = e.at_ns as f64 / 1e6 + wall_minus_mono_ms;
                     to_page.push((arrived - at).max(0.0) * 1000.0);
+                    let q = v["event"]["args"]["q"]
+                        .as_str()
+                        .and_then(|q| q.parse().ok());
+                    if let Some(q) = q {
+                        let emit_ns = ((at - wall_minus_mono_ms) * 1e6).max(0.0) as u64;
+                        let age = text_age.get(&*f.session_id).copied().unwrap_or(0.0);
+                        request_hops.insert(q, (emit_ns, arrived_ns, age as u64));
+                    }
                 }
             }
             Some("operation_finished") => {
@@ -169,12 +189,19 @@ async fn load_inner(cfg: &Config, env: &BenchEnv, launcher: u32) -> Result<Vec<R
 
     let mut calls = Vec::new();
     let mut call_errors = Vec::new();
+    let mut hops = CallHops::default();
     for f in &files {
         let text = std::fs::read_to_string(f).map_err(|e| format!("{}: {e}", f.display()))?;
         for line in text.lines() {
-            match line.parse::<f64>() {
-                Ok(us) => calls.push(us),
-                Err(_) => call_errors.push(line.to_string()),
+            let mut w = line.split(' ').map(str::parse::<u64>);
+            match (w.next(), w.next(), w.next()) {
+                (Some(Ok(us)), Some(Ok(spawn)), Some(Ok(end))) => {
+                    calls.push(us as f64);
+                    if let Some(&(emit, read, age)) = request_hops.get(&spawn) {
+                        hops.add(us, [spawn, emit, read, end], age);
+                    }
+                }
+                _ => call_errors.push(line.to_string()),
             }
         }
     }
@@ -257,7 +284,10 @@ async fn load_inner(cfg: &Config, env: &BenchEnv, launcher: u32) -> Result<Vec<R
             !call_errors.is_empty() || calls.len() as u64 != threads as u64 * k,
             format!("{} of {} calls answered; errors: {:.300}", calls.len(), threads as u64 * k, call_errors.join("; ")),
         )
-        .note(format!("page answers sent {answered}, failed {failed_answers}")),
+        .note(format!(
+            "page answers sent {answered}, failed {failed_answers}; {}",
+            hops.describe()
+        )),
         Row::latency(
             "load.tool_request_to_page",
             format!("a tool_request's emit in SessionService (its `at`, ms) -> its frame read by the page, while {shape} stream"),
@@ -298,4 +328,82 @@ async fn load_inner(cfg: &Config, env: &BenchEnv, launcher: u32) -> Result<Vec<R
         .target(Target::AtMost(2.0), "≤ 2 MiB")
         .note(format!("{growth}; anonymous (RssAnon): {anon}")),
     ])
+}
+
+/// One tool call split where the harness can see it (CLOCK_MONOTONIC µs).
+struct Call {
+    whole: f64,
+    /// The agent's spawn of `pedelec-cli` -> SessionService's emit of the
+    /// tool_request: the CLI's start, ToolBridge, SessionService.
+    spawn_to_emit: f64,
+    /// The emit -> the harness's read of the frame (where the page's answer
+    /// is written): SessionService's route, the host, stdout.
+    emit_to_read: f64,
+    /// The answer written -> the result back in the agent: the host,
+    /// SessionService, ToolBridge, the CLI's exit.
+    answer_to_result: f64,
+    /// The same thread's last delta frame before the request: its emit -> read.
+    text_emit_to_read: f64,
+    spawn_ns: u64,
+}
+
+/// Where the load's tool calls spend their time: the mean of each part over
+/// all calls and over the slowest 5%, and how clustered in time the slowest
+/// are (a few bursts: the whole pipeline stalled; spread: a steady queue).
+#[derive(Default)]
+struct CallHops {
+    calls: Vec<Call>,
+}
+
+impl CallHops {
+    /// `at`: the agent's spawn, SessionService's emit, the harness's read and
+    /// the agent's result (CLOCK_MONOTONIC ns).
+    fn add(&mut self, whole_us: u64, at: [u64; 4], text_emit_to_read_us: u64) {
+        let us = |a: u64, b: u64| b.saturating_sub(a) as f64 / 1e3;
+        self.calls.push(Call {
+            whole: whole_us as f64,
+            spawn_to_emit: us(at[0], at[1]),
+            emit_to_read: us(at[1], at[2]),
+            answer_to_result: us(at[2], at[3]),
+            text_emit_to_read: text_emit_to_read_us as f64,
+            spawn_ns: at[0],
+        });
+    }
+
+    fn describe(&mut self) -> String {
+        if self.calls.is_empty() {
+            return "no call matched its request".into();
+        }
+        self.calls.sort_by(|a, b| a.whole.total_cmp(&b.whole));
+        let mean = |cs: &[Call]| {
+            let n = cs.len() as f64 * 1e3;
+            let sum = |f: fn(&Call) -> f64| cs.iter().map(f).sum::<f64>() / n;
+            format!(
+                "spawn->emit {:.1} ms, emit->read {:.1} ms, answer->result {:.1} ms \
+                 (the thread's delta before it: emit->read {:.1} ms)",
+                sum(|c| c.spawn_to_emit),
+                sum(|c| c.emit_to_read),
+                sum(|c| c.answer_to_result),
+                sum(|c| c.text_emit_to_read),
+            )
+        };
+        let slow = &self.calls[self.calls.len() * 95 / 100..];
+        let first = self.calls.iter().map(|c| c.spawn_ns).min().unwrap_or(0);
+        let last = self.calls.iter().map(|c| c.spawn_ns).max().unwrap_or(0);
+        let mut windows: Vec<u64> = slow
+            .iter()
+            .map(|c| (c.spawn_ns - first) / 50_000_000)
+            .collect();
+        windows.sort_unstable();
+        windows.dedup();
+        format!(
+            "mean of all {} calls: {}; of the slowest {}: {}; the slowest began in {} of the {} 50-ms windows the calls spanned",
+            self.calls.len(),
+            mean(&self.calls),
+            slow.len(),
+            mean(slow),
+            windows.len(),
+            (last - first) / 50_000_000 + 1,
+        )
+    }
 }
