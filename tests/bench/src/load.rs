@@ -407,3 +407,32 @@ impl CallHops {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_slowest_calls_parts_and_their_clustering() {
+        let mut hops = CallHops::default();
+        let ms = 1_000_000;
+        // 19 quick calls 100 ms apart, 1 ms in each part; one slow call whose
+        // request waited 60 ms on its way to the page.
+        for i in 0..19 {
+            let t = i * 100 * ms;
+            hops.add(3_000, [t, t + ms, t + 2 * ms, t + 3 * ms], 500);
+        }
+        let t = 5 * ms;
+        hops.add(62_000, [t, t + ms, t + 61 * ms, t + 62 * ms], 59_000);
+        let d = hops.describe();
+        assert!(
+            d.contains("mean of all 20 calls: spawn->emit 1.0 ms, emit->read 4.0 ms"),
+            "{d}"
+        );
+        assert!(
+            d.contains("of the slowest 1: spawn->emit 1.0 ms, emit->read 60.0 ms, answer->result 1.0 ms (the thread's delta before it: emit->read 59.0 ms)"),
+            "{d}"
+        );
+        assert!(d.contains("began in 1 of the 37 50-ms windows"), "{d}");
+    }
+}
