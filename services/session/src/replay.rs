@@ -124,8 +124,23 @@ impl ReplayBuffer {
     }
 
     /// Appends an event of this thread; its seq follows the previous one.
-    pub fn push(&mut self, event: &pb::SessionEvent) {
-        let size = event.encoded_len() - session_id_len(&event.session_id);
+    /// Holds event `seq`. It is encoded as it comes, moved in rather than
+    /// copied (a delta's strings are not cloned), and without the thread id,
+    /// which `after` puts back.
+    pub fn push(
+        &mut self,
+        seq: u64,
+        at: Option<prost_types::Timestamp>,
+        event: pb::session_event::Event,
+    ) {
+        let held = pb::SessionEvent {
+            session_id: String::new(),
+            seq,
+            at,
+            first_seq: None,
+            event: Some(event),
+        };
+        let size = held.encoded_len();
         let fits = self
             .segments
             .back()
@@ -138,16 +153,9 @@ impl ReplayBuffer {
                 SEGMENT_BYTES.max(size)
             };
             self.segments
-                .push_back(Segment::new(event.seq, self.total, capacity));
+                .push_back(Segment::new(seq, self.total, capacity));
         }
         let segment = self.segments.back_mut().expect("pushed above");
-        let held = pb::SessionEvent {
-            session_id: String::new(),
-            seq: event.seq,
-            at: event.at,
-            first_seq: None,
-            event: event.event.clone(),
-        };
         held.encode(&mut segment.data)
             .expect("a Vec grows as needed");
         segment.ends.push(segment.data.len() as u32);
@@ -300,19 +308,14 @@ impl Drop for ReplayBuffer {
     }
 }
 
-/// What the thread id adds to an encoded event (field 1: tag, length, bytes).
-fn session_id_len(id: &str) -> usize {
-    if id.is_empty() {
-        0
-    } else {
-        1 + prost::encoding::encoded_len_varint(id.len() as u64) + id.len()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use pb::session_event::Event;
+
+    fn hold(buf: &mut ReplayBuffer, e: pb::SessionEvent) {
+        buf.push(e.seq, e.at, e.event.expect("an event"));
+    }
 
     fn event(seq: u64) -> pb::SessionEvent {
         pb::SessionEvent {
@@ -328,8 +331,13 @@ mod tests {
         }
     }
 
+    /// An event's size as held: without its thread id.
     fn held_size() -> usize {
-        event(1).encoded_len() - session_id_len("t")
+        pb::SessionEvent {
+            session_id: String::new(),
+            ..event(1)
+        }
+        .encoded_len()
     }
 
     fn seqs(v: Vec<pb::SessionEvent>) -> Vec<u64> {
@@ -340,7 +348,7 @@ mod tests {
     fn events_come_back_whole_with_their_thread_id() {
         let mut buf = ReplayBuffer::new("t", ReplayLimits::default());
         for seq in 1..=3 {
-            buf.push(&event(seq));
+            hold(&mut buf, event(seq));
         }
         assert_eq!(
             buf.after(0, 3, usize::MAX).unwrap(),
@@ -366,7 +374,7 @@ mod tests {
             ..event(seq)
         };
         for seq in 1..=5 {
-            buf.push(&big(seq));
+            hold(&mut buf, big(seq));
         }
         // holds 3, 4, 5
         assert_eq!(seqs(buf.after(2, 5, usize::MAX).unwrap()), vec![3, 4, 5]);
@@ -381,7 +389,7 @@ mod tests {
         let mut buf = ReplayBuffer::new("t", ReplayLimits::default());
         let n = 3 * SEGMENT_BYTES / held_size();
         for seq in 1..=n as u64 {
-            buf.push(&event(seq));
+            hold(&mut buf, event(seq));
         }
         assert!(buf.segments.len() >= 3);
         let all = seqs(buf.after(0, n as u64, usize::MAX).unwrap());
@@ -400,7 +408,7 @@ mod tests {
             },
         );
         for seq in 1..=6 {
-            buf.push(&event(seq));
+            hold(&mut buf, event(seq));
         }
         assert!(!buf.half_full_after(6)); // nothing pending
         assert!(!buf.half_full_after(3)); // 3 of 8 pending
@@ -413,7 +421,7 @@ mod tests {
             },
         );
         for seq in 1..=4 {
-            by_bytes.push(&event(seq));
+            hold(&mut by_bytes, event(seq));
         }
         assert!(!by_bytes.half_full_after(2));
         assert!(by_bytes.half_full_after(1));
@@ -431,7 +439,7 @@ mod tests {
         );
         let n = 5 * per_segment as u64;
         for seq in 1..=n {
-            buf.push(&event(seq));
+            hold(&mut buf, event(seq));
         }
         assert!(buf.bytes <= 2 * SEGMENT_BYTES, "{}", buf.bytes);
         assert!(buf.after(0, n, usize::MAX).is_none(), "the oldest are gone");
@@ -444,7 +452,7 @@ mod tests {
         let mut buf = ReplayBuffer::new("t", ReplayLimits::default());
         let n = 2 * SEGMENT_BYTES / held_size();
         for seq in 1..=n as u64 {
-            buf.push(&event(seq));
+            hold(&mut buf, event(seq));
         }
         buf.keep_last(64);
         assert_eq!(buf.segments.len(), 1);
@@ -454,10 +462,10 @@ mod tests {
         assert_eq!(kept, ((n as u64 - 63)..=n as u64).collect::<Vec<_>>());
         assert!(buf.after(n as u64 - 65, n as u64, usize::MAX).is_none());
         // Still usable afterwards.
-        buf.push(&event(n as u64 + 1));
+        hold(&mut buf, event(n as u64 + 1));
         assert!(!buf.half_full_after(n as u64));
         let mut small = ReplayBuffer::new("t", ReplayLimits::default());
-        small.push(&event(1));
+        hold(&mut small, event(1));
         small.keep_last(64);
         assert_eq!(seqs(small.after(0, 1, 10).unwrap()), vec![1]);
     }
@@ -467,7 +475,7 @@ mod tests {
         let mut buf = ReplayBuffer::new("t", ReplayLimits::default());
         let n = 4 * SEGMENT_BYTES / held_size();
         for seq in 1..=n as u64 {
-            buf.push(&event(seq));
+            hold(&mut buf, event(seq));
         }
         let segments = buf.segments.len();
         assert!(segments >= 4);
@@ -488,7 +496,7 @@ mod tests {
     fn keep_last_on_a_compact_buffer_changes_nothing() {
         let mut buf = ReplayBuffer::new("t", ReplayLimits::default());
         for seq in 1..=10 {
-            buf.push(&event(seq));
+            hold(&mut buf, event(seq));
         }
         buf.keep_last(IDLE_TAIL_EVENTS);
         let data = buf.segments[0].data.as_ptr();

@@ -135,13 +135,7 @@ impl Thread {
         let usage = self.record.usage;
         self.history
             .record(seq, &at, &event, || usage.map(usage_to_pb));
-        self.replay.push(&pb::SessionEvent {
-            session_id: self.record.session_id.clone(),
-            seq,
-            at: Some(at),
-            first_seq: None,
-            event: Some(event),
-        });
+        self.replay.push(seq, Some(at), event);
         if crate::replay::over_budget() {
             let taken = self.routes.values().min().copied().unwrap_or(seq);
             self.replay.drop_taken(taken);
