@@ -123,10 +123,9 @@ impl ReplayBuffer {
         }
     }
 
-    /// Appends an event of this thread; its seq follows the previous one.
-    /// Holds event `seq`. It is encoded as it comes, moved in rather than
-    /// copied (a delta's strings are not cloned), and without the thread id,
-    /// which `after` puts back.
+    /// Appends event `seq` of this thread (it follows the previous one),
+    /// encoded as it comes: moved in rather than copied (a delta's strings
+    /// are not cloned), and without the thread id, which `after` puts back.
     pub fn push(
         &mut self,
         seq: u64,
