@@ -109,6 +109,10 @@ async fn load_inner(cfg: &Config, env: &BenchEnv, launcher: u32) -> Result<Vec<R
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64() * 1e3)
         - mono_ns() as f64 / 1e6;
+    // From an event's `at` to a read here (CLOCK_MONOTONIC ns), µs.
+    let since_emit_us = |at_ms: f64, read_ns: u64| {
+        (read_ns as f64 / 1e6 + wall_minus_mono_ms - at_ms).max(0.0) * 1e3
+    };
     let mut to_page: Vec<f64> = Vec::new();
     // Per tool call (keyed by its `q`, the agent's spawn ns): SessionService's
     // emit (its `at`, whole ms) and the harness's read, CLOCK_MONOTONIC ns,
@@ -151,8 +155,13 @@ async fn load_inner(cfg: &Config, env: &BenchEnv, launcher: u32) -> Result<Vec<R
             Some("chat_delta") => {
                 let text = f.event.as_ref().and_then(|ev| ev.text.as_deref());
                 if let Some(at) = f.at {
-                    let arrived = arrived_ns as f64 / 1e6 + wall_minus_mono_ms;
-                    text_age.insert(f.session_id.to_string(), (arrived - at).max(0.0) * 1e3);
+                    let age = since_emit_us(at, arrived_ns);
+                    match text_age.get_mut(&*f.session_id) {
+                        Some(a) => *a = age,
+                        None => {
+                            text_age.insert(f.session_id.to_string(), age);
+                        }
+                    }
                 }
                 check.delta(text.unwrap_or_default(), e.at_ns)
             }
@@ -161,10 +170,9 @@ async fn load_inner(cfg: &Config, env: &BenchEnv, launcher: u32) -> Result<Vec<R
                 started.push(e.at_ns.saturating_sub(t0) as f64 / 1000.0);
             }
             Some("tool_request") => {
-                let v: serde_json::Value = serde_json::from_str(&e.text()).unwrap_or_default();
-                if let Some(at) = v["at"].as_f64() {
-                    let arrived = e.at_ns as f64 / 1e6 + wall_minus_mono_ms;
-                    to_page.push((arrived - at).max(0.0) * 1000.0);
+                if let Some(at) = f.at {
+                    to_page.push(since_emit_us(at, e.at_ns));
+                    let v: serde_json::Value = serde_json::from_slice(&e.body).unwrap_or_default();
                     let q = v["event"]["args"]["q"]
                         .as_str()
                         .and_then(|q| q.parse().ok());
