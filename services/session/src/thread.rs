@@ -8,7 +8,7 @@ use std::sync::Arc;
 use pb::session_event::Event;
 use pedelec_common::{CodedError, json, ms_to_timestamp, now_timestamp};
 use pedelec_proto::v1 as pb;
-use tokio::sync::{Notify, watch};
+use tokio::sync::Notify;
 
 use crate::error::SessionError;
 use crate::history::History;
@@ -30,8 +30,12 @@ pub enum SnapshotView {
 pub struct Thread {
     pub record: ThreadRecord,
     pub replay: ReplayBuffer,
-    /// Carries the newest seq; attached routes wait on it.
-    pub notify: watch::Sender<u64>,
+    /// Wakes routes that have taken every event and wait for the next.
+    pub wake: Arc<Notify>,
+    /// Set by a route (under the thread's mutex) once it waits on `wake`, so
+    /// `emit` wakes routes once per wait and not on every event: a watch
+    /// channel here locked eight notify shards per event, a quarter of `emit`.
+    routes_waiting: bool,
     /// Routes attached right now: route key -> the newest seq it has taken.
     pub routes: HashMap<u64, u64>,
     next_route: u64,
@@ -62,11 +66,11 @@ pub struct Thread {
 
 impl Thread {
     pub fn new(record: ThreadRecord, limits: ReplayLimits) -> Self {
-        let (notify, _) = watch::channel(record.last_seq);
         Thread {
             replay: ReplayBuffer::new(&record.session_id, limits),
             record,
-            notify,
+            wake: Arc::new(Notify::new()),
+            routes_waiting: false,
             routes: HashMap::new(),
             next_route: 0,
             progress: Arc::new(Notify::new()),
@@ -140,7 +144,15 @@ impl Thread {
             let taken = self.routes.values().min().copied().unwrap_or(seq);
             self.replay.drop_taken(taken);
         }
-        self.notify.send_replace(seq);
+        if std::mem::take(&mut self.routes_waiting) {
+            self.wake.notify_waiters();
+        }
+    }
+
+    /// A route that has taken every event will wait on `wake` (already
+    /// enabled, so the next `emit` cannot be missed).
+    pub fn route_waits(&mut self) {
+        self.routes_waiting = true;
     }
 
     /// Emits an event that changes no state (chat text), without a journal

@@ -31,7 +31,7 @@ impl Sessions {
         let (tx, rx) = mpsc::channel(if merging { MERGED_QUEUE } else { ROUTE_QUEUE });
         // The route is taken on the copy in memory: a route keeps a thread
         // from eviction only if it is on the copy eviction looks at.
-        let (thread, (key, initial, mut cursor, mut changes)) =
+        let (thread, (key, initial, mut cursor, wake)) =
             self.live_thread(&req.session_id, &req.origin, |t| {
                 let key = t.add_route();
                 if !t.record.ever_attached {
@@ -54,7 +54,7 @@ impl Sessions {
                         None => vec![t.snapshot_event(SnapshotView::AfterGap)],
                     },
                 };
-                (key, initial, last, t.notify.subscribe())
+                (key, initial, last, t.wake.clone())
             })?;
         tracing::debug!(session = %req.session_id, route = %req.route_id, "route attached");
         // The first message waits in the channel before the stream is handed
@@ -84,14 +84,9 @@ impl Sessions {
             }
             // Small batches: a route far behind holds a few hundred cloned
             // events at a time, not everything it has yet to send.
-            let mut more = false;
             loop {
-                if !more {
-                    tokio::select! {
-                        _ = tx.closed() => return,
-                        changed = changes.changed() => if changed.is_err() { return },
-                    }
-                }
+                let next_event = wake.notified();
+                tokio::pin!(next_event);
                 // A merging route takes events only once its queue has room:
                 // until then they wait in the buffer, and leave merged.
                 let room = if merging {
@@ -105,7 +100,7 @@ impl Sessions {
                 } else {
                     None
                 };
-                let batch = {
+                let (batch, more) = {
                     let mut t = lock(&thread);
                     let last = t.record.last_seq;
                     let batch = match t.replay.after(cursor, last, batch_max) {
@@ -118,9 +113,14 @@ impl Sessions {
                             vec![t.snapshot_event(SnapshotView::AfterGap)]
                         }
                     };
-                    more = cursor < last;
+                    let more = cursor < last;
+                    if !more {
+                        // Enabled under the lock `emit` holds: the next event wakes it.
+                        next_event.as_mut().enable();
+                        t.route_waits();
+                    }
                     t.route_took(key, cursor);
-                    batch
+                    (batch, more)
                 };
                 let mut batch = if merging { merge::merge(batch) } else { batch }.into_iter();
                 if let Some(permit) = room
@@ -131,6 +131,12 @@ impl Sessions {
                 for event in batch {
                     if tx.send(Box::new(event)).await.is_err() {
                         return;
+                    }
+                }
+                if !more {
+                    tokio::select! {
+                        _ = tx.closed() => return,
+                        _ = &mut next_event => {}
                     }
                 }
             }
