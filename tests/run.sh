@@ -61,9 +61,8 @@ fail() {
 # --- installs and builds ---
 step "test tools and the web folders' dependencies (in the background)"
 # grpcurl, grpcio, the pinned agent CLIs, systemd-analyze and bubblewrap
-# (tests/setup.sh), Debian's chromium and firefox-esr with geckodriver (built
-# from crates.io), then each web folder's npm packages:
-# network and disk, so they run while the debug build compiles.
+# (tests/setup.sh), Debian's chromium and firefox-esr, then each web folder's
+# npm packages: network and disk, so they run while the debug build compiles.
 prepare() {
   tests/setup.sh
   tests/e2e/ensure-chromium.sh

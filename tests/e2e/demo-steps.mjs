@@ -1,6 +1,6 @@
 // What a user does on the demo page, as steps both browser suites run: the
 // Chromium scenarios on a Playwright page, the Firefox ones on firefox.mjs's
-// WebDriver page, which offers the same slice of Playwright's API (fill,
+// WebDriver BiDi page, which offers the same slice of Playwright's API (fill,
 // press, click, selectOption, setChecked, textContent, evaluate,
 // waitForFunction).
 import { inPage, STEP_MS } from "./harness.mjs";

@@ -1,15 +1,16 @@
 // Firefox for the browser suite (docs/testing.md, "Firefox"): Debian's
-// firefox-esr driven through W3C WebDriver by geckodriver (built from
-// crates.io by tests/setup.sh), with the Firefox build of the extension
-// (extension/dist-firefox) installed as a temporary add-on. Only plain
-// WebDriver commands over fetch: no client library.
+// firefox-esr driven through WebDriver BiDi, which Firefox serves itself
+// (`--remote-debugging-port`), with the Firefox build of the extension
+// (extension/dist-firefox) installed as a temporary add-on. Plain BiDi
+// commands over a WebSocket (websocket.mjs): no driver program, no client library.
 import { spawn } from "node:child_process";
-import { createWriteStream, existsSync, mkdirSync, writeFileSync } from "node:fs";
+import { createWriteStream, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { artifacts, repo, until, withTimeout } from "./harness.mjs";
+import { connect } from "./websocket.mjs";
 
 export const firefoxPath = process.env.PEDELEC_FIREFOX ?? "/usr/bin/firefox-esr";
-export const geckodriverPath = process.env.PEDELEC_GECKODRIVER ?? join(repo, ".tools/cargo/bin/geckodriver");
 export const firefoxExtensionDir = join(repo, "extension/dist-firefox");
 /**
  * The add-on's moz-extension uuid, fixed through Firefox's
@@ -18,84 +19,105 @@ export const firefoxExtensionDir = join(repo, "extension/dist-firefox");
  */
 export const ADDON_UUID = "5e1f0c3a-7d2b-4c6e-9a81-0f2d3b4c5d6e";
 
-/** Throws, naming what installs it, when Firefox, geckodriver or the Firefox build is missing. */
+/** Throws, naming what installs it, when Firefox or the Firefox build is missing. */
 export function checkFirefox() {
   const missing = [];
-  if (!existsSync(firefoxPath)) missing.push(`${firefoxPath} (apt-get install firefox-esr; tests/setup.sh)`);
-  if (!existsSync(geckodriverPath)) missing.push(`${geckodriverPath} (cargo install geckodriver --root .tools/cargo; tests/setup.sh)`);
+  if (!existsSync(firefoxPath)) missing.push(`${firefoxPath} (apt-get install firefox-esr; tests/e2e/ensure-firefox.sh)`);
   if (!existsSync(join(firefoxExtensionDir, "manifest.json"))) missing.push("extension/dist-firefox (npm --prefix extension run build)");
   if (missing.length) throw new Error(`not installed: ${missing.join("; ")}`);
 }
 
+/** Preferences of the suite's profile. */
+function prefs(addonId) {
+  return {
+    "extensions.webextensions.uuids": JSON.stringify({ [addonId]: ADDON_UUID }),
+    // No first-run pages, updates or telemetry in the suite's browser.
+    "browser.shell.checkDefaultBrowser": false,
+    "browser.aboutwelcome.enabled": false,
+    "app.update.enabled": false,
+    "datareporting.policy.dataSubmissionEnabled": false,
+    // Console messages (the extension's too) to stdout, kept in target/e2e/firefox.log.
+    "devtools.console.stdout.chrome": true,
+    "devtools.console.stdout.content": true,
+  };
+}
+
+/** WebDriver's key for Enter, which BiDi's key actions take too. */
 const KEY = { Enter: "\uE007" };
 
-/** One WebDriver session on a headless firefox-esr with the add-on installed. */
+/** One BiDi session on a headless firefox-esr with the add-on installed. */
 export class Firefox {
-  #base;
-  #id;
-  #driver;
+  #browser;
+  #socket;
+  #profile;
+  #next = 0;
+  #pending = new Map();
+  /** The browsing context (tab) commands go to: WebDriver's current window. */
+  #context;
   /** The add-on's id, as Firefox reported it on install. */
   addonId = null;
 
-  constructor(driver, base, id) {
-    this.#driver = driver;
-    this.#base = base;
-    this.#id = id;
+  constructor(browser, socket, profile) {
+    this.#browser = browser;
+    this.#socket = socket;
+    this.#profile = profile;
+    socket.onmessage = (text) => {
+      const m = JSON.parse(text);
+      const waiter = m.id === undefined ? undefined : this.#pending.get(m.id);
+      if (!waiter) return;
+      this.#pending.delete(m.id);
+      if (m.type === "success") waiter.resolve(m.result);
+      else waiter.reject(new Error(`WebDriver BiDi ${waiter.method}: ${m.error}: ${m.message}`));
+    };
+    socket.onclose = (why) => {
+      for (const w of this.#pending.values()) w.reject(new Error(`WebDriver BiDi ${w.method}: ${why}`));
+      this.#pending.clear();
+    };
   }
 
   /**
-   * Starts geckodriver and Firefox with `env` (complete: Firefox and the
+   * Starts Firefox on a fresh profile with `env` (complete: Firefox and the
    * native host it starts see exactly this; HOME decides where Firefox finds
-   * host manifests) and installs the add-on.
+   * host manifests), opens a BiDi session and installs the add-on.
    */
   static async launch(env, { addonId }) {
-    // --allow-system-access: the suite opens the extension's own pages in a
-    // tab from the browser's chrome context, as the toolbar button would
-    // (WebDriver may not navigate to moz-extension:// URLs).
-    const driver = spawn(geckodriverPath, ["--port", "0", "--host", "127.0.0.1", "--allow-system-access"], { env, stdio: ["ignore", "pipe", "pipe"], detached: true });
-    const port = await withTimeout(
+    const profile = mkdtempSync(join(tmpdir(), "pedelec-firefox-"));
+    writeFileSync(
+      join(profile, "user.js"),
+      Object.entries(prefs(addonId))
+        .map(([k, v]) => `user_pref(${JSON.stringify(k)}, ${JSON.stringify(v)});\n`)
+        .join(""),
+    );
+    // --remote-allow-system-access: the suite opens the extension's own pages
+    // from the browser's chrome window (`openExtensionPage`).
+    const browser = spawn(firefoxPath, ["-headless", "-no-remote", "-profile", profile, "--remote-debugging-port", "0", "--remote-allow-system-access"], {
+      env,
+      stdio: ["ignore", "pipe", "pipe"],
+      detached: true,
+    });
+    const url = await withTimeout(
       new Promise((resolve, reject) => {
         let text = "";
         const seen = (d) => {
           text += d;
-          const m = text.match(/Listening on 127\.0\.0\.1:(\d+)/);
-          if (m) resolve(Number(m[1]));
+          const m = text.match(/WebDriver BiDi listening on (ws:\/\/127\.0\.0\.1:\d+)/);
+          if (m) resolve(m[1]);
         };
-        driver.stdout.on("data", seen);
-        driver.stderr.on("data", seen);
+        browser.stdout.on("data", seen);
+        browser.stderr.on("data", seen);
         mkdirSync(artifacts, { recursive: true });
         const log = createWriteStream(join(artifacts, "firefox.log"), { flags: "a" });
-        driver.stdout.pipe(log);
-        driver.stderr.pipe(log);
-        driver.on("exit", (code) => reject(new Error(`geckodriver exited ${code}: ${text}`)));
+        browser.stdout.pipe(log);
+        browser.stderr.pipe(log);
+        browser.on("exit", (code) => reject(new Error(`firefox exited ${code}: ${text}`)));
       }),
-      "geckodriver listening",
-      20_000,
+      "Firefox's WebDriver BiDi listening",
+      30_000,
     );
-    const base = `http://127.0.0.1:${port}`;
-    const session = await call(base, "POST", "/session", {
-      capabilities: {
-        alwaysMatch: {
-          browserName: "firefox",
-          "moz:firefoxOptions": {
-            binary: firefoxPath,
-            args: ["-headless"],
-            prefs: {
-              "extensions.webextensions.uuids": JSON.stringify({ [addonId]: ADDON_UUID }),
-              // No first-run pages, updates or telemetry in the suite's browser.
-              "browser.shell.checkDefaultBrowser": false,
-              "app.update.enabled": false,
-              "datareporting.policy.dataSubmissionEnabled": false,
-              // Console messages (the extension's too) to stdout, kept in target/e2e/firefox.log.
-              "devtools.console.stdout.chrome": true,
-              "devtools.console.stdout.content": true,
-            },
-          },
-        },
-      },
-    });
-    const ff = new Firefox(driver, base, session.sessionId);
-    ff.addonId = await ff.#cmd("POST", "/moz/addon/install", { path: firefoxExtensionDir, temporary: true });
+    const ff = new Firefox(browser, await connect(`${url}/session`), profile);
+    await ff.#send("session.new", { capabilities: {} });
+    ff.addonId = (await ff.#send("webExtension.install", { extensionData: { type: "path", path: firefoxExtensionDir } })).extension;
+    ff.#context = (await ff.windows())[0];
     return ff;
   }
 
@@ -104,48 +126,64 @@ export class Firefox {
     return `moz-extension://${ADDON_UUID}`;
   }
 
-  #cmd(method, path, body) {
-    return call(this.#base, method, `/session/${this.#id}${path}`, body);
+  #send(method, params) {
+    const id = ++this.#next;
+    return new Promise((resolve, reject) => {
+      this.#pending.set(id, { resolve, reject, method });
+      this.#socket.send(JSON.stringify({ id, method, params }));
+    });
   }
 
-  goto(url) {
-    return this.#cmd("POST", "/url", { url });
-  }
-
-  /** Runs `script` (a function body) with system privileges in the browser window. */
-  async inChrome(script, args = []) {
-    await this.#cmd("POST", "/moz/context", { context: "chrome" });
-    try {
-      return await this.#cmd("POST", "/execute/sync", { script, args });
-    } finally {
-      await this.#cmd("POST", "/moz/context", { context: "content" });
-    }
+  async goto(url) {
+    await this.#send("browsingContext.navigate", { context: this.#context, url, wait: "complete" });
   }
 
   /**
    * Opens one of the extension's own pages (`popup.html`, `options.html`) in
-   * a new tab and switches to it; returns its handle.
+   * a new tab and switches to it, as the toolbar button's page opened in a
+   * tab; returns its handle.
    */
   async openExtensionPage(path) {
+    // From the browser's own window, as the toolbar button does: BiDi may not
+    // navigate a web page's tab to a moz-extension:// URL.
     const before = new Set(await this.windows());
-    await this.inChrome(
-      `const win = Services.wm.getMostRecentWindow("navigator:browser");
-       const tab = win.gBrowser.addTab(arguments[0], { triggeringPrincipal: Services.scriptSecurityManager.getSystemPrincipal() });
-       win.gBrowser.selectedTab = tab;`,
-      [`${this.extensionOrigin}/${path}`],
-    );
+    const chrome = await this.#send("browsingContext.getTree", { maxDepth: 0, "moz:scope": "chrome" });
+    const win = chrome.contexts.find((c) => c.url.startsWith("chrome://browser/"));
+    const r = await this.#send("script.callFunction", {
+      functionDeclaration: `(url) => {
+        const tab = gBrowser.addTab(url, { triggeringPrincipal: Services.scriptSecurityManager.getSystemPrincipal() });
+        gBrowser.selectedTab = tab;
+      }`,
+      arguments: [{ type: "string", value: `${this.extensionOrigin}/${path}` }],
+      target: { context: win.context },
+      awaitPromise: false,
+    });
+    if (r.type === "exception") throw new Error(`opening ${path}: ${r.exceptionDetails.text}`);
     const handle = await until("the extension page's tab", async () => (await this.windows()).find((h) => !before.has(h)));
     await this.switchTo(handle);
     await this.waitForFunction(() => document.readyState === "complete", null, { what: `${path} loaded` });
     return handle;
   }
 
-  reload() {
-    return this.#cmd("POST", "/refresh", {});
+  async reload() {
+    await this.#send("browsingContext.reload", { context: this.#context, wait: "complete" });
   }
 
-  url() {
-    return this.#cmd("GET", "/url");
+  async url() {
+    const tree = await this.#send("browsingContext.getTree", { root: this.#context, maxDepth: 0 });
+    return tree.contexts[0].url;
+  }
+
+  /** Runs `fn` (a function's source) in the current page with string arguments. */
+  async #call(fn, args) {
+    const r = await this.#send("script.callFunction", {
+      functionDeclaration: fn,
+      arguments: args.map((value) => ({ type: "string", value })),
+      target: { context: this.#context },
+      awaitPromise: true,
+    });
+    if (r.type === "exception") throw new Error(`in the page: ${r.exceptionDetails.text}`);
+    return r.result;
   }
 
   /**
@@ -153,12 +191,11 @@ export class Firefox {
    * returns its JSON result.
    */
   async evaluate(f, arg) {
-    const script = `const done = arguments[arguments.length - 1];
-      Promise.resolve().then(() => (${f.toString()})(arguments[0]))
-        .then((v) => done({ ok: v === undefined ? null : v }), (e) => done({ thrown: String(e?.stack ?? e) }));`;
-    const r = await this.#cmd("POST", "/execute/async", { script, args: [arg ?? null] });
-    if (r && "thrown" in r) throw new Error(`in the page: ${r.thrown}`);
-    return r.ok;
+    // Compiled by BiDi, not by the page: an extension page's CSP forbids eval.
+    const r = await this.#call(`async (arg) => JSON.stringify((await (${f.toString()})(JSON.parse(arg))) ?? null)`, [
+      JSON.stringify(arg ?? null),
+    ]);
+    return JSON.parse(r.value);
   }
 
   /** Polls `f(arg)` in the page until it returns something truthy (Playwright's name and arguments). */
@@ -172,13 +209,40 @@ export class Firefox {
     }
   }
 
+  /** The element `css` names, scrolled into view, as a BiDi node reference. */
   async #element(css) {
-    const found = await this.#cmd("POST", "/element", { using: "css selector", value: css });
-    return Object.values(found)[0];
+    const node = await this.#call(
+      `(css) => { const e = document.querySelector(css); e?.scrollIntoView({ block: "center" }); return e; }`,
+      [css],
+    );
+    if (node.type !== "node") throw new Error(`no element ${css}`);
+    return { sharedId: node.sharedId };
   }
 
+  #perform(actions) {
+    return this.#send("input.performActions", { context: this.#context, actions });
+  }
+
+  /** A real mouse click in the element's centre (trusted events, as the user's). */
   async click(css) {
-    await this.#cmd("POST", `/element/${await this.#element(css)}/click`, {});
+    const element = await this.#element(css);
+    await this.#perform([
+      {
+        type: "pointer",
+        id: "mouse",
+        parameters: { pointerType: "mouse" },
+        actions: [
+          { type: "pointerMove", x: 0, y: 0, origin: { type: "element", element } },
+          { type: "pointerDown", button: 0 },
+          { type: "pointerUp", button: 0 },
+        ],
+      },
+    ]);
+  }
+
+  /** Types `text` as key presses into the focused element. */
+  #type(text) {
+    return this.#perform([{ type: "key", id: "keyboard", actions: [...text].flatMap((value) => [{ type: "keyDown", value }, { type: "keyUp", value }]) }]);
   }
 
   // The slice of Playwright's page API the shared demo steps use
@@ -186,14 +250,20 @@ export class Firefox {
 
   /** Replaces an input's value with `text`, as typing does. */
   async fill(css, text) {
-    const el = await this.#element(css);
-    await this.#cmd("POST", `/element/${el}/clear`, {});
-    if (text !== "") await this.#cmd("POST", `/element/${el}/value`, { text });
+    await this.evaluate((c) => {
+      const e = document.querySelector(c);
+      e.focus();
+      e.value = "";
+      e.dispatchEvent(new Event("input", { bubbles: true }));
+      return true;
+    }, css);
+    if (text !== "") await this.#type(text);
   }
 
   /** Presses `key` ("Enter") in the element. */
   async press(css, key) {
-    await this.#cmd("POST", `/element/${await this.#element(css)}/value`, { text: KEY[key] });
+    await this.evaluate((c) => (document.querySelector(c).focus(), true), css);
+    await this.#type(KEY[key]);
   }
 
   textContent(css) {
@@ -218,32 +288,36 @@ export class Firefox {
     if ((await this.evaluate((c) => document.querySelector(c)?.checked, css)) !== checked) await this.click(css);
   }
 
-  windows() {
-    return this.#cmd("GET", "/window/handles");
+  /** The handles (top-level browsing contexts) of the open tabs. */
+  async windows() {
+    const tree = await this.#send("browsingContext.getTree", { maxDepth: 0 });
+    return tree.contexts.map((c) => c.context);
   }
 
   window() {
-    return this.#cmd("GET", "/window");
+    return this.#context;
   }
 
-  switchTo(handle) {
-    return this.#cmd("POST", "/window", { handle });
+  async switchTo(handle) {
+    this.#context = handle;
+    await this.#send("browsingContext.activate", { context: handle });
   }
 
   /** Opens a new tab and switches to it; returns its handle. */
   async newTab() {
-    const { handle } = await this.#cmd("POST", "/window/new", { type: "tab" });
-    await this.switchTo(handle);
-    return handle;
+    const { context } = await this.#send("browsingContext.create", { type: "tab" });
+    await this.switchTo(context);
+    return context;
   }
 
-  closeWindow() {
-    return this.#cmd("DELETE", "/window");
+  async closeWindow() {
+    await this.#send("browsingContext.close", { context: this.#context });
   }
 
-  /** The current window as a PNG in target/e2e/<name>.png (and, with `docs`, docs/img/). */
+  /** The current tab as a PNG in target/e2e/<name>.png (and, with `docs`, docs/img/). */
   async screenshot(name, { docs = false } = {}) {
-    const png = Buffer.from(await this.#cmd("GET", "/screenshot"), "base64");
+    const { data } = await this.#send("browsingContext.captureScreenshot", { context: this.#context });
+    const png = Buffer.from(data, "base64");
     mkdirSync(artifacts, { recursive: true });
     const path = join(artifacts, `${name}.png`);
     writeFileSync(path, png);
@@ -252,22 +326,14 @@ export class Firefox {
   }
 
   async close() {
-    await this.#cmd("DELETE", "").catch(() => undefined);
+    await withTimeout(this.#send("session.end", {}), "the BiDi session's end", 5_000).catch(() => undefined);
+    this.#socket.close();
     try {
-      process.kill(-this.#driver.pid, "SIGKILL");
+      process.kill(-this.#browser.pid, "SIGKILL");
     } catch {
       // already gone
     }
+    await until("Firefox gone", () => this.#browser.exitCode !== null || this.#browser.signalCode !== null, 10_000).catch(() => undefined);
+    rmSync(this.#profile, { recursive: true, force: true });
   }
-}
-
-async function call(base, method, path, body) {
-  const r = await fetch(base + path, {
-    method,
-    headers: { "content-type": "application/json" },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  const j = await r.json();
-  if (!r.ok) throw new Error(`WebDriver ${method} ${path}: ${j?.value?.error}: ${j?.value?.message}`);
-  return j.value;
 }

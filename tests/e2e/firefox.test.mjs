@@ -1,5 +1,5 @@
 // The browser suite in Firefox (docs/testing.md, "Firefox"): Debian's
-// firefox-esr through geckodriver, the Firefox build of the extension as a
+// firefox-esr through its own WebDriver BiDi server, the Firefox build of the extension as a
 // temporary add-on, the real native host registered for Firefox by
 // `pedelecd install` in the test's HOME, pedelecd on temp dirs and the real
 // codex CLI against the mock model server. The same page (the demo, the same
