@@ -280,6 +280,13 @@ pub fn timestamp_ms(t: &prost_types::Timestamp) -> u64 {
     ms.max(0) as u64
 }
 
+/// Current wall-clock time in milliseconds since the Unix epoch (0 before 1970).
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 pub fn ms_to_timestamp(ms: u64) -> prost_types::Timestamp {
     prost_types::Timestamp {
         seconds: (ms / 1000) as i64,

@@ -6,20 +6,15 @@
 //! at start-up, for each record read, and every hour (or every retention, if
 //! shorter) by a sweep of the journal; an explicit workspace is never touched.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
+
+use pedelec_common::now_ms;
 
 use crate::record::{Status, ThreadRecord, Workspace};
 use crate::sessions::{Sessions, lock};
 
 /// How often the sweep runs at most.
 const SWEEP_EVERY: Duration = Duration::from_secs(60 * 60);
-
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or_default()
-}
 
 /// Sweeps the journal every [`SWEEP_EVERY`] (the retention, if shorter),
 /// for as long as the service runs.

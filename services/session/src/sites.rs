@@ -10,8 +10,9 @@ pub mod folders;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
+use pedelec_common::now_ms;
 use pedelec_proto::v1 as pb;
 use serde::{Deserialize, Serialize};
 
@@ -221,13 +222,6 @@ pub struct Sites {
     /// Held while the file is written: writes never overtake each other.
     writing: Mutex<()>,
     never: NeverGrantable,
-}
-
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or_default()
 }
 
 /// The error a failed write of `path` answers: the file is named in the log

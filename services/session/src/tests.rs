@@ -1281,7 +1281,7 @@ async fn the_sweep_removes_ended_threads_past_the_retention_only() {
         let thread = h.sessions.thread(id, ORIGIN).unwrap();
         let mut t = crate::sessions::lock(&thread);
         // As if they had ended (or, the open one, been created) a week and a minute ago.
-        t.record.ended_at_ms = Some(crate::prune::now_ms() - week - 60_000);
+        t.record.ended_at_ms = Some(pedelec_common::now_ms() - week - 60_000);
         t.save(&h.sessions.inner.journal).unwrap();
     }
     assert_eq!(h.sessions.sweep(), 1);

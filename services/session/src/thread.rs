@@ -266,7 +266,7 @@ impl Thread {
 
     pub fn set_status(&mut self, status: Status) {
         if self.record.status != status {
-            self.record.ended_at_ms = (status == Status::Ended).then(crate::prune::now_ms);
+            self.record.ended_at_ms = (status == Status::Ended).then(pedelec_common::now_ms);
             self.record.status = status;
             self.emit(Event::Status(pb::StatusChanged {
                 status: status_to_pb(status) as i32,

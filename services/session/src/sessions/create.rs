@@ -1,9 +1,8 @@
 //! CreateSession: checks, the profile, the manifest, then the new record.
 
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
 
-use pedelec_common::{agent_args, ids, json};
+use pedelec_common::{agent_args, ids, json, now_ms};
 use pedelec_proto::v1 as pb;
 
 use super::workspace::conflict_error;
@@ -244,13 +243,6 @@ fn check_provider(origin: &str, grant: &Grant, provider: &str) -> Result<(), Ses
 /// with a model no turn could run fails at once.
 pub fn check_model_name(model: &str) -> Result<(), SessionError> {
     agent_args::check_model(model).map_err(SessionError::InvalidInput)
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or_default()
 }
 
 #[cfg(test)]

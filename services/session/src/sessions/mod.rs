@@ -177,7 +177,7 @@ impl Sessions {
             tracing::error!(file = %path.display(), %error, "skipping unreadable journal record");
         }
         let count = records.len();
-        let now = crate::prune::now_ms();
+        let now = pedelec_common::now_ms();
         for record in records {
             if self.expired(&record, now) {
                 self.remove_record(&record);
