@@ -99,7 +99,7 @@ impl SessionService for SessionGrpc {
 
     async fn list(&self, request: Request<pb::ListRequest>) -> Reply<pb::ListResponse> {
         let origin = request.into_inner().origin;
-        let sessions = self.0.list(origin.as_deref())?;
+        let sessions = self.0.list(origin.as_deref()).await?;
         Ok(Response::new(pb::ListResponse { sessions }))
     }
 

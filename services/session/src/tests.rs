@@ -464,7 +464,7 @@ async fn a_refused_create_keeps_nothing() {
     assert!(h.fakes.seen().registered.is_empty());
     let left = entries(&h.config.data_dir.workspaces(), false);
     assert!(left.is_empty(), "workspaces left: {left:?}");
-    assert!(h.sessions.list(None).unwrap().is_empty());
+    assert!(h.sessions.list(None).await.unwrap().is_empty());
 }
 
 /// Profile settings with one model for `provider` at `level`, and the
@@ -740,7 +740,7 @@ async fn a_bad_manifest_is_refused_at_create_with_the_bridges_error() {
         assert!(message.contains(pointer), "{message}");
     }
     assert!(h.fakes.seen().registered.is_empty());
-    assert!(h.sessions.list(None).unwrap().is_empty());
+    assert!(h.sessions.list(None).await.unwrap().is_empty());
 }
 
 #[tokio::test]
@@ -1051,7 +1051,7 @@ async fn open_threads_per_origin_are_bounded() {
         .unwrap_err();
     assert_eq!(refused.code(), pedelec_common::Code::LIMIT_EXCEEDED);
     assert!(refused.to_string().contains("3 open sessions"), "{refused}");
-    assert_eq!(h.sessions.list(Some(ORIGIN)).unwrap().len(), 3);
+    assert_eq!(h.sessions.list(Some(ORIGIN)).await.unwrap().len(), 3);
 
     grant_full(&h.sessions, "http://127.0.0.1:9");
     let other = h
@@ -1090,6 +1090,7 @@ async fn reactivate_counts_against_the_open_thread_cap() {
     assert_eq!(
         h.sessions
             .list(Some(ORIGIN))
+            .await
             .unwrap()
             .iter()
             .filter(|s| s.status != pb::SessionStatus::Ended as i32)

@@ -368,15 +368,21 @@ impl Sessions {
         Ok(lock(&self.thread(id, origin)?).snapshot())
     }
 
-    pub fn list(&self, origin: Option<&str>) -> Result<Vec<pb::SessionSummary>, SessionError> {
+    pub async fn list(
+        &self,
+        origin: Option<&str>,
+    ) -> Result<Vec<pb::SessionSummary>, SessionError> {
         if let Some(origin) = origin {
             self.inner.sites.require(origin)?;
         }
+        // Ended threads that live in the journal only. Reading every record
+        // is file work: off the one runtime thread, so streams keep flowing.
+        let sessions = self.clone();
+        let (records, _) = tokio::task::spawn_blocking(move || sessions.inner.journal.load_all())
+            .await
+            .map_err(|e| SessionError::Internal(format!("reading the journal: {e}")))?;
         let threads: Vec<SharedThread> = self.threads().values().cloned().collect();
         let mut out: Vec<pb::SessionSummary> = threads.iter().map(|t| lock(t).summary()).collect();
-        // Ended threads that live in the journal only (an admin call: reading
-        // the folder is fine here).
-        let (records, _) = self.inner.journal.load_all();
         for record in records {
             if record.status == Status::Ended
                 && !out.iter().any(|s| s.session_id == record.session_id)
