@@ -108,6 +108,25 @@ check_hot_list() {
     }' - "$2" >&2
 }
 
+# pedelec-cli builds beside the rest, in a target folder of its own (cargo
+# builds in one target folder one at a time): its dependencies then compile
+# while the services' executable is optimised as a whole, on one core for
+# about two minutes, and the other way round. pedelec-cli is linked non-PIE by
+# cli/build.rs (no relocations to apply at each of its many starts), which
+# needs code built for fixed addresses. It keeps its symbols in
+# target/cli/<triple> (place strips the copy): cli/hot-functions.txt names
+# them, and tools/hot-functions.py profiles that very file.
+cli_dir=target/cli
+cli_pid=
+trap '[ -z "$cli_pid" ] || kill "$cli_pid" 2>/dev/null || true' EXIT
+if [ "$cli_static" = yes ]; then
+  mkdir -p "$cli_dir"
+  CARGO_TARGET_DIR=$cli_dir CARGO_PROFILE_RELEASE_STRIP=false \
+    RUSTFLAGS="-C target-feature=+crt-static -C relocation-model=static" \
+    cargo build --release --target "$cli_triple" --bin pedelec-cli >"$cli_dir.log" 2>&1 &
+  cli_pid=$!
+fi
+
 if [ "$static" = yes ]; then
   # Everything else, dynamic. pedelec-multicall and the packages of its
   # programs (its path dependencies, as its Cargo.toml names them) are
@@ -121,13 +140,9 @@ if [ "$static" = yes ]; then
     cargo build --release --workspace --bins "${excludes[@]}"
   fi
   # The services keep position-independent code (static-pie: their addresses
-  # still change with every start). pedelec-cli is linked non-PIE by
-  # cli/build.rs (no relocations to apply at each of its many starts), which
-  # needs code built for fixed addresses; cargo keeps the two flag sets'
-  # artifacts apart (RUSTFLAGS is part of their file names).
-  # These two keep their symbols in target/<triple> (place strips the
-  # copies): the hot-function lists name them, and tools/hot-functions.py
-  # profiles these very files.
+  # still change with every start). The executable keeps its symbols in
+  # target/<triple> (place strips the copies): multicall/hot-functions.txt
+  # names them, and tools/hot-functions.py profiles this very file.
   CARGO_PROFILE_RELEASE_STRIP=false RUSTFLAGS="-C target-feature=+crt-static" \
     cargo build --release --target "$triple" --bin pedelec-multicall
   multicall="target/$triple/release/pedelec-multicall"
@@ -141,11 +156,13 @@ else
 fi
 
 if [ "$cli_static" = yes ]; then
-  CARGO_PROFILE_RELEASE_STRIP=false \
-    RUSTFLAGS="-C target-feature=+crt-static -C relocation-model=static" \
-    cargo build --release --target "$cli_triple" --bin pedelec-cli
-  check_hot_list "target/$cli_triple/release/pedelec-cli" cli/hot-functions.txt
-  place "target/$cli_triple/release/pedelec-cli" pedelec-cli
+  cli_rc=0
+  wait "$cli_pid" || cli_rc=$?
+  cli_pid=
+  cat "$cli_dir.log" >&2
+  [ "$cli_rc" = 0 ] || exit "$cli_rc"
+  check_hot_list "$cli_dir/$cli_triple/release/pedelec-cli" cli/hot-functions.txt
+  place "$cli_dir/$cli_triple/release/pedelec-cli" pedelec-cli
 fi
 
 # One copy, then each name a hard link to it (the executable lists its

@@ -8,7 +8,8 @@ the lists to the linker).
 
 It runs the benchmark harness's main workload (`pedelec-bench --only main
 --quick`) with every Pedelec process under valgrind's callgrind, using the
-unstripped release binaries build-release.sh leaves in target/<triple>/release,
+unstripped release binaries build-release.sh leaves in target/<triple>/release
+(pedelec-cli: target/cli/<triple>/release),
 and records which functions each process ran. Needs valgrind. Run it again
 when build-release.sh warns that a list is out of date (after a toolchain or
 dependency update, or a large change of the code).
@@ -103,7 +104,7 @@ def main() -> int:
     multicall = built / "pedelec-multicall"
     # build-release.sh builds pedelec-cli for the host's musl twin where it
     # can, else for the host: the newer of the two is the one it shipped.
-    clis = list(ROOT.glob("target/*-*/release/pedelec-cli"))  # target/<triple>/...
+    clis = list(ROOT.glob("target/cli/*-*/release/pedelec-cli"))  # target/cli/<triple>/...
     cli = max(clis, key=lambda p: p.stat().st_mtime) if clis else built / "pedelec-cli"
     # The harness only drives the services: the quick run leaves the debug
     # build's, a full benchmark run the release one's.
