@@ -93,13 +93,6 @@ export PEDELEC_BIN_DIR="$root/target/debug"
 step "clippy"
 cargo clippy --workspace --all-targets -- -D warnings
 
-# The builds are done; the tests mostly wait on the processes they start. The
-# release build now takes an equal share of the CPU, so its last part, the
-# services' executable's whole-program link on one core for about two
-# minutes, runs beside the tests instead of after them. (Raising a priority
-# needs root or CAP_SYS_NICE; without, it stays at nice 19.)
-renice -n 0 -g "${job_pid[release]}" >/dev/null 2>&1 || true
-
 finish prepare
 
 # --- tests on the debug build ---
