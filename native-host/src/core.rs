@@ -110,6 +110,12 @@ impl Core {
         self.inner.clients.session()
     }
 
+    /// SessionService's channel, for calls made without the generated client
+    /// ([`crate::event_stream`]).
+    pub fn session_channel(&self) -> tonic::transport::Channel {
+        self.inner.clients.channel(ServiceName::Session)
+    }
+
     pub fn provider(&self) -> ProviderClient {
         self.inner.clients.provider()
     }

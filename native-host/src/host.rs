@@ -19,6 +19,7 @@ use crate::caller::Caller;
 use crate::coalesce::Outgoing;
 use crate::core::{self, Core};
 use crate::error::HostError;
+use crate::event_stream::EventStream;
 use crate::frame::{self, FrameReader, Header, Inbound, MAX_INBOUND};
 use crate::protocol::{self as p, Envelope, Request, ToolOutcome};
 
@@ -685,7 +686,11 @@ impl Host {
         };
         let open = async {
             let core = &self.core;
-            let mut stream = rpc!(core, core::SESSION, session.attach(req))?.into_inner();
+            let mut stream = core
+                .call(core::SESSION, req, |req| {
+                    EventStream::open(core.session_channel(), req)
+                })
+                .await?;
             let first = stream
                 .message()
                 .await
@@ -746,7 +751,7 @@ impl Host {
         self: Arc<Self>,
         session_id: String,
         generation: u64,
-        mut stream: tonic::Streaming<pb::SessionEvent>,
+        mut stream: EventStream,
         merge: bool,
     ) {
         let (reason, error) = loop {

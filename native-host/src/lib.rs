@@ -9,6 +9,7 @@ pub mod caller;
 pub mod coalesce;
 pub mod core;
 pub mod error;
+pub mod event_stream;
 pub mod frame;
 pub mod host;
 pub mod log;
