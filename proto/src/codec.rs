@@ -9,7 +9,10 @@
 //! encoder, the native host's decoder); fifty tabs, 3 MiB in each process
 //! that never came back. With these settings a stream that only ever carries
 //! small events stays near 2 KiB and a burst grows it to about one message
-//! plus [`YIELD_THRESHOLD`]. docs/benchmarks.md ("Memory") has the figures.
+//! plus [`YIELD_THRESHOLD`]. (The native host now reads Attach streams
+//! without tonic's decoder, `native-host/src/event_stream.rs`; the encoder
+//! side and every other stream still use these.) docs/benchmarks.md
+//! ("Memory") has the figures.
 
 use std::marker::PhantomData;
 
