@@ -587,6 +587,14 @@ pub fn processes_using(runtime_dir: &Path) -> Vec<u32> {
     pids
 }
 
+/// `pid`'s arguments joined by spaces; empty once the process has gone, as a
+/// short-lived one listed by [`processes_using`] may have by the time it is read.
+pub fn command_line(pid: u32) -> String {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+        .unwrap_or_default()
+}
+
 /// How long an empty environment is read again: a process inside `execve`
 /// has, for a moment, its new memory map but not yet its environment, so
 /// `/proc/<pid>/environ` reads empty (3 reads in 300 right after a pid was
@@ -616,7 +624,7 @@ fn is_kernel_thread(pid: u32) -> bool {
 
 /// Numeric field `n` (1-based, as in proc(5)) of `/proc/<pid>/stat`, from
 /// field 3 on (after the command name, which may hold spaces).
-fn stat_field(pid: u32, n: usize) -> Option<u64> {
+pub fn stat_field(pid: u32, n: usize) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let (_, rest) = stat.rsplit_once(") ")?;
     rest.split_whitespace().nth(n.checked_sub(3)?)?.parse().ok()

@@ -548,10 +548,7 @@ fn descends_from(pid: u32, ancestor: u32) -> bool {
 }
 
 fn describe(pid: u32) -> String {
-    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
-        .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
-        .unwrap_or_default();
-    format!("{pid}: {cmdline}")
+    format!("{pid}: {}", command_line(pid))
 }
 
 /// (a) a first turn and (b) a resumed second turn.

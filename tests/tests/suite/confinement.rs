@@ -340,7 +340,7 @@ async fn descendants_end_with_a_cancelled_turn(vars: &[(&str, &str)], confined: 
     let agent_group = pgid_of(
         processes_using(&env.runtime_dir())
             .into_iter()
-            .find(|p| read(Path::new(&format!("/proc/{p}/cmdline"))).contains("cursor-agent"))
+            .find(|p| command_line(*p).contains("cursor-agent"))
             .expect("the stub agent runs"),
     );
     assert_escaped(pids, agent_group);
@@ -385,7 +385,7 @@ async fn descendants_end_with_a_finished_turn(vars: &[(&str, &str)]) {
     wait_until("nothing of the turn to run", || {
         processes_using(&env.runtime_dir())
             .iter()
-            .all(|p| !read(Path::new(&format!("/proc/{p}/cmdline"))).starts_with("/bin/sleep"))
+            .all(|p| !command_line(*p).starts_with("/bin/sleep"))
     })
     .await;
     no_agent_cgroups_left(&env).await;

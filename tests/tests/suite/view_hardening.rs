@@ -196,19 +196,15 @@ fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// Fields 6 (session) and 7 (controlling terminal) of `/proc/<pid>/stat`.
-fn session_and_tty(pid: u32) -> (i64, i64) {
-    let stat = read(Path::new(&format!("/proc/{pid}/stat")));
-    let rest: Vec<i64> = stat
-        .rsplit_once(") ")
-        .unwrap()
-        .1
-        .split_whitespace()
-        .skip(1)
-        .take(5)
-        .map(|f| f.parse().unwrap())
-        .collect();
-    (rest[2], rest[3])
+/// Session (field 6 of `/proc/<pid>/stat`), process group (5) and
+/// controlling terminal (7) of `pid`; `None` once it has gone, as a child
+/// forked by the probe's wait loop may have by the time it is read.
+fn session_group_tty(pid: u32) -> Option<(u64, u64, u64)> {
+    Some((
+        stat_field(pid, 6)?,
+        stat_field(pid, 5)?,
+        stat_field(pid, 7)?,
+    ))
 }
 
 async fn the_agent_reaches_nothing_of_the_users_session(level: pb::AccessLevel) {
@@ -261,19 +257,16 @@ async fn the_agent_reaches_nothing_of_the_users_session(level: pb::AccessLevel) 
     let probe = probe_dir(&env);
     wait_until("the agent's probe", || probe.join("ready").exists()).await;
     let provider = env.service_status(ServiceName::Provider).await.pid;
-    let (service_session, _) = session_and_tty(provider);
-    let agent: Vec<u32> = processes_using(&env.runtime_dir())
+    let (service_session, _, _) = session_group_tty(provider).expect("the provider runs");
+    let agent_sessions: Vec<(u32, u64, u64, u64)> = processes_using(&env.runtime_dir())
         .into_iter()
-        .filter(|p| read(Path::new(&format!("/proc/{p}/cmdline"))).contains("cursor-agent"))
-        .collect();
-    assert!(!agent.is_empty(), "the agent runs");
-    let agent_sessions: Vec<(u32, i64, i64, i64)> = agent
-        .iter()
-        .map(|pid| {
-            let (session, tty) = session_and_tty(*pid);
-            (*pid, session, i64::from(pgid_of(*pid)), tty)
+        .filter(|p| command_line(*p).contains("cursor-agent"))
+        .filter_map(|pid| {
+            let (session, group, tty) = session_group_tty(pid)?;
+            Some((pid, session, group, tty))
         })
         .collect();
+    assert!(!agent_sessions.is_empty(), "the agent runs");
     std::fs::write(go_file(&env), "").unwrap();
     let seen = events.until(is_finished).await;
     assert_eq!(
