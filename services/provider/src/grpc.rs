@@ -11,6 +11,8 @@ use pedelec_proto::v1::{
     ResolvedProfile, RunTurnRequest, Settings, SettingsAck, UpdateSettingsRequest,
 };
 use tokio_stream::wrappers::ReceiverStream;
+
+use crate::turns::joined::Joined;
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
@@ -123,7 +125,7 @@ impl ProviderService for ProviderGrpc {
         self.internal.check(&request, "RunTurn")?;
         // Dropping this stream (client gone) drops the receiver, which stops the process.
         let events = self.providers.run_turn(request.into_inner())?;
-        Ok(Response::new(Box::pin(ReceiverStream::new(events).map(Ok))))
+        Ok(Response::new(Box::pin(Joined::new(events).map(Ok))))
     }
 
     async fn cancel_turn(

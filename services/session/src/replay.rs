@@ -11,7 +11,7 @@
 //!
 //! Memory comes back (docs/decisions.md "Replay buffer"): once a thread is idle
 //! (no operation) and every attached route has taken its events, the buffer
-//! keeps only its newest [`IDLE_TAIL_EVENTS`], compacted
+//! keeps only its newest [`IDLE_TAIL_EVENTS`] (at most [`IDLE_TAIL_BYTES`]), compacted
 //! (`Thread::give_back_when_idle`); and all buffers of the process together
 //! hold at most [`TOTAL_BYTES`] of events every attached route has already
 //! taken: past that, a thread that emits drops its oldest taken segments
@@ -53,6 +53,10 @@ const SEGMENT_BYTES: usize = 64 << 10;
 /// re-attach: its newest events (a turn's last delta, chat, finish and status),
 /// and what an ended thread keeps for routes catching up with its end.
 pub const IDLE_TAIL_EVENTS: usize = 64;
+
+/// The bytes that tail may hold (its newest event is kept whatever its size):
+/// 64 joined deltas of 4 KiB each would keep 256 KiB per idle thread.
+pub const IDLE_TAIL_BYTES: usize = 8 << 10;
 
 /// Bytes of events, across every thread's buffer, above which events every
 /// attached route has already taken are dropped (oldest segments first, by
@@ -187,10 +191,12 @@ impl ReplayBuffer {
         }
     }
 
-    /// Whether the buffer is already no more than `n` events in one
-    /// compacted segment (what `keep_last(n)` leaves).
-    fn compact_within(&self, n: usize) -> bool {
+    /// Whether the buffer is already what `keep_last(n, max_bytes)` leaves:
+    /// no more than `n` events (and `max_bytes`, or one event) in one
+    /// compacted segment.
+    fn compact_within(&self, n: usize, max_bytes: usize) -> bool {
         self.events <= n
+            && (self.bytes <= max_bytes || self.events <= 1)
             && self.segments.len() <= 1
             && self
                 .segments
@@ -198,19 +204,35 @@ impl ReplayBuffer {
                 .is_none_or(|s| s.data.capacity() == s.data.len())
     }
 
-    /// Keeps only the newest `n` events, compacted (an ended thread's history
-    /// is no longer worth its memory; a route further behind reconciles from
-    /// a snapshot).
-    pub fn keep_last(&mut self, n: usize) {
-        if self.compact_within(n) {
+    /// What an idle thread keeps: [`IDLE_TAIL_EVENTS`], at most
+    /// [`IDLE_TAIL_BYTES`].
+    pub fn keep_idle_tail(&mut self) {
+        self.keep_last(IDLE_TAIL_EVENTS, IDLE_TAIL_BYTES);
+    }
+
+    /// Keeps only the newest `n` events that fit in `max_bytes` (the newest
+    /// always), compacted (an ended thread's history is no longer worth its
+    /// memory; a route further behind reconciles from a snapshot).
+    pub fn keep_last(&mut self, n: usize, max_bytes: usize) {
+        if self.compact_within(n, max_bytes) {
             return;
         }
         let Some(last_seq) = self.last_held_seq() else {
             return;
         };
-        let keep_from = last_seq
-            .saturating_sub((n as u64).saturating_sub(1))
-            .max(self.oldest_seq().unwrap_or(0));
+        let oldest = self.oldest_seq().unwrap_or(0);
+        let mut keep_from = last_seq;
+        let mut bytes = self.raw(last_seq).map_or(0, <[u8]>::len);
+        while keep_from > oldest && ((last_seq - keep_from + 1) as usize) < n {
+            let Some(older) = self.raw(keep_from - 1) else {
+                break;
+            };
+            if bytes + older.len() > max_bytes {
+                break;
+            }
+            bytes += older.len();
+            keep_from -= 1;
+        }
         let kept: Vec<Vec<u8>> = (keep_from..=last_seq)
             .filter_map(|seq| self.raw(seq).map(<[u8]>::to_vec))
             .collect();
@@ -453,7 +475,7 @@ mod tests {
         for seq in 1..=n as u64 {
             hold(&mut buf, event(seq));
         }
-        buf.keep_last(64);
+        buf.keep_last(64, usize::MAX);
         assert_eq!(buf.segments.len(), 1);
         assert_eq!(buf.segments[0].data.capacity(), buf.segments[0].data.len());
         assert_eq!(buf.segments[0].len(), 64);
@@ -465,8 +487,22 @@ mod tests {
         assert!(!buf.half_full_after(n as u64));
         let mut small = ReplayBuffer::new("t", ReplayLimits::default());
         hold(&mut small, event(1));
-        small.keep_last(64);
+        small.keep_last(64, usize::MAX);
         assert_eq!(seqs(small.after(0, 1, 10).unwrap()), vec![1]);
+    }
+
+    #[test]
+    fn keep_last_holds_no_more_bytes_than_asked_but_always_the_newest_event() {
+        let mut buf = ReplayBuffer::new("t", ReplayLimits::default());
+        for seq in 1..=10 {
+            hold(&mut buf, event(seq));
+        }
+        buf.keep_last(64, 3 * held_size());
+        assert_eq!(seqs(buf.after(7, 10, usize::MAX).unwrap()), vec![8, 9, 10]);
+        assert!(buf.after(6, 10, usize::MAX).is_none());
+        buf.keep_last(64, 1);
+        assert_eq!(seqs(buf.after(9, 10, usize::MAX).unwrap()), vec![10]);
+        assert_eq!(buf.bytes, held_size());
     }
 
     #[test]
@@ -497,9 +533,9 @@ mod tests {
         for seq in 1..=10 {
             hold(&mut buf, event(seq));
         }
-        buf.keep_last(IDLE_TAIL_EVENTS);
+        buf.keep_idle_tail();
         let data = buf.segments[0].data.as_ptr();
-        buf.keep_last(IDLE_TAIL_EVENTS);
+        buf.keep_idle_tail();
         assert_eq!(buf.segments[0].data.as_ptr(), data, "not rebuilt");
         assert_eq!(
             seqs(buf.after(0, 10, usize::MAX).unwrap()),

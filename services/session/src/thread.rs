@@ -111,7 +111,7 @@ impl Thread {
     pub fn give_back_when_idle(&mut self) {
         let last = self.record.last_seq;
         if self.record.active_operation.is_none() && self.routes.values().all(|&t| t >= last) {
-            self.replay.keep_last(crate::replay::IDLE_TAIL_EVENTS);
+            self.replay.keep_idle_tail();
         }
     }
 

@@ -55,14 +55,21 @@ async fn a_turn_streams_deltas_in_order_then_end_and_reactivate() {
     let op_id = op["operationId"].as_str().unwrap().to_string();
     let mut events = host.events_until(&id, finished).await;
     events.extend(host.events_until(&id, |e| e["type"] == "status").await);
-    let mut want = vec!["operation_started".to_string(), "status:running".into()];
-    want.extend(std::iter::repeat_n("chat_delta".to_string(), 500));
-    want.extend([
-        "usage".into(),
-        "operation_finished:completed".into(),
-        "status:idle".into(),
-    ]);
-    assert_eq!(frame_kinds(&events), want);
+    // However many chat_deltas: those that waited for SessionService travel
+    // joined (docs/native-messaging.md §4); the text below is whole.
+    let mut kinds = frame_kinds(&events);
+    kinds.dedup_by(|a, b| a == "chat_delta" && b == "chat_delta");
+    assert_eq!(
+        kinds,
+        [
+            "operation_started",
+            "status:running",
+            "chat_delta",
+            "usage",
+            "operation_finished:completed",
+            "status:idle"
+        ]
+    );
     assert_consecutive(&events);
     assert_eq!(events[0]["seq"], 1);
     assert_eq!(frame_delta_text(&events), expected_deltas(500));
@@ -497,11 +504,15 @@ async fn a_burst_of_chat_deltas_reaches_stdout_whole_and_in_order() {
         let ev = &e["event"];
         if ev["type"] == "chat_delta" {
             first.get_or_insert_with(Instant::now);
-            assert_eq!(ev["text"].as_str().unwrap(), format!("d{expected_i} "));
-            expected_i += 1;
-            count += 1;
-            if count.is_multiple_of(20_000) {
-                peak = peak.max(rss_kib(pid));
+            // Deltas that waited for SessionService travel joined.
+            let text = ev["text"].as_str().unwrap();
+            for word in text.split_inclusive(' ') {
+                assert_eq!(word, format!("d{expected_i} "), "in {text:.200}");
+                expected_i += 1;
+                count += 1;
+                if count.is_multiple_of(20_000) {
+                    peak = peak.max(rss_kib(pid));
+                }
             }
         }
         if finished(ev) {

@@ -146,7 +146,9 @@ async fn every_host_message_matches_the_schema() {
 
     let id = create(&mut c, json!({})).await;
     // More events than an ended thread keeps, for the replay gap at the end.
-    let (_, mut seen) = c.turn(&id, "@@stream 100").await;
+    // Paced, so each delta is its own event (deltas that wait for
+    // SessionService travel joined).
+    let (_, mut seen) = c.turn(&id, "@@paced 200 10").await;
 
     // Two messages in one turn: their deltas and chats pair up by messageId.
     let (op, events) = c.turn(&id, "@@two").await;

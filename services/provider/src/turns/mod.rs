@@ -35,6 +35,7 @@ mod appserver;
 mod cli;
 mod events;
 mod job;
+pub mod joined;
 mod orphans;
 mod record;
 mod serve;

@@ -73,7 +73,7 @@ impl Sessions {
             reason: reason as i32,
         }));
         // Routes catching up with the end find the same tail an idle thread keeps.
-        t.replay.keep_last(crate::replay::IDLE_TAIL_EVENTS);
+        t.replay.keep_idle_tail();
         let saved = t.save(&self.inner.journal);
         Some((t.id().to_string(), saved))
     }

@@ -18,13 +18,7 @@
 use pb::session_event::Event;
 use pedelec_proto::v1 as pb;
 
-/// A merged event's text stops growing here: a queued event stays small, and
-/// so do the buffers each open stream keeps at its largest message
-/// (SessionService's encoder, the host's decoder; `pedelec_proto::codec`):
-/// at 16 KiB the native host held 37 KiB per attached page after a burst,
-/// 1.8 MiB for fifty. The host joins these events again into its own frames
-/// (up to 64 KiB of text), so what a page receives is not cut smaller.
-pub const MERGED_TEXT_MAX: usize = 4 * 1024;
+use pedelec_common::delta_merge::SERVICE_TEXT_MAX;
 
 /// `events` (consecutive, in seq order) with each run of chat deltas of one
 /// operation and message folded into one event.
@@ -32,7 +26,7 @@ pub fn merge(events: Vec<pb::SessionEvent>) -> Vec<pb::SessionEvent> {
     let mut out: Vec<pb::SessionEvent> = Vec::with_capacity(events.len().min(16));
     for event in events {
         if let Some(last) = out.last_mut()
-            && pedelec_common::delta_merge::joins(last, &event, MERGED_TEXT_MAX)
+            && pedelec_common::delta_merge::joins(last, &event, SERVICE_TEXT_MAX)
         {
             let (Some(Event::ChatDelta(into)), Some(Event::ChatDelta(d))) =
                 (last.event.as_mut(), event.event.as_ref())
@@ -109,7 +103,7 @@ mod tests {
     #[test]
     fn a_lone_delta_and_the_text_bound() {
         assert_eq!(merge(vec![delta(1, "x", "m")])[0].first_seq, None);
-        let half = "x".repeat(MERGED_TEXT_MAX / 2);
+        let half = "x".repeat(SERVICE_TEXT_MAX / 2);
         let out = merge(vec![
             delta(1, &half, "m"),
             delta(2, &half, "m"),
