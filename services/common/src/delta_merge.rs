@@ -9,12 +9,10 @@ use pedelec_proto::v1 as pb;
 
 /// The most text one delta joined inside the services carries
 /// (ProviderService's waiting deltas, SessionService's lagging routes): a
-/// queued event stays small, and so do the buffers each open stream keeps
-/// at its largest message (the encoders, the host's decoder;
-/// `pedelec_proto::codec`): at 16 KiB the native host held 37 KiB per
-/// attached page after a burst, 1.8 MiB for fifty. The host joins these
-/// again into its own frames (up to 64 KiB of text), so what a page
-/// receives is not cut smaller.
+/// queued event stays small, and so does the buffer each open stream's
+/// encoder keeps at its largest message (`pedelec_proto::codec`). The host
+/// joins these again into its own frames (up to 64 KiB of text), so what a
+/// page receives is not cut smaller.
 pub const SERVICE_TEXT_MAX: usize = 4 * 1024;
 
 /// Whether `next` continues `run` as one chat delta of at most `max_text` bytes.

@@ -11,13 +11,12 @@ use pedelec_proto::v1::{
     ResolvedProfile, RunTurnRequest, Settings, SettingsAck, UpdateSettingsRequest,
 };
 use tokio_stream::wrappers::ReceiverStream;
-
-use crate::turns::joined::Joined;
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::error::ProviderError;
 use crate::service::Providers;
+use crate::turns::joined::Joined;
 
 pub type ProviderEventStream = Pin<Box<dyn Stream<Item = Result<ProviderEvent, Status>> + Send>>;
 pub type ProfileSettingsStream =

@@ -10,7 +10,7 @@
 //! the agent printed it, at once. The text is the same, in the same order;
 //! only `chat_delta`s in a row join, so a `chat`, a usage report or an
 //! error still separates them. Delta boundaries carry no meaning for a page
-//! (docs/sdk.md), so a page sees nothing but fewer, longer deltas.
+//! (docs/sdk-extension.md), so a page sees nothing but fewer, longer deltas.
 
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
