@@ -278,3 +278,52 @@ async fn a_tool_request_behind_a_lagging_service_route_follows_few_merged_events
     assert!(merged > 0, "no delta travelled merged");
     assert_eq!(text, expected_deltas(DELTAS));
 }
+
+/// Two hops earlier still: the deltas that wait for SessionService leave
+/// ProviderService joined (docs/native-messaging.md §4, "Joined deltas"), so
+/// even a route that asked for no merging gets far fewer events than the
+/// agent printed deltas: each one event with one seq (no `first_seq`), none
+/// over 4 KiB of text, the text whole and in order.
+#[tokio::test]
+async fn deltas_that_wait_for_session_service_arrive_joined_on_every_route() {
+    let mut env = TestEnv::new();
+    let _launcher = services(&mut env).await;
+    let mut host = Host::spawn(&env, EXTENSION);
+    let id = open_session(&mut host).await;
+    let mut s = env.session().await;
+    let mut stream = s
+        .attach(attach_request(&id, "plain", None))
+        .await
+        .unwrap()
+        .into_inner();
+    stream.message().await.unwrap().expect("the snapshot");
+    host.ok(
+        "send_text",
+        json!({"sessionId": id, "text": format!("@@stream {DELTAS}")}),
+    )
+    .await;
+    let (mut text, mut events, mut last_seq) = (String::new(), 0, None);
+    loop {
+        let e = stream.message().await.unwrap().expect("the stream goes on");
+        assert_eq!(
+            e.first_seq, None,
+            "a merged event on a route that asked for none"
+        );
+        if let Some(last) = last_seq {
+            assert_eq!(e.seq, last + 1, "a seq skipped");
+        }
+        last_seq = Some(e.seq);
+        match &e.event {
+            Some(pb::session_event::Event::ChatDelta(d)) => {
+                assert!(d.text.len() <= 4096, "{} bytes in one delta", d.text.len());
+                text.push_str(&d.text);
+                events += 1;
+            }
+            Some(pb::session_event::Event::OperationFinished(_)) => break,
+            _ => {}
+        }
+    }
+    assert_eq!(text, expected_deltas(DELTAS));
+    eprintln!("{events} chat_delta events carried {DELTAS} deltas");
+    assert!(events < DELTAS / 4, "{events} events for {DELTAS} deltas");
+}
