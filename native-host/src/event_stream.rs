@@ -86,8 +86,10 @@ impl EventStream {
     /// The next event; None when SessionService ended the stream.
     pub async fn message(&mut self) -> Result<Option<pb::SessionEvent>, Status> {
         loop {
-            if let Some(event) = self.messages.next()? {
-                return Ok(Some(event));
+            match self.messages.next() {
+                Ok(Some(event)) => return Ok(Some(event)),
+                Ok(None) => {}
+                Err(status) => return self.fail(status),
             }
             if self.finished {
                 return Ok(None);
