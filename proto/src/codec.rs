@@ -1,6 +1,6 @@
 //! The codec every generated client and server uses: tonic's prost codec with
 //! smaller message buffers than tonic's defaults (8 KiB to start, up to 32 KiB
-//! of encoded messages gathered before a stream yields a chunk): 2 and 16 KiB.
+//! of encoded messages gathered before a stream yields a chunk): 2 and 4 KiB.
 //!
 //! Why: each open stream keeps its encode and decode buffers at the largest
 //! size they ever grew to, for as long as the stream lives. A page's Attach
@@ -23,11 +23,13 @@ use tonic_prost::ProstCodec;
 pub const BUFFER_SIZE: usize = 2 * 1024;
 
 /// Encoded messages a stream gathers before it hands them on as one chunk.
-/// A chunk larger than this only comes from a single larger message. 4 KiB
-/// kept a little more memory back (the host's decode buffers follow the
-/// chunks) but cost a single session's burst 5% of its rate (`deltas.host`
-/// 318–320k against 334–337k/s in two pairs), so 16.
-pub const YIELD_THRESHOLD: usize = 16 * 1024;
+/// A chunk larger than this only comes from a single larger message. An
+/// encoder's buffer keeps about this plus its largest message: 4 KiB rather
+/// than 16 left SessionService 1.6–1.8 MiB instead of 1.7–2.2 above idle
+/// after the `load` group (fifty attached pages), and costs a burst nothing
+/// measurable now that waiting deltas travel joined (`deltas.host` within
+/// its spread in three pairs; before the joining it cost 5%).
+pub const YIELD_THRESHOLD: usize = 4 * 1024;
 
 fn settings() -> BufferSettings {
     BufferSettings::new(BUFFER_SIZE, YIELD_THRESHOLD)
