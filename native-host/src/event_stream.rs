@@ -2,7 +2,7 @@
 //!
 //! What it buys: memory back after a burst. `Streaming` copies each HTTP/2
 //! chunk into one buffer per stream, which grows to the largest burst the
-//! stream saw (32–64 KiB: a 16 KiB chunk behind a partly read message) and
+//! stream saw (32–64 KiB when SessionService sent 16 KiB chunks) and
 //! stays that size for the stream's life. An attached page lives as long as
 //! its tab, so fifty tabs that each once streamed a burst kept about 2 MiB in
 //! the host (docs/benchmarks.md, "Memory"). Here a message is decoded from
