@@ -16,12 +16,10 @@ use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
 use pb::provider_event::Event as Out;
+use pedelec_common::delta_merge::SERVICE_TEXT_MAX;
 use pedelec_proto::v1 as pb;
 use tokio::sync::mpsc;
 use tokio_stream::Stream;
-
-/// A joined delta stops growing here.
-pub const JOINED_TEXT_MAX: usize = pedelec_common::delta_merge::SERVICE_TEXT_MAX;
 
 /// Events waiting in the channel above which SessionService counts as
 /// lagging: a short reply printed at once still arrives delta by delta.
@@ -55,10 +53,10 @@ impl Stream for Joined {
         if let Some(Out::ChatDelta(text)) = first.event.as_mut()
             && this.rx.len() > LAGGING
         {
-            while text.len() < JOINED_TEXT_MAX {
+            while text.len() < SERVICE_TEXT_MAX {
                 let Ok(next) = this.rx.try_recv() else { break };
                 match next.event {
-                    Some(Out::ChatDelta(more)) if text.len() + more.len() <= JOINED_TEXT_MAX => {
+                    Some(Out::ChatDelta(more)) if text.len() + more.len() <= SERVICE_TEXT_MAX => {
                         text.push_str(&more)
                     }
                     _ => {
@@ -117,13 +115,13 @@ mod tests {
 
     #[tokio::test]
     async fn a_joined_delta_stops_at_the_bound() {
-        let half = "h".repeat(JOINED_TEXT_MAX / 2);
+        let half = "h".repeat(SERVICE_TEXT_MAX / 2);
         let got = read_all(vec![delta(&half); LAGGING + 4]).await;
         let mut want = vec![delta(&half.repeat(2)), delta(&half.repeat(2))];
         want.extend(vec![delta(&half); LAGGING]);
         assert_eq!(got, want);
         // One byte more and no two fit: each leaves alone, none is cut.
-        let over = "o".repeat(JOINED_TEXT_MAX / 2 + 1);
+        let over = "o".repeat(SERVICE_TEXT_MAX / 2 + 1);
         let got = read_all(vec![delta(&over); LAGGING + 4]).await;
         assert_eq!(got, vec![delta(&over); LAGGING + 4]);
     }
