@@ -115,7 +115,9 @@ check_hot_list() {
 # cli/build.rs (no relocations to apply at each of its many starts), which
 # needs code built for fixed addresses. It keeps its symbols in
 # target/cli/<triple> (place strips the copy): cli/hot-functions.txt names
-# them, and tools/hot-functions.py profiles that very file.
+# them, and tools/hot-functions.py profiles that very file. `-p` makes cargo
+# resolve features for pedelec-cli alone (a bare `--bin` unifies them over the
+# whole workspace), so its tokio comes without the services' signal driver.
 cli_dir=target/cli
 cli_pid=
 trap '[ -z "$cli_pid" ] || kill "$cli_pid" 2>/dev/null || true' EXIT
@@ -123,7 +125,7 @@ if [ "$cli_static" = yes ]; then
   mkdir -p "$cli_dir"
   CARGO_TARGET_DIR=$cli_dir CARGO_PROFILE_RELEASE_STRIP=false \
     RUSTFLAGS="-C target-feature=+crt-static -C relocation-model=static" \
-    cargo build --release --target "$cli_triple" --bin pedelec-cli >"$cli_dir.log" 2>&1 &
+    cargo build --release --target "$cli_triple" -p pedelec-cli --bin pedelec-cli >"$cli_dir.log" 2>&1 &
   cli_pid=$!
 fi
 

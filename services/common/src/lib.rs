@@ -250,6 +250,7 @@ impl ServiceName {
 }
 
 /// Resolves when the process receives SIGTERM or SIGINT.
+#[cfg(feature = "services")]
 pub async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).expect("install SIGTERM handler");

@@ -242,6 +242,7 @@ pub fn detach(cmd: &mut std::process::Command) {
 
 /// Spawns, retrying briefly on ETXTBSY: exec fails that way while another
 /// thread's fork still holds a just-written script open (tests, upgrades).
+#[cfg(feature = "services")]
 pub async fn spawn(cmd: &mut tokio::process::Command) -> std::io::Result<tokio::process::Child> {
     let mut attempts = 0;
     loop {
