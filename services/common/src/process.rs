@@ -379,6 +379,7 @@ pub(crate) mod tests {
         assert!(!signal_group(u32::MAX, 0));
     }
 
+    #[cfg(feature = "services")] // uses `spawn`
     #[tokio::test]
     async fn a_group_is_signalled_and_seen_gone() {
         let mut cmd = tokio::process::Command::new("sleep");
@@ -394,6 +395,7 @@ pub(crate) mod tests {
         assert!(!is_alive(pid));
     }
 
+    #[cfg(feature = "services")] // uses `spawn`
     #[tokio::test]
     async fn a_detached_child_leads_its_own_session() {
         let mut cmd = tokio::process::Command::new("sh");
