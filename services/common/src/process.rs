@@ -192,8 +192,27 @@ pub fn is_alive(pid: u32) -> bool {
 /// A `/proc/<pid>/stat` file's fields after the parenthesised command name
 /// (which may hold spaces and parentheses), starting with the state.
 fn stat_after_name(path: &Path) -> Option<String> {
-    let stat = std::fs::read_to_string(path).ok()?;
-    stat.rsplit_once(')').map(|(_, rest)| rest.to_string())
+    // One open, one read and one close: `fs::read_to_string` also asks for
+    // the size and the position first (which /proc cannot give), and a
+    // group scan reads every process's file.
+    let mut file = std::fs::File::open(path).ok()?;
+    let mut buf = [0u8; 2048];
+    let mut len = 0;
+    // The kernel hands out the whole line in one read when it fits; it ends
+    // with a newline.
+    while len < buf.len() && !buf[..len].ends_with(b"\n") {
+        match std::io::Read::read(&mut file, &mut buf[len..]) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+    // The name may hold any bytes; what follows it is ASCII.
+    let after = buf[..len].iter().rposition(|b| *b == b')')? + 1;
+    std::str::from_utf8(&buf[after..len])
+        .ok()
+        .map(str::to_string)
 }
 
 /// The child gets `sig` when the thread that spawned it exits (Linux's
@@ -304,6 +323,34 @@ pub(crate) mod tests {
             )
         };
         assert_eq!(rc, 0, "ptrace: {}", std::io::Error::last_os_error());
+    }
+
+    /// The fields after a name holding ") Z (" and a byte that is not UTF-8
+    /// start at the state, not inside the name.
+    #[test]
+    fn stat_fields_start_after_the_last_parenthesis() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let name = std::ffi::CString::new(b"x) Z (\xff".to_vec()).unwrap();
+            // SAFETY: a NUL-terminated name for this thread, under 16 bytes.
+            unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr()) };
+            // SAFETY: gettid has no preconditions.
+            tx.send(unsafe { libc::gettid() }).unwrap();
+            done_rx.recv().unwrap();
+        });
+        let tid = rx.recv().unwrap();
+        let path = format!("/proc/self/task/{tid}/stat");
+        let raw = std::fs::read(&path).unwrap();
+        assert!(
+            raw.windows(5).any(|w| w == b") Z ("),
+            "the name is in the file"
+        );
+        let fields = stat_after_name(Path::new(&path)).unwrap();
+        let state = fields.split_whitespace().next().unwrap();
+        assert!(["R", "S"].contains(&state), "{fields}");
+        done_tx.send(()).unwrap();
+        thread.join().unwrap();
     }
 
     #[test]

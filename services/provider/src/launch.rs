@@ -845,18 +845,22 @@ impl AgentProcs {
     pub async fn end(&self, within: Duration) -> bool {
         process::signal_group(self.pgid, SIGKILL);
         let group_gone = process::wait_group_gone(self.pgid, within).await;
-        let cgroup = self.cgroup().take();
-        let cgroup_gone = match cgroup {
-            Some(cg) => {
-                let gone = cg.kill_and_remove(within).await;
-                if !gone {
-                    tracing::warn!(cgroup = %cg.dir().display(), "an agent's cgroup outlived SIGKILL");
-                }
-                gone
-            }
-            None => true,
-        };
+        let cgroup_gone = self.end_cgroup(within).await;
         group_gone && cgroup_gone
+    }
+
+    /// Kills what is left in the agent's cgroup (what escaped the group),
+    /// waits until it is gone (at most `within`) and removes the cgroup;
+    /// true when there is none. For a group already seen empty.
+    pub async fn end_cgroup(&self, within: Duration) -> bool {
+        let Some(cg) = self.cgroup().take() else {
+            return true;
+        };
+        let gone = cg.kill_and_remove(within).await;
+        if !gone {
+            tracing::warn!(cgroup = %cg.dir().display(), "an agent's cgroup outlived SIGKILL");
+        }
+        gone
     }
 }
 

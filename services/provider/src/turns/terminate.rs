@@ -56,8 +56,21 @@ impl Group {
                 "provider left processes behind; terminating them"
             );
             self.procs.terminate();
+            self.wait_empty(Instant::now() + grace, grace).await;
+            return;
         }
-        self.wait_empty(Instant::now() + grace, grace).await;
+        // The usual end: nothing of the group runs, and nothing can join a
+        // group without a live member, so this one look is the last
+        // (`group_alive` lists all of /proc while a zombie stays in the
+        // group, as bwrap's inner process does until init reaps it). Only
+        // what escaped into the cgroup is left to end.
+        if !self.procs.end_cgroup(grace).await {
+            tracing::warn!(
+                pgid = self.procs.pgid(),
+                "an agent's processes outlived SIGKILL"
+            );
+        }
+        self.armed = false;
     }
 
     /// Polls until the group is empty or the deadline passes, then SIGKILLs
