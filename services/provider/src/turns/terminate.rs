@@ -59,11 +59,10 @@ impl Group {
             self.wait_empty(Instant::now() + grace, grace).await;
             return;
         }
-        // The usual end: nothing of the group runs, and nothing can join a
-        // group without a live member, so this one look is the last
-        // (`group_alive` lists all of /proc while a zombie stays in the
-        // group, as bwrap's inner process does until init reaps it). Only
-        // what escaped into the cgroup is left to end.
+        // The usual end: nothing of the group runs, so this one look is
+        // the last (`group_alive` lists all of /proc while a zombie stays in
+        // the group, as bwrap's inner process does until init reaps it).
+        // What left the group is the cgroup's to end.
         if !self.procs.end_cgroup(grace).await {
             tracing::warn!(
                 pgid = self.procs.pgid(),
