@@ -62,13 +62,9 @@ impl Group {
         // The usual end: nothing of the group runs, so this one look is
         // the last (`group_alive` lists all of /proc while a zombie stays in
         // the group, as bwrap's inner process does until init reaps it).
-        // What left the group is the cgroup's to end.
-        if !self.procs.end_cgroup(grace).await {
-            tracing::warn!(
-                pgid = self.procs.pgid(),
-                "an agent's processes outlived SIGKILL"
-            );
-        }
+        // What left the group is the cgroup's to end (`end_cgroup` warns
+        // when it outlives SIGKILL).
+        self.procs.end_cgroup(grace).await;
         self.armed = false;
     }
 
