@@ -164,12 +164,14 @@ impl CoalescedWrites {
     }
 }
 
+/// No connection info for the handlers: none reads it (the peer's uid is
+/// checked once at accept, `uds::accept_loop`), and tonic's own for a Unix
+/// socket asks the kernel for the peer's address and credentials again on
+/// every connection: two system calls on each `pedelec-cli` call's way.
 impl tonic::transport::server::Connected for CoalescedWrites {
-    type ConnectInfo = <UnixStream as tonic::transport::server::Connected>::ConnectInfo;
+    type ConnectInfo = ();
 
-    fn connect_info(&self) -> Self::ConnectInfo {
-        self.inner.connect_info()
-    }
+    fn connect_info(&self) -> Self::ConnectInfo {}
 }
 
 impl AsyncRead for CoalescedWrites {
