@@ -211,13 +211,15 @@ async fn accept_loop(
     }
 }
 
-/// What a Pedelec client lets a service send ahead on one stream, and on
-/// the whole connection, before the client has read it (hyper's defaults:
-/// 2 and 5 MiB). The sender queues that much in h2, whose frame queue keeps
-/// the size of its largest backlog for as long as the connection lives: fifty
+/// What a Pedelec client lets a service send ahead on one stream before the
+/// client has read it (hyper's default: 2 MiB).
+const STREAM_WINDOW: u32 = 256 * 1024;
+
+/// The same for all streams of a connection together (hyper's default:
+/// 5 MiB). The sender queues that much in h2, whose frame queue keeps the
+/// size of its largest backlog for as long as the connection lives: fifty
 /// pages streaming through one native host left SessionService's send queue
 /// at 0.64 MiB after the load (docs/decisions.md, "HTTP/2 windows").
-const STREAM_WINDOW: u32 = 256 * 1024;
 const CONNECTION_WINDOW: u32 = 1024 * 1024;
 
 fn endpoint() -> Endpoint {
