@@ -10,9 +10,11 @@ It runs the benchmark harness's main workload (`pedelec-bench --only main
 --quick`) with every Pedelec process under valgrind's callgrind, using the
 unstripped release binaries build-release.sh leaves in target/<triple>/release
 (pedelec-cli: target/cli/<triple>/release),
-and records which functions each process ran. Needs valgrind. Run it again
-when build-release.sh warns that a list is out of date (after a toolchain or
-dependency update, or a large change of the code).
+and records which functions each process ran: those the long-running
+processes ran to start and sit idle with one session (profiles dumped at the
+harness's idle point, `--pause-at-idle`) first, then the rest. Needs valgrind.
+Run it again when build-release.sh warns that a list is out of date (after a
+toolchain or dependency update, or a large change of the code).
 """
 
 import collections
@@ -22,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -83,10 +86,21 @@ def addresses(binary: Path) -> dict[str, int]:
     return found
 
 
-def order(users: dict[str, set[str]], address: dict[str, int]) -> list[str]:
+def order(
+    users: dict[str, set[str]], address: dict[str, int], idle_users: dict[str, set[str]] | None = None
+) -> list[str]:
     """Functions every user ran first, then each smaller group of users
-    together; within a group, in the profiled build's order."""
-    return sorted(users, key=lambda n: (-len(users[n]), sorted(users[n]), address.get(n, 0)))
+    together; within a group, in the profiled build's order. With
+    `idle_users`, the functions run by the time the processes sat idle come
+    before all others, grouped by who ran them by then: an idle process maps
+    only the start of the list."""
+    idle_users = idle_users or {}
+
+    def key(n: str):
+        phase, who = (0, idle_users[n]) if n in idle_users else (1, users[n])
+        return (phase, -len(who), sorted(who), address.get(n, 0))
+
+    return sorted(users, key=key)
 
 
 def write_list(path: Path, names: list[str]) -> None:
@@ -120,6 +134,7 @@ def main() -> int:
         real, wrapped, profiles = work / "real", work / "bin", work / "profiles"
         for d in (real, wrapped, profiles):
             d.mkdir()
+        pids, idle_mark = work / "pids", work / "idle"
         # Each name runs the unstripped binary under callgrind; the name it is
         # started under still picks the program (argv[0] is real/<name>).
         for name in multicall_programs(multicall) + ["pedelec-cli"]:
@@ -127,11 +142,12 @@ def main() -> int:
             script = wrapped / name
             script.write_text(
                 "#!/bin/sh\n"
+                f"echo $$ >> {pids}\n"
                 f"exec valgrind -q --tool=callgrind --demangle=no "
                 f"--callgrind-out-file={profiles}/{name}.%p {real}/{name} \"$@\"\n"
             )
             script.chmod(0o755)
-        subprocess.run(
+        harness_run = subprocess.Popen(
             [
                 str(harness),
                 "--release", str(wrapped),
@@ -139,24 +155,46 @@ def main() -> int:
                 "--out", str(work / "results.json"),
                 "--only", "main",
                 "--quick",
+                "--pause-at-idle", str(idle_mark),
             ],
-            check=True,
             stdout=subprocess.DEVNULL,
         )
+        # At the idle point every process under callgrind writes what it has
+        # run so far (<name>.<pid>.1) and counts afresh; the rest of the run
+        # ends up in <name>.<pid> when it exits.
+        while harness_run.poll() is None and not idle_mark.exists():
+            time.sleep(0.05)
+        if idle_mark.exists():
+            for pid in pids.read_text().split():
+                if Path(f"/proc/{pid}").exists():
+                    subprocess.run(["callgrind_control", "--dump", pid], check=True, stdout=subprocess.DEVNULL)
+            idle_mark.unlink()
+        if harness_run.wait() != 0:
+            raise subprocess.CalledProcessError(harness_run.returncode, str(harness))
 
         # The long-running programs: grouped by program. pedelec-cli: one
         # process per call, grouped by process (functions every call runs first).
         by_program: dict[str, set[str]] = collections.defaultdict(set)
+        by_program_idle: dict[str, set[str]] = collections.defaultdict(set)
         by_call: dict[str, set[str]] = collections.defaultdict(set)
         for profile in sorted(profiles.iterdir()):
-            program = profile.name.rsplit(".", 1)[0]
+            # <name>.<pid>, or <name>.<pid>.1 for the part up to the idle point
+            program, pid, *part = profile.name.split(".")
             if program == "pedelec-cli":
                 for fn in executed(profile, f"{real}/pedelec-cli"):
-                    by_call[fn].add(profile.name)
+                    by_call[fn].add(pid)
             else:
                 for fn in executed(profile, f"{real}/"):
                     by_program[fn].add(program)
-        write_list(ROOT / "multicall/hot-functions.txt", order(by_program, addresses(multicall)))
+                    if part:
+                        by_program_idle[fn].add(program)
+        if not by_program_idle:
+            print("the run never reached its idle point", file=sys.stderr)
+            return 1
+        write_list(
+            ROOT / "multicall/hot-functions.txt",
+            order(by_program, addresses(multicall), by_program_idle),
+        )
         write_list(ROOT / "cli/hot-functions.txt", order(by_call, addresses(cli)))
     finally:
         shutil.rmtree(work, ignore_errors=True)

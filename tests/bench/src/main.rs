@@ -52,6 +52,11 @@ pub struct Config {
     pub full_load: bool,
     /// `--only PREFIX`: run only the phases whose id starts with it (e.g. `agent`).
     pub only: Option<String>,
+    /// `--pause-at-idle FILE`: when the main group's processes sit idle (its
+    /// idle memory rows), create FILE and go on once it is removed, so a
+    /// profiler can mark that point (tools/hot-functions.py lays out the
+    /// code run up to it first).
+    pub pause_at_idle: Option<PathBuf>,
 }
 
 impl Config {
@@ -61,7 +66,7 @@ impl Config {
     }
 }
 
-const USAGE: &str = "usage: pedelec-bench [--quick] [--release DIR] [--agent PROGRAM] [--noop PROGRAM] [--noop-bare PROGRAM] [--out FILE] [--profile DIR] [--only PREFIX] [--full-load]";
+const USAGE: &str = "usage: pedelec-bench [--quick] [--release DIR] [--agent PROGRAM] [--noop PROGRAM] [--noop-bare PROGRAM] [--out FILE] [--profile DIR] [--only PREFIX] [--full-load] [--pause-at-idle FILE]";
 
 fn main() {
     let argv0 = std::env::args().next().unwrap_or_default();
@@ -88,6 +93,7 @@ fn main() {
         profile: None,
         only: None,
         full_load: false,
+        pause_at_idle: None,
         release,
         agent: None,
     };
@@ -103,6 +109,7 @@ fn main() {
             "--out" => cfg.out = it.next().map(PathBuf::from).unwrap_or_default(),
             "--profile" => cfg.profile = it.next().map(PathBuf::from),
             "--only" => cfg.only = it.next(),
+            "--pause-at-idle" => cfg.pause_at_idle = it.next().map(PathBuf::from),
             _ => {
                 eprintln!("{USAGE}");
                 std::process::exit(2);

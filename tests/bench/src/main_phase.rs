@@ -20,6 +20,19 @@ use crate::report::Row;
 use crate::sessions::{Sessions, open_host_session, stub_agent_settings};
 use crate::tool_calls::tool_calls;
 
+/// Creates `mark` and waits until someone removes it (`--pause-at-idle`).
+async fn pause_at(mark: &std::path::Path) -> Result<(), String> {
+    std::fs::write(mark, b"").map_err(|e| format!("{}: {e}", mark.display()))?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    while mark.exists() {
+        if tokio::time::Instant::now() > deadline {
+            return Err(format!("{} was not removed within 120 s", mark.display()));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Ok(())
+}
+
 pub(crate) async fn main_phase(cfg: &Config) -> Result<Vec<Row>, String> {
     let env = BenchEnv::new(&cfg.release)?;
     let mut launcher = env.spawn_up("launcher.log")?;
@@ -51,6 +64,9 @@ async fn main_phase_inner(cfg: &Config, env: &BenchEnv, launcher: u32) -> Result
     tokio::time::sleep(Duration::from_millis(300)).await;
     let procs = Procs::of(env, launcher, host.pid).await?;
     rows.extend(memory_rows("idle", &procs.sample(), 1));
+    if let Some(mark) = &cfg.pause_at_idle {
+        pause_at(mark).await?;
+    }
 
     // A sub-phase that cannot run is recorded; the others still run.
     let record =
