@@ -41,6 +41,44 @@ def host_triple() -> str:
     return re.search(r"^host: (.+)$", out, re.M).group(1)
 
 
+# glibc picks each string function's variant for the CPU it runs on (IFUNC),
+# and valgrind's virtual CPU lacks extensions the user's may have (AVX-512):
+# each variant a profile names (or the resolver, `<name>_ifunc`, that picks
+# one) is followed by its siblings, so whichever the user's CPU picks sits
+# with the code that calls it.
+VARIANT = re.compile(
+    r"^(__[a-z0-9]+?)_(?:sse2|ssse3|sse4_1|sse4_2|sse42|avx2|avx512|avx|evex512|evex|erms)(?:_|$)"
+)
+RESOLVER = re.compile(r"^([a-z0-9]+)_ifunc$")
+
+# What every program of the static executable runs before main outside
+# valgrind, which gives its programs no vDSO: glibc's set-up of the vDSO's
+# symbols.
+VDSO_SETUP = ["_dl_new_object", "_dl_add_to_namespace_list", "_dl_setup_hash", "check_match"]
+
+
+def with_variants(names: list[str], symbols: dict[str, int]) -> list[str]:
+    """`names`, each CPU-specific variant followed by its siblings."""
+    family: dict[str, list[str]] = collections.defaultdict(list)
+    for sym in sorted(symbols, key=symbols.get):
+        if m := VARIANT.match(sym):
+            family[m.group(1)].append(sym)
+    out, placed = [], set(names)
+    for name in names:
+        out.append(name)
+        if m := VARIANT.match(name):
+            siblings = family[m.group(1)]
+        elif m := RESOLVER.match(name):
+            siblings = family["__" + m.group(1)]
+        else:
+            continue
+        for sibling in siblings:
+            if sibling not in placed:
+                placed.add(sibling)
+                out.append(sibling)
+    return out
+
+
 def executed(profile: Path, binary_part: str) -> set[str]:
     """Names of the functions of the object whose path contains
     `binary_part` that ran in one callgrind profile (names compressed as
@@ -167,7 +205,10 @@ def main() -> int:
         if idle_mark.exists():
             for pid in pids.read_text().split():
                 if Path(f"/proc/{pid}").exists():
-                    subprocess.run(["callgrind_control", "--dump", pid], check=True, stdout=subprocess.DEVNULL)
+                    dumped = subprocess.run(["callgrind_control", "--dump", pid], capture_output=True, text=True)
+                    if dumped.returncode != 0:
+                        print(dumped.stdout + dumped.stderr, file=sys.stderr)
+                        return 1
             idle_mark.unlink()
         if harness_run.wait() != 0:
             raise subprocess.CalledProcessError(harness_run.returncode, str(harness))
@@ -191,9 +232,14 @@ def main() -> int:
         if not by_program_idle:
             print("the run never reached its idle point", file=sys.stderr)
             return 1
+        programs = set(multicall_programs(multicall))
+        for fn in VDSO_SETUP:
+            by_program[fn] |= programs
+            by_program_idle[fn] |= programs
+        symbols = addresses(multicall)
         write_list(
             ROOT / "multicall/hot-functions.txt",
-            order(by_program, addresses(multicall), by_program_idle),
+            with_variants(order(by_program, symbols, by_program_idle), symbols),
         )
         write_list(ROOT / "cli/hot-functions.txt", order(by_call, addresses(cli)))
     finally:
