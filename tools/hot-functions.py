@@ -208,6 +208,8 @@ def main() -> int:
                     dumped = subprocess.run(["callgrind_control", "--dump", pid], capture_output=True, text=True)
                     if dumped.returncode != 0:
                         print(dumped.stdout + dumped.stderr, file=sys.stderr)
+                        harness_run.terminate()  # it stops what it started
+                        harness_run.wait()
                         return 1
             idle_mark.unlink()
         if harness_run.wait() != 0:
