@@ -109,3 +109,32 @@ async fn main_phase_inner(cfg: &Config, env: &BenchEnv, launcher: u32) -> Result
     host.close().await;
     Ok(rows)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::pause_at;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn pause_at_idle_holds_until_the_mark_is_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let mark = dir.path().join("idle");
+        let paused = tokio::spawn({
+            let mark = mark.clone();
+            async move { pause_at(&mark).await }
+        });
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while !mark.exists() {
+            assert!(tokio::time::Instant::now() < deadline, "no mark created");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!paused.is_finished(), "went on while the mark was there");
+        std::fs::remove_file(&mark).unwrap();
+        tokio::time::timeout(Duration::from_secs(5), paused)
+            .await
+            .expect("still paused after the mark was removed")
+            .unwrap()
+            .unwrap();
+    }
+}
