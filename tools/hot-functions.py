@@ -159,9 +159,11 @@ def main() -> int:
     clis = list(ROOT.glob("target/cli/*-*/release/pedelec-cli"))  # target/cli/<triple>/...
     cli = max(clis, key=lambda p: p.stat().st_mtime) if clis else built / "pedelec-cli"
     # The harness only drives the services: the quick run leaves the debug
-    # build's, a full benchmark run the release one's.
+    # build's, a full benchmark run the release one's; the newer knows the
+    # flags this script passes.
     harnesses = [ROOT / "target" / kind / "pedelec-bench" for kind in ("release", "debug")]
-    harness = next((h for h in harnesses if h.exists()), harnesses[0])
+    built_harnesses = [h for h in harnesses if h.exists()]
+    harness = max(built_harnesses, key=lambda p: p.stat().st_mtime) if built_harnesses else harnesses[0]
     for needed in [multicall, cli, harness, ROOT / "target/bench/noop-static"]:
         if not needed.exists():
             print(f"missing {needed}: run ./tests/bench/run.sh --quick first", file=sys.stderr)
@@ -173,14 +175,17 @@ def main() -> int:
         for d in (real, wrapped, profiles):
             d.mkdir()
         pids, idle_mark = work / "pids", work / "idle"
+        programs = multicall_programs(multicall)
         # Each name runs the unstripped binary under callgrind; the name it is
-        # started under still picks the program (argv[0] is real/<name>).
-        for name in multicall_programs(multicall) + ["pedelec-cli"]:
+        # started under still picks the program (argv[0] is real/<name>). The
+        # long-running programs note their pid, for the dump at the idle point.
+        for name in programs + ["pedelec-cli"]:
             os.link(cli if name == "pedelec-cli" else multicall, real / name)
             script = wrapped / name
+            note_pid = f"echo $$ >> {pids}\n" if name in programs else ""
             script.write_text(
                 "#!/bin/sh\n"
-                f"echo $$ >> {pids}\n"
+                f"{note_pid}"
                 f"exec valgrind -q --tool=callgrind --demangle=no "
                 f"--callgrind-out-file={profiles}/{name}.%p {real}/{name} \"$@\"\n"
             )
@@ -234,10 +239,9 @@ def main() -> int:
         if not by_program_idle:
             print("the run never reached its idle point", file=sys.stderr)
             return 1
-        programs = set(multicall_programs(multicall))
         for fn in VDSO_SETUP:
-            by_program[fn] |= programs
-            by_program_idle[fn] |= programs
+            by_program[fn] |= set(programs)
+            by_program_idle[fn] |= set(programs)
         symbols = addresses(multicall)
         write_list(
             ROOT / "multicall/hot-functions.txt",
