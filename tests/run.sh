@@ -160,6 +160,15 @@ read -r web_passed web_failed < <(awk '
   END { printf "%d %d\n", p, f }' <<<"$web_text")
 if [ "$((rust_failed + web_failed))" -gt 0 ]; then
   status=1
+  # The failed tests by name, so the last lines of a run say which failed.
+  # cargo: "test NAME ... FAILED"; node --test lists "✖ NAME (T ms)" under
+  # "✖ failing tests:"; vitest: " FAIL  FILE > NAME".
+  printf 'failed tests:\n'
+  {
+    sed -n -E 's/^test (.*) \.\.\. FAILED$/  rust: \1/p' "$rust_log"
+    awk '/^✖ failing tests:/ { listed = 1; next } listed && /^✖ / { sub(/^✖ /, "  browser: "); print }' <<<"$web_text"
+    sed -n -E 's/^ FAIL +(.*)$/  vitest: \1/p' <<<"$web_text"
+  } | sort -u
 fi
 if [ "${#failed[@]}" -gt 0 ]; then
   printf 'FAILED: %s\n' "$(IFS=,; echo "${failed[*]}" | sed 's/,/, /g')"
