@@ -532,6 +532,26 @@ describe("approval", () => {
     expect(hub.state().sites).toEqual([]);
   });
 
+  it("a grant given while a revoke is still unanswered stays: the settings page lists it, the page is approved", async () => {
+    startHub([ORIGIN]);
+    const p = await page();
+    chrome.hostHandlers.revoke_site = () => NO_REPLY;
+    const revoked = hub.revoke(ORIGIN);
+    await settle();
+    // The services have taken the grant away and ended the sessions; their answer is slow.
+    chrome.services.delete(ORIGIN);
+    await hub.approve(ORIGIN, { access: "tools", providers: ["codex"] });
+    const options = chrome.connectOptions();
+    options.postMessage({ kind: "request", requestId: 1, method: "list_sites", params: {} });
+    await settle(20);
+    expect((options.of("response")[0] as { result: { sites: Site[] } }).result.sites.map((s) => [s.origin, s.access])).toEqual([[ORIGIN, "tools"]]);
+    expect((await call(p, "status")).result).toMatchObject({ approved: true });
+    delete chrome.hostHandlers.revoke_site;
+    chrome.host.reply(sent("revoke_site")[0]!);
+    await revoked;
+    expect(hub.state().sites.map((s) => [s.origin, s.access])).toEqual([[ORIGIN, "tools"]]);
+  });
+
   it("a revoke the host refuses leaves the grant as the services have it", async () => {
     startHub([ORIGIN]);
     const p = await page();

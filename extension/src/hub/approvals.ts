@@ -58,7 +58,11 @@ export class Approvals {
   /** list_sites answered in this browser session (else the next use asks). */
   #loaded = false;
   #loading: Promise<void> | null = null;
-  /** Origins whose revoke or block is in flight: no list_sites answer brings their grant back meanwhile. */
+  /**
+   * Origins whose revoke or block is in flight: no list_sites answer brings
+   * their grant back meanwhile. A grant the services answer later is newer
+   * than the withdrawal and lifts the mark.
+   */
   #withdrawn = new Set<string>();
   /** Rejected in this browser session: no new prompt. */
   #rejected = new Set<string>();
@@ -126,6 +130,7 @@ export class Approvals {
   /** grant_site; a site prompt of that origin waiting is answered by it. */
   async grant(input: SiteInput): Promise<Site> {
     const { site } = await siteRequest(this.#native, "grant_site", this.#ownOrigin, { site: input });
+    this.#withdrawn.delete(site.origin);
     this.#sites.set(site.origin, site);
     this.#rejected.delete(site.origin);
     await this.#save();
@@ -135,7 +140,8 @@ export class Approvals {
 
   async block(origin: string): Promise<void> {
     const { site } = await this.#withdrawing(origin, () => siteRequest(this.#native, "block_site", this.#ownOrigin, { origin }));
-    this.#sites.set(origin, site);
+    // Unless a grant given meanwhile (newer) is there.
+    if (!this.#sites.has(origin)) this.#sites.set(origin, site);
     await this.#save();
     this.#settleSitePrompt(origin, bridgeError("APPROVAL_REJECTED", `the user blocked Pedelec for ${origin}`));
   }
@@ -163,7 +169,8 @@ export class Approvals {
       return await request();
     } catch (e) {
       this.#withdrawn.delete(origin);
-      if (before) this.#sites.set(origin, before);
+      // A grant given meanwhile is newer than `before`.
+      if (before && !this.#sites.has(origin)) this.#sites.set(origin, before);
       await this.refresh().catch(() => undefined);
       throw e;
     } finally {
