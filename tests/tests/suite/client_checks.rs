@@ -230,9 +230,13 @@ async fn a_runtime_dir_of_another_user_or_writable_by_others_is_refused_by_every
             SOCKETS.len(),
             "{what}: a file was made: {names:?}"
         );
+        let started: Vec<String> = processes_using(&rt)
+            .into_iter()
+            .map(|pid| format!("{pid} {}", command_line(pid)))
+            .collect();
         assert!(
-            processes_using(&rt).is_empty(),
-            "{what}: a process was started"
+            started.is_empty(),
+            "{what}: a process was started: {started:?}"
         );
         std::os::unix::fs::chown(&rt, Some(0), Some(0)).unwrap();
     }

@@ -108,11 +108,17 @@ fn try_run(bwrap: &Path) -> Result<(), String> {
     let deadline = Instant::now() + PROBE_TIMEOUT;
     loop {
         match child.try_wait() {
-            Ok(Some(status)) if status.success() => return Ok(()),
             Ok(Some(status)) => {
+                // bwrap exits without waiting for the init it started in the
+                // new pid namespace: reading stderr, which that init and
+                // `true` hold too, to its end returns once they are gone, so
+                // the probe leaves nothing running behind it.
                 let mut err = String::new();
                 if let Some(mut e) = child.stderr.take() {
                     let _ = std::io::Read::read_to_string(&mut e, &mut err);
+                }
+                if status.success() {
+                    return Ok(());
                 }
                 let how = super::describe_exit(status);
                 return Err(match err.trim() {
