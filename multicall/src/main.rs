@@ -8,16 +8,18 @@
 
 #![forbid(unsafe_code)]
 
+use std::ffi::OsString;
 use std::path::Path;
 use std::process::ExitCode;
 
 use pedelec_common::Program;
+use pedelec_common::process::fork_server::ProgramMain;
 
 /// Where a program of this executable starts: its crate's `program::main`;
 /// None for the programs built as executables of their own.
-fn start(program: Program) -> Option<fn() -> ExitCode> {
+fn start(program: Program) -> Option<ProgramMain> {
     match program {
-        Program::Launcher => Some(pedelec_launcher::program::main),
+        Program::Launcher => Some(launcher),
         Program::Session => Some(pedelec_session::program::main),
         Program::ToolBridge => Some(pedelec_toolbridge::program::main),
         Program::Provider => Some(pedelec_provider::program::main),
@@ -25,6 +27,12 @@ fn start(program: Program) -> Option<fn() -> ExitCode> {
         Program::NativeHost => Some(pedelec_native_host::program::main),
         Program::Cli | Program::Agent => None,
     }
+}
+
+/// pedelecd, told that the services are in this executable: `pedelecd up`
+/// forks them instead of exec'ing the file again.
+fn launcher(args: Vec<OsString>) -> ExitCode {
+    pedelec_launcher::program::main(args, Some(start))
 }
 
 fn main() -> ExitCode {
@@ -37,7 +45,7 @@ fn main() -> ExitCode {
         .filter(|p| Program::LONG_RUNNING.contains(p))
         .and_then(start);
     if let Some(program) = started {
-        return program();
+        return program(std::env::args_os().collect());
     }
     let names: Vec<&str> = Program::LONG_RUNNING
         .iter()

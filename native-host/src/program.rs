@@ -10,8 +10,12 @@ use pedelec_common::Program;
 // #[inline]: compiled where it is called; in pedelec-multicall that is 1.4 MB
 // less text (docs/decisions.md, "One executable for the long-running processes").
 #[inline]
-pub fn main() -> ExitCode {
-    let args = std::env::args().skip(1).collect();
+pub fn main(args: Vec<std::ffi::OsString>) -> ExitCode {
+    let args = args
+        .into_iter()
+        .skip(1)
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
     pedelec_common::runtime::block_on(Program::NativeHost.file_name(), crate::main(args));
     // Leave without waiting on a blocking stdin reader thread (when stdin is
     // neither a pipe nor a socket), which may still sit in read(2) when

@@ -168,6 +168,9 @@ pub mod env {
     /// `0` writes SessionService's journal records with a plain
     /// replace-by-rename instead of recycling files ([`crate::recycle`]).
     pub const RECYCLE_RECORDS: &str = "PEDELEC_RECYCLE_RECORDS";
+    /// `0`: pedelecd execs its services even when they are its own
+    /// executable, instead of forking them ([`crate::process::fork_server`]).
+    pub const FORK_SERVICES: &str = "PEDELEC_FORK_SERVICES";
 }
 
 /// The four supervised services and the launcher, with their socket names.

@@ -12,6 +12,7 @@ pub use libc::{SIGKILL, SIGTERM};
 
 pub mod cgroup;
 pub mod confine;
+pub mod fork_server;
 
 /// This process's real user id.
 pub fn uid() -> u32 {

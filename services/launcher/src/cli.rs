@@ -5,10 +5,12 @@ use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::{Parser, Subcommand, ValueEnum};
 use pedelec_common::args::DirArgs;
+use pedelec_common::process::fork_server::ForkServer;
 use pedelec_common::{ServiceName, env, process};
 use pedelec_proto::v1::{ServiceState, ServiceStatus, SupervisorStatus};
 
@@ -119,8 +121,9 @@ pub enum PathName {
 }
 
 /// Runs a subcommand and returns the process exit code; errors are printed
-/// here, once, on stderr.
-pub async fn run(cli: Cli) -> u8 {
+/// here, once, on stderr. `forks`: the fork server `up` starts its services
+/// from, if any (program.rs).
+pub async fn run(cli: Cli, forks: Option<Arc<ForkServer>>) -> u8 {
     let dirs = match (cli.dirs.runtime(), cli.dirs.data()) {
         (Ok(runtime), Ok(data)) => Dirs { runtime, data },
         (Err(e), _) | (_, Err(e)) => {
@@ -129,7 +132,7 @@ pub async fn run(cli: Cli) -> u8 {
         }
     };
     let result = match cli.command {
-        Command::Up => daemon::up(&dirs).await,
+        Command::Up => daemon::up(&dirs, forks).await,
         Command::Start => start(&dirs).await,
         Command::Stop => client::stop(&dirs.runtime).await,
         Command::Status { json } => status(&dirs, json).await,

@@ -1,8 +1,10 @@
 //! `pedelecd up`: the foreground launcher.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use pedelec_common::process::fork_server::ForkServer;
 use pedelec_common::secret::ServiceSecret;
 use pedelec_common::{DataDir, ServiceName, uds};
 use pedelec_proto::v1::supervisor_service_server::SupervisorServiceServer;
@@ -31,7 +33,7 @@ pub fn bin_dir() -> Result<PathBuf, LauncherError> {
 
 /// Runs the launcher until SIGTERM/SIGINT, then stops everything and clears
 /// the app state ("app exit").
-pub async fn up(dirs: &Dirs) -> Result<(), LauncherError> {
+pub async fn up(dirs: &Dirs, forks: Option<Arc<ForkServer>>) -> Result<(), LauncherError> {
     let t0 = Instant::now();
     // Installed first, so a stop that arrives during start-up is handled in order.
     let mut term = signal(SignalKind::terminate()).map_err(|e| LauncherError::io("SIGTERM", e))?;
@@ -71,6 +73,7 @@ pub async fn up(dirs: &Dirs) -> Result<(), LauncherError> {
         policy: RestartPolicy::default(),
         // One per launcher run: its services are started and restarted with it.
         secret: ServiceSecret::generate(),
+        forks,
     })?;
     let (stop_server, server_stopped) = tokio::sync::oneshot::channel::<()>();
     let routes = Routes::new(SupervisorServiceServer::new(SupervisorGrpc::new(

@@ -1,7 +1,10 @@
 //! The supervisor: owns the four service processes, one tokio task each, and
 //! restarts them when they crash. Plain Rust; the gRPC adapter sits on top.
 
+use std::ffi::OsStr;
 use std::future::Future;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::net::UnixStream;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
@@ -10,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use pedelec_common::args::SERVICE_SECRET_STDIN;
+use pedelec_common::process::fork_server::{ForkServer, ForkedChild};
 use pedelec_common::process::{self, SIGKILL, SIGTERM, describe_exit, signal_group};
 use pedelec_common::secret::{self, ServiceSecret};
 use pedelec_common::{DataDir, RuntimeDir, ServiceName, env, uds};
@@ -47,6 +51,10 @@ pub struct SupervisorConfig {
     /// Handed to every service process on its stdin, the same to each and to
     /// every restart (docs/security.md).
     pub secret: ServiceSecret,
+    /// Forks the services when they are pedelecd's own executable
+    /// (`pedelec_common::process::fork_server`); None: each is exec'd from
+    /// its file.
+    pub forks: Option<Arc<ForkServer>>,
 }
 
 /// One service as `Status` reports it.
@@ -128,6 +136,7 @@ impl Supervisor {
                 data_dir: config.data_dir.path().to_path_buf(),
                 policy: config.policy,
                 secret: config.secret.clone(),
+                forks: config.forks.clone(),
                 record: record_tx,
             };
             tasks.push(tokio::spawn(runner.run(cmd_rx)));
@@ -277,7 +286,31 @@ struct Runner {
     data_dir: PathBuf,
     policy: RestartPolicy,
     secret: ServiceSecret,
+    forks: Option<Arc<ForkServer>>,
     record: watch::Sender<Record>,
+}
+
+/// A running service: exec'd from its file, or forked by the fork server.
+enum ServiceProcess {
+    Execed(Child),
+    Forked(ForkedChild),
+}
+
+impl ServiceProcess {
+    /// None once it has been waited for.
+    fn id(&self) -> Option<u32> {
+        match self {
+            ServiceProcess::Execed(child) => child.id(),
+            ServiceProcess::Forked(child) => child.id(),
+        }
+    }
+
+    async fn wait(&mut self) -> std::io::Result<ExitStatus> {
+        match self {
+            ServiceProcess::Execed(child) => child.wait().await,
+            ServiceProcess::Forked(child) => child.wait().await,
+        }
+    }
 }
 
 impl Runner {
@@ -413,7 +446,7 @@ impl Runner {
     /// Watches one process: its health, its exit, and requests to stop it.
     async fn supervise(
         &self,
-        child: &mut Child,
+        child: &mut ServiceProcess,
         commands: &mut mpsc::UnboundedReceiver<Command>,
         waiters: &mut Vec<oneshot::Sender<()>>,
     ) -> Ended {
@@ -520,21 +553,12 @@ impl Runner {
         }
     }
 
-    fn spawn(&self) -> Result<Child, LauncherError> {
-        if !self.binary.is_file() {
-            return Err(LauncherError::BinaryNotFound {
-                service: self.name.as_str(),
-                path: self.binary.clone(),
-            });
-        }
+    fn spawn(&self) -> Result<ServiceProcess, LauncherError> {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .mode(0o600)
             .open(&self.log)
-            .map_err(|e| LauncherError::io(&self.log, e))?;
-        let log_err = log
-            .try_clone()
             .map_err(|e| LauncherError::io(&self.log, e))?;
         // The secret goes over a socket pair on stdin: not the environment
         // (agents inherit the services'), not argv (`ps` shows it), and not a
@@ -547,25 +571,27 @@ impl Runner {
                 Ok((tokio::net::UnixStream::from_std(ours)?, theirs))
             })
             .map_err(|e| LauncherError::io("socketpair for the service secret", e))?;
-        let mut cmd = ProcessCommand::new(&self.binary);
-        cmd.arg(SERVICE_SECRET_STDIN)
-            .env(env::RUNTIME_DIR, &self.runtime_dir)
-            .env(env::HOME, &self.data_dir)
-            .stdin(Stdio::from(std::os::fd::OwnedFd::from(theirs)))
-            .stdout(log)
-            .stderr(log_err)
-            // Own group: a Ctrl-C on the launcher's terminal must not reach the
-            // services directly; the launcher stops them in order.
-            .process_group(0)
-            .kill_on_drop(true);
-        // A service outlives a launcher killed with SIGKILL otherwise. The
-        // launcher spawns from its one runtime thread (see main.rs).
-        process::die_with_parent(cmd.as_std_mut(), SIGTERM);
-        let child = cmd.spawn().map_err(|source| LauncherError::Spawn {
-            service: self.name.as_str(),
-            path: self.binary.clone(),
-            source,
-        })?;
+        let forked = self.forks.as_ref().and_then(|forks| {
+            let env = [
+                (env::RUNTIME_DIR, self.runtime_dir.as_os_str()),
+                (env::HOME, self.data_dir.as_os_str()),
+            ];
+            let args = [
+                OsStr::new(self.name.binary()),
+                OsStr::new(SERVICE_SECRET_STDIN),
+            ];
+            let stdio = [theirs.as_fd(), log.as_fd(), log.as_fd()];
+            forks
+                .spawn(self.name.program(), &args, &env, stdio)
+                .inspect_err(|e| {
+                    tracing::warn!(service = self.name.as_str(), error = %e, "the fork server did not start it; starting it from its file");
+                })
+                .ok()
+        });
+        let child = match forked {
+            Some(child) => ServiceProcess::Forked(child),
+            None => ServiceProcess::Execed(self.exec(theirs, log)?),
+        };
         // Its own task: the supervision (health, exit) goes on meanwhile, and
         // a service that never says ready is killed by the health deadline.
         let pid = child.id().unwrap_or(0);
@@ -577,6 +603,39 @@ impl Runner {
             }
         });
         Ok(child)
+    }
+
+    /// Starts the service from its file, `stdin` its end of the secret's
+    /// socket pair, `log` its stdout and stderr.
+    fn exec(&self, stdin: UnixStream, log: std::fs::File) -> Result<Child, LauncherError> {
+        if !self.binary.is_file() {
+            return Err(LauncherError::BinaryNotFound {
+                service: self.name.as_str(),
+                path: self.binary.clone(),
+            });
+        }
+        let log_err = log
+            .try_clone()
+            .map_err(|e| LauncherError::io(&self.log, e))?;
+        let mut cmd = ProcessCommand::new(&self.binary);
+        cmd.arg(SERVICE_SECRET_STDIN)
+            .env(env::RUNTIME_DIR, &self.runtime_dir)
+            .env(env::HOME, &self.data_dir)
+            .stdin(Stdio::from(OwnedFd::from(stdin)))
+            .stdout(log)
+            .stderr(log_err)
+            // Own group: a Ctrl-C on the launcher's terminal must not reach the
+            // services directly; the launcher stops them in order.
+            .process_group(0)
+            .kill_on_drop(true);
+        // A service outlives a launcher killed with SIGKILL otherwise. The
+        // launcher spawns from its one runtime thread (see main.rs).
+        process::die_with_parent(cmd.as_std_mut(), SIGTERM);
+        cmd.spawn().map_err(|source| LauncherError::Spawn {
+            service: self.name.as_str(),
+            path: self.binary.clone(),
+            source,
+        })
     }
 
     fn update(&self, f: impl FnOnce(&mut Record)) {
@@ -605,7 +664,7 @@ fn notify(waiters: &mut Vec<oneshot::Sender<()>>) {
 
 /// SIGTERM to the service's group; SIGKILL if it is still there after the
 /// grace (a SIGSTOPped process, too: SIGKILL reaches it). How it ended, if known.
-async fn terminate(service: &str, child: &mut Child) -> Option<ExitStatus> {
+async fn terminate(service: &str, child: &mut ServiceProcess) -> Option<ExitStatus> {
     let Some(pid) = child.id() else {
         return None; // already reaped
     };

@@ -1,5 +1,5 @@
 #![forbid(unsafe_code)]
 
 fn main() -> std::process::ExitCode {
-    pedelec_session::program::main()
+    pedelec_session::program::main(std::env::args_os().collect())
 }

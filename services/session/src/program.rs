@@ -46,8 +46,8 @@ struct Flags {
 // #[inline]: compiled where it is called; in pedelec-multicall that is 1.4 MB
 // less text (docs/decisions.md, "One executable for the long-running processes").
 #[inline]
-pub fn main() -> std::process::ExitCode {
-    let flags = Flags::parse();
+pub fn main(args: Vec<std::ffi::OsString>) -> std::process::ExitCode {
+    let flags = Flags::parse_from(args);
     run_service(
         ServiceName::Session,
         &flags.service,

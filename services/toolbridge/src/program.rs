@@ -19,8 +19,8 @@ struct Args {
 // #[inline]: compiled where it is called; in pedelec-multicall that is 1.4 MB
 // less text (docs/decisions.md, "One executable for the long-running processes").
 #[inline]
-pub fn main() -> ExitCode {
-    let args = Args::parse();
+pub fn main(args: Vec<std::ffi::OsString>) -> ExitCode {
+    let args = Args::parse_from(args);
     run_service(
         ServiceName::ToolBridge,
         &args.service,

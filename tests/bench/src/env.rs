@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use pb::supervisor_service_client::SupervisorServiceClient;
-use pedelec_common::{Program, ServiceName};
+use pedelec_common::{Program, ServiceName, env};
 use pedelec_proto::v1 as pb;
 
 pub const ORIGIN: &str = "https://bench.example";
@@ -141,6 +141,13 @@ impl BenchEnv {
             .env("PEDELEC_HOME", self.root.join("data"))
             .env("PEDELEC_BIN_DIR", &self.bin)
             .stdin(Stdio::null());
+        // The switches that turn a performance device off pass through, so
+        // one build can be measured with and without it.
+        for switch in [env::COALESCE_WRITES, env::RECYCLE_RECORDS, env::FORK_SERVICES] {
+            if let Some(value) = std::env::var_os(switch) {
+                cmd.env(switch, value);
+            }
+        }
         cmd
     }
 
@@ -161,7 +168,6 @@ impl BenchEnv {
         // The benchmarks create and run far more than one page may: the
         // caps and rates of docs/security.md ("Running turns and request
         // rates") are lifted so they measure the machinery, not the limits.
-        use pedelec_common::env;
         for knob in [
             env::MAX_RUNNING_TURNS_PER_ORIGIN,
             env::MAX_RUNNING_TURNS,

@@ -19,6 +19,13 @@ impl Procs {
         let status = env.status().await?;
         let mut list = vec![("pedelecd".to_string(), launcher)];
         list.extend(status.services.iter().map(|s| (s.name.clone(), s.pid)));
+        // pedelecd's other children: the fork server, when the services are
+        // forked from it (it is part of what Pedelec costs).
+        for (name, pid) in children_of(launcher) {
+            if !list.iter().any(|(_, p)| *p == pid) {
+                list.push((name, pid));
+            }
+        }
         list.push(("pedelec-native-host".into(), host));
         Ok(Procs { list })
     }
@@ -32,6 +39,26 @@ impl Procs {
             })
             .collect()
     }
+}
+
+/// The live children of `parent`: their `comm` names and pids.
+fn children_of(parent: u32) -> Vec<(String, u32)> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+            // pid (comm) state ppid …; comm may hold spaces and parentheses.
+            let open = stat.find('(')?;
+            let close = stat.rfind(')')?;
+            let mut rest = stat[close + 1..].split_whitespace();
+            let state = rest.next()?;
+            let ppid: u32 = rest.next()?.parse().ok()?;
+            (ppid == parent && state != "Z").then(|| (stat[open + 1..close].to_string(), pid))
+        })
+        .collect()
 }
 
 pub(crate) fn memory_rows(kind: &'static str, sample: &[MemSample], n: usize) -> Vec<Row> {

@@ -17,6 +17,7 @@ mod backlog;
 mod client_checks;
 mod confinement;
 mod exhaustion;
+mod forked;
 mod grpc_clients;
 mod grpcurl;
 mod history;
