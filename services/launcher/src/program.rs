@@ -36,7 +36,9 @@ pub fn main(args: Vec<OsString>, services: Option<Programs>) -> ExitCode {
             // A service forked from the fork server, or the fork server, ended.
             Ok(Started::Ended(code)) => return code,
             Err(e) => {
-                eprintln!("pedelecd: no fork server ({e}); the services are started from their files");
+                eprintln!(
+                    "pedelecd: no fork server ({e}); the services are started from their files"
+                );
                 None
             }
         },
@@ -50,7 +52,10 @@ pub fn main(args: Vec<OsString>, services: Option<Programs>) -> ExitCode {
         .map(Arc::new);
     let program = ServiceName::Launcher.binary();
     pedelec_common::telemetry::init(program);
-    ExitCode::from(pedelec_common::runtime::block_on(program, cli::run(cli, forks)))
+    ExitCode::from(pedelec_common::runtime::block_on(
+        program,
+        cli::run(cli, forks),
+    ))
 }
 
 /// A command line that may be `up` (it is parsed later: a fork server made

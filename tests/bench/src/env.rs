@@ -143,7 +143,11 @@ impl BenchEnv {
             .stdin(Stdio::null());
         // The switches that turn a performance device off pass through, so
         // one build can be measured with and without it.
-        for switch in [env::COALESCE_WRITES, env::RECYCLE_RECORDS, env::FORK_SERVICES] {
+        for switch in [
+            env::COALESCE_WRITES,
+            env::RECYCLE_RECORDS,
+            env::FORK_SERVICES,
+        ] {
             if let Some(value) = std::env::var_os(switch) {
                 cmd.env(switch, value);
             }

@@ -469,15 +469,15 @@ impl Run {
         record["provider_session_id"].as_str().map(str::to_owned)
     }
 
-    /// Pids of processes of this test other than the launcher and the services.
+    /// Pids of processes of this test other than the launcher and its
+    /// children (the services and, in the release build, the fork server).
     async fn leftovers(&self) -> Vec<u32> {
         let status = self.env.supervisor_status().await.expect("launcher status");
-        let mut ours: Vec<u32> = status.services.iter().map(|s| s.pid).collect();
-        ours.push(status.launcher_pid);
-        ours.push(self.launcher.pid());
+        let launcher = u64::from(status.launcher_pid);
         processes_using(&self.env.runtime_dir())
             .into_iter()
-            .filter(|p| !ours.contains(p))
+            .filter(|p| *p != status.launcher_pid && *p != self.launcher.pid())
+            .filter(|p| stat_field(*p, 4) != Some(launcher))
             .collect()
     }
 }

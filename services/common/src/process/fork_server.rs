@@ -234,7 +234,9 @@ impl Request {
         }
         for (name, value) in env {
             if name.is_empty() || name.contains('=') {
-                return Err(invalid("an environment variable's name is empty or holds '='"));
+                return Err(invalid(
+                    "an environment variable's name is empty or holds '='",
+                ));
             }
             field(&[name.as_bytes(), b"=", value.as_bytes()].concat())?;
         }
@@ -268,7 +270,13 @@ impl Request {
 fn serve(socket: OwnedFd, launcher: libc::pid_t, programs: Programs) -> ExitCode {
     // SAFETY: prctl and getppid take plain integers and touch no memory of ours.
     unsafe {
-        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0
+        if libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        ) != 0
             || libc::getppid() != launcher
         {
             return ExitCode::FAILURE;
@@ -287,7 +295,10 @@ fn serve(socket: OwnedFd, launcher: libc::pid_t, programs: Programs) -> ExitCode
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(_) => return ExitCode::FAILURE,
         };
-        let answer = match (Request::decode(&buf[..len]), <[OwnedFd; STDIO]>::try_from(fds)) {
+        let answer = match (
+            Request::decode(&buf[..len]),
+            <[OwnedFd; STDIO]>::try_from(fds),
+        ) {
             (Some(request), Ok(stdio)) => {
                 // SAFETY: a raw clone with no new stack is a fork whose child
                 // has pedelecd as its parent; this process has one thread.
@@ -307,7 +318,9 @@ fn serve(socket: OwnedFd, launcher: libc::pid_t, programs: Programs) -> ExitCode
                     return run(request, stdio, launcher, programs);
                 }
                 if pid < 0 {
-                    -io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
+                    -io::Error::last_os_error()
+                        .raw_os_error()
+                        .unwrap_or(libc::EIO)
                 } else {
                     pid as i32
                 }
@@ -333,7 +346,13 @@ fn run(
     // process has one thread.
     let set_up = unsafe {
         libc::setpgid(0, 0) == 0
-            && libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM as libc::c_ulong, 0, 0, 0) == 0
+            && libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGTERM as libc::c_ulong,
+                0,
+                0,
+                0,
+            ) == 0
             && libc::getppid() == launcher
             && stdio
                 .iter()
@@ -342,7 +361,10 @@ fn run(
     };
     drop(stdio);
     if !set_up {
-        eprintln!("{name}: cannot set up the forked process: {}", io::Error::last_os_error());
+        eprintln!(
+            "{name}: cannot set up the forked process: {}",
+            io::Error::last_os_error()
+        );
         return ExitCode::FAILURE;
     }
     for (key, value) in &request.env {
@@ -496,7 +518,8 @@ fn receive_with_fds(socket: &OwnedFd, buf: &mut [u8]) -> io::Result<Option<(usiz
         while !cmsg.is_null() {
             if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
                 let data = libc::CMSG_DATA(cmsg).cast::<RawFd>();
-                let n = ((*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / size_of::<RawFd>();
+                let n =
+                    ((*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / size_of::<RawFd>();
                 for i in 0..n {
                     fds.push(OwnedFd::from_raw_fd(data.add(i).read_unaligned()));
                 }
@@ -517,7 +540,12 @@ fn send_answer(socket: &OwnedFd, answer: i32) -> io::Result<()> {
     let bytes = answer.to_le_bytes();
     // SAFETY: `bytes` is valid for its length.
     let sent = unsafe {
-        libc::send(socket.as_raw_fd(), bytes.as_ptr().cast(), bytes.len(), libc::MSG_NOSIGNAL)
+        libc::send(
+            socket.as_raw_fd(),
+            bytes.as_ptr().cast(),
+            bytes.len(),
+            libc::MSG_NOSIGNAL,
+        )
     };
     if sent < 0 {
         return Err(io::Error::last_os_error());
@@ -530,7 +558,14 @@ fn receive_answer(socket: &OwnedFd) -> io::Result<u32> {
     let mut bytes = [0u8; 4];
     let got = loop {
         // SAFETY: `bytes` is valid for writes of its length.
-        let got = unsafe { libc::recv(socket.as_raw_fd(), bytes.as_mut_ptr().cast(), bytes.len(), 0) };
+        let got = unsafe {
+            libc::recv(
+                socket.as_raw_fd(),
+                bytes.as_mut_ptr().cast(),
+                bytes.len(),
+                0,
+            )
+        };
         if got >= 0 {
             break got;
         }
@@ -540,7 +575,10 @@ fn receive_answer(socket: &OwnedFd) -> io::Result<u32> {
         }
     };
     if got != 4 {
-        return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the fork server has gone"));
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "the fork server has gone",
+        ));
     }
     match i32::from_le_bytes(bytes) {
         pid if pid > 0 => Ok(pid as u32),
@@ -565,7 +603,10 @@ mod tests {
         assert_eq!(request.args, ["pedelec-session", "--flag"]);
         assert_eq!(
             request.env,
-            [(OsString::from("PEDELEC_RUNTIME_DIR"), OsString::from("/run/x=y"))]
+            [(
+                OsString::from("PEDELEC_RUNTIME_DIR"),
+                OsString::from("/run/x=y")
+            )]
         );
     }
 
