@@ -302,7 +302,12 @@ fn serve(socket: OwnedFd, launcher: libc::pid_t, programs: Programs) -> ExitCode
             (Some(request), Ok(stdio)) => {
                 // SAFETY: a raw clone with no new stack is a fork whose child
                 // has pedelecd as its parent; this process has one thread.
-                // The child only returns from here, through `main`.
+                // The child only returns from here, through `main`. Unlike
+                // glibc's fork it leaves glibc's record of the main thread's
+                // id at the fork server's; glibc asks the kernel where it
+                // signals its own thread (raise and abort end such a child
+                // with their signal, checked with glibc 2.36), and Rust's
+                // locks and thread ids are Rust's own.
                 let pid = unsafe {
                     libc::syscall(
                         libc::SYS_clone,
