@@ -331,3 +331,82 @@ async fn a_stuck_service_is_reported_and_restarted() {
     launcher.stop();
     wait_until_nothing_runs(&env.runtime_dir()).await;
 }
+
+/// The launcher's log lines about `service` (its `service` field).
+fn launcher_lines_about(env: &TestEnv, service: ServiceName) -> Vec<(usize, String)> {
+    let log = std::fs::read_to_string(env.root.path().join("pedelecd.stderr")).unwrap();
+    let field = format!("service=\"{}\"", service.as_str());
+    let bare = format!("service={} ", service.as_str());
+    log.lines()
+        .enumerate()
+        .filter(|(_, l)| l.contains(&field) || l.contains(&bare))
+        .map(|(i, l)| (i, l.to_string()))
+        .collect()
+}
+
+/// SessionService opens its watches of ToolBridge's tools and Provider's
+/// settings as it starts, so it is started once they serve: with ToolBridge
+/// slow to start, SessionService's start comes after ToolBridge is healthy.
+#[tokio::test]
+async fn session_service_starts_once_toolbridge_and_provider_serve() {
+    let mut env = TestEnv::new();
+    wrap_service(
+        &mut env,
+        ServiceName::ToolBridge,
+        r#"sleep 0.3; exec "$DIR/pedelec-toolbridge.real" "$@""#,
+    );
+    let mut launcher = env.up().await;
+    let first = |service, word: &str| {
+        launcher_lines_about(&env, service)
+            .into_iter()
+            .find(|(_, l)| l.contains(word))
+            .unwrap_or_else(|| panic!("no '{word}' line for {}", service.as_str()))
+            .0
+    };
+    let session_started = first(ServiceName::Session, "started");
+    for before in [ServiceName::ToolBridge, ServiceName::Provider] {
+        assert!(
+            first(before, "healthy") < session_started,
+            "{} not healthy before SessionService started:\n{}",
+            before.as_str(),
+            std::fs::read_to_string(env.root.path().join("pedelecd.stderr")).unwrap()
+        );
+    }
+    launcher.stop();
+    wait_until_nothing_runs(&env.runtime_dir()).await;
+}
+
+/// A ToolBridge that never comes up does not keep SessionService down: it
+/// starts after a short wait and serves while ToolBridge is still starting.
+#[tokio::test]
+async fn session_service_serves_while_toolbridge_never_comes_up() {
+    let mut env = TestEnv::new();
+    wrap_service(&mut env, ServiceName::ToolBridge, "exec sleep 3600");
+    let _up = Up::start(&env);
+    let deadline = std::time::Instant::now() + PATIENCE;
+    let status = loop {
+        if let Ok(status) = env.supervisor_status().await
+            && status.services.iter().any(|s| {
+                s.name == ServiceName::Session.as_str()
+                    && state(s) == pedelec_proto::v1::ServiceState::Serving
+            })
+        {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "SessionService never served"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    let toolbridge = status
+        .services
+        .iter()
+        .find(|s| s.name == ServiceName::ToolBridge.as_str())
+        .unwrap();
+    assert_eq!(
+        state(toolbridge),
+        pedelec_proto::v1::ServiceState::Starting,
+        "{status:?}"
+    );
+}
