@@ -192,17 +192,6 @@ impl ServiceName {
         ServiceName::Session,
     ];
 
-    /// The services this one opens a stream to as soon as it starts
-    /// (SessionService's watches of ToolBridge's tools and Provider's
-    /// settings): the launcher starts it once they serve, so its first try
-    /// finds them (docs/decisions.md, "Start order").
-    pub fn starts_after(self) -> &'static [ServiceName] {
-        match self {
-            ServiceName::Session => &[ServiceName::Provider, ServiceName::ToolBridge],
-            _ => &[],
-        }
-    }
-
     pub fn as_str(self) -> &'static str {
         match self {
             ServiceName::Session => "session",

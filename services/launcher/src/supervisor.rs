@@ -31,10 +31,6 @@ pub const HEALTH_TIMEOUT: Duration = Duration::from_secs(10);
 /// a poll is a connect that fails at once, so polling often costs little and
 /// shortens `pedelecd up` by up to a poll per service.
 const HEALTH_POLL: Duration = Duration::from_millis(1);
-/// The longest a service's first start waits for the services it
-/// [starts after](ServiceName::starts_after): one that is slow or failing
-/// must not keep it down (its streams are opened again until they open).
-const START_AFTER_WAIT: Duration = Duration::from_millis(500);
 /// SIGTERM, then SIGKILL after this long.
 pub const STOP_GRACE: Duration = Duration::from_secs(3);
 /// How often a serving service's health is checked.
@@ -131,12 +127,6 @@ impl Supervisor {
             });
             let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
             let socket = config.runtime_dir.socket(name);
-            // SUPERVISED lists a service after those it starts after.
-            let starts_after = slots
-                .iter()
-                .filter(|s: &&Slot| name.starts_after().contains(&s.name))
-                .map(|s| s.record.clone())
-                .collect();
             let runner = Runner {
                 name,
                 binary: config.bin_dir.join(name.binary()),
@@ -148,7 +138,6 @@ impl Supervisor {
                 secret: config.secret.clone(),
                 forks: config.forks.clone(),
                 record: record_tx,
-                starts_after,
             };
             tasks.push(tokio::spawn(runner.run(cmd_rx)));
             slots.push(Slot {
@@ -299,8 +288,6 @@ struct Runner {
     secret: ServiceSecret,
     forks: Option<Arc<ForkServer>>,
     record: watch::Sender<Record>,
-    /// The records of the services this one starts after.
-    starts_after: Vec<watch::Receiver<Record>>,
 }
 
 /// A running service: exec'd from its file, or forked by the fork server.
@@ -327,26 +314,11 @@ impl ServiceProcess {
 }
 
 impl Runner {
-    /// Until the services this one starts after have left `Starting`
-    /// (serving, or failed), at most [`START_AFTER_WAIT`].
-    async fn wait_for_dependencies(&self) {
-        let all = async {
-            for record in &self.starts_after {
-                let _ = record
-                    .clone()
-                    .wait_for(|r| r.state != ServiceState::Starting)
-                    .await;
-            }
-        };
-        let _ = tokio::time::timeout(START_AFTER_WAIT, all).await;
-    }
-
     async fn run(self, mut commands: mpsc::UnboundedReceiver<Command>) {
         let service = self.name.as_str();
         let mut tracker = CrashTracker::new(self.policy);
         // Restart callers waiting for the next healthy process.
         let mut waiters: Vec<oneshot::Sender<()>> = Vec::new();
-        self.wait_for_dependencies().await;
         loop {
             let mut child = match self.spawn() {
                 Ok(child) => child,

@@ -11,6 +11,8 @@
 //! ResolveProfile answers instead, and the settings received last only when
 //! ProviderService cannot be asked.
 
+use std::path::PathBuf;
+
 use std::sync::{Arc, Mutex};
 
 use pedelec_common::Code;
@@ -68,7 +70,7 @@ impl LatestSettings {
 /// Watches ProviderService's settings for as long as the process lives,
 /// acknowledging each value once it is in place, and reconnecting after
 /// ProviderService restarts.
-pub async fn follow(sessions: Sessions) {
+pub async fn follow(sessions: Sessions, socket: PathBuf) {
     let open = || {
         let sessions = sessions.clone();
         async move {
@@ -87,7 +89,7 @@ pub async fn follow(sessions: Sessions) {
     };
     // From now on a change may be missed: creates ask ResolveProfile.
     let closed = || sessions.inner.settings.unwatched();
-    keep_open("settings watch", open, closed).await
+    keep_open("settings watch", &socket, open, closed).await
 }
 
 impl Sessions {

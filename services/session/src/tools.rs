@@ -8,6 +8,8 @@
 //! the agent's turn (its RunTurn stream breaks) and so fails the operation and
 //! its pending request anyway. Only their seqs must be covered.
 
+use std::path::PathBuf;
+
 use pb::session_event::Event;
 use pb::tool_event::Event as ToolEvent;
 use pedelec_common::secret::Secret;
@@ -26,7 +28,7 @@ use crate::sessions::{Sessions, SharedThread, lock};
 /// again with its token: a restarted bridge (or this service after a restart)
 /// may not have them. Registering twice is harmless: registrations of one
 /// thread take turns, so the second sends the token the first one stored.
-pub async fn follow(sessions: Sessions) {
+pub async fn follow(sessions: Sessions, socket: PathBuf) {
     let open = || {
         let sessions = sessions.clone();
         async move {
@@ -44,7 +46,7 @@ pub async fn follow(sessions: Sessions) {
             Ok((stream.into_inner(), move |event| apply(&sessions, event)))
         }
     };
-    keep_open("tool watch", open, || {}).await
+    keep_open("tool watch", &socket, open, || {}).await
 }
 
 impl Sessions {

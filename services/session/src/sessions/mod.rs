@@ -14,12 +14,13 @@ mod tool_results;
 mod workspace;
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use pedelec_common::clients::{ProviderClient, ToolBridgeClient};
 use pedelec_common::secret::ServiceSecret;
-use pedelec_common::{Clients, Code, CodedError, DataDir, RuntimeDir};
+use pedelec_common::{Clients, Code, CodedError, DataDir, RuntimeDir, ServiceName};
 use pedelec_proto::v1 as pb;
 use tokio::sync::mpsc;
 
@@ -107,6 +108,10 @@ pub type EventStream = mpsc::Receiver<Box<pb::SessionEvent>>;
 pub struct Upstream {
     pub provider: ProviderClient,
     pub tools: ToolBridgeClient,
+    /// Their sockets: each watch's first try waits for its socket to appear
+    /// (`reconnect::keep_open`).
+    provider_socket: PathBuf,
+    tools_socket: PathBuf,
 }
 
 impl Upstream {
@@ -117,6 +122,8 @@ impl Upstream {
         Upstream {
             provider: clients.provider(),
             tools: clients.toolbridge(),
+            provider_socket: runtime_dir.socket(ServiceName::Provider),
+            tools_socket: runtime_dir.socket(ServiceName::ToolBridge),
         }
     }
 }
@@ -125,7 +132,12 @@ impl Sessions {
     /// Loads the journal (threads survive a restart of this service) and
     /// starts following the tool bridge and the provider settings.
     pub fn open(config: Config, upstream: Upstream) -> Sessions {
-        let Upstream { provider, tools } = upstream;
+        let Upstream {
+            provider,
+            tools,
+            provider_socket,
+            tools_socket,
+        } = upstream;
         let journal = Journal::new(config.data_dir.sessions());
         let never = NeverGrantable::of_process(&config.data_dir, &config.runtime_dir);
         let limits = Limits::new(config.limits);
@@ -154,8 +166,8 @@ impl Sessions {
             later.refill_spares();
         });
         tokio::spawn(crate::prune::sweep_every(sessions.clone()));
-        tokio::spawn(crate::tools::follow(sessions.clone()));
-        tokio::spawn(crate::settings::follow(sessions.clone()));
+        tokio::spawn(crate::tools::follow(sessions.clone(), tools_socket));
+        tokio::spawn(crate::settings::follow(sessions.clone(), provider_socket));
         sessions
     }
 
