@@ -12,7 +12,6 @@
 //! ProviderService cannot be asked.
 
 use std::path::PathBuf;
-
 use std::sync::{Arc, Mutex};
 
 use pedelec_common::Code;
