@@ -4,10 +4,10 @@
 //!
 //! What it buys: a position-independent executable is relocated at every
 //! start, and the pages of its relocated read-only data (`.data.rel.ro`,
-//! about 340 KiB in the release build) become private to the process that
+//! about 310 KiB in the release build) become private to the process that
 //! relocated them. Forked from one relocated image, pedelecd and its four
-//! services share one copy: about 1.3 MiB less idle PSS
-//! (docs/benchmarks.md, "The process images"). The executable still lands
+//! services share one copy: about 1 MiB less idle PSS
+//! (docs/benchmarks.md, "Services forked from one image"). The executable still lands
 //! at a random address at each launch; pedelecd and its services share that
 //! address (docs/decisions.md, "Services forked from pedelecd").
 //!
